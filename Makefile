@@ -1,0 +1,41 @@
+# webrl: `make demo` runs the main job on the embedded default; `make test` runs the test suite.
+# Both set everything up on a fresh machine and are fast no-ops for set-up when run again.
+SHELL := /bin/bash
+PY := .venv/bin/python
+STAMP := .venv/.installed
+
+.PHONY: demo test lint setup chromium bench clean
+
+demo: setup
+	$(PY) -m webrl.demo
+
+test: setup
+	.venv/bin/ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: setup
+	.venv/bin/ruff check .
+
+setup: $(STAMP) chromium
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" != "0" ]; then \
+	    echo "webrl needs Debian's Chromium at /usr/bin/chromium: run 'sudo apt-get install -y chromium' (not root here)"; exit 1; \
+	  fi; \
+	  echo "installing Debian's chromium..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+bench: setup
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf .webrl .pytest_cache .ruff_cache

@@ -1,0 +1,83 @@
+"""Shared fixtures: settings under a temporary home, a fresh PostgreSQL database per test session,
+the local Redis. Tests that need Postgres or Redis are marked and skipped only when the server is
+absent outside CI (in CI, `.ci/run` starts both, and a missing server is a failure)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from webrl.config import Settings, get_settings
+
+PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/15"
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "webarena"
+IN_CI = bool(os.environ.get("CI"))
+
+
+def _unavailable(what: str, exc: Exception) -> None:
+    if IN_CI:
+        pytest.fail(f"{what} is required in CI but unreachable: {exc}")
+    pytest.skip(f"{what} unreachable: {exc}")
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """Embedded-mode settings under a fresh home (SQLite, eager jobs)."""
+    monkeypatch.setenv("WEBRL_HOME", str(tmp_path / "home"))
+    for var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL", "WEBRL_API_KEY", "WEBRL_REDIS_URL"):
+        monkeypatch.delenv(var, raising=False)
+    get_settings.cache_clear()
+    s = get_settings()
+    s.ensure_dirs()
+    yield s
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh database on the local PostgreSQL for this test session, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+
+    name = f"webrl_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        _unavailable("PostgreSQL at 127.0.0.1:5432", exc)
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    from webrl.db.session import engine_for
+
+    engine_for.cache_clear()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_timeout=2).ping()
+    except Exception as exc:
+        _unavailable("Redis at 127.0.0.1:6379", exc)
+    return REDIS_URL
+
+
+@pytest.fixture
+def webarena_configs() -> list[dict]:
+    import json
+
+    if not SHARED_DATA.exists():
+        pytest.skip(f"{SHARED_DATA} not present")
+    configs: list[dict] = []
+    for path in sorted(SHARED_DATA.glob("*.json")):
+        configs.extend(json.loads(path.read_text()))
+    return configs

@@ -1,0 +1,112 @@
+"""The WebRL action grammar: parse model output into an :class:`Action`, format an action back.
+
+Grammar (DESIGN.md), optionally preceded by ``#`` comment lines::
+
+    do(action="Click", element="7")
+    do(action="Type", argument="hello", element="22")
+    exit(message="the answer")
+
+Parsing uses :mod:`ast` on the call expression (never ``eval``): only keyword arguments whose values are
+string (or integer, for ``element``) literals are accepted.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+from webrl.schemas import ACTION_ARGUMENTS, Action, ActionType
+
+_BY_NAME = {t.value.lower(): t for t in ActionType if t is not ActionType.EXIT}
+MAX_ACTION_CHARS = 4096  # longer output is not an action; bounds the parser's work on garbage
+
+
+class ActionParseError(ValueError):
+    """Model output that is not a valid WebRL action; the message names the problem."""
+
+
+def _call_text(text: str) -> str:
+    """The code part of a response: drop markdown fences, comment lines and blank lines."""
+    lines = []
+    for raw in text.strip().split("\n"):
+        line = raw.strip()
+        if not line or line.startswith("#") or line.startswith("```"):
+            continue
+        lines.append(line)
+    if not lines:
+        raise ActionParseError("no action: the response has only comments or is empty")
+    return "\n".join(lines)
+
+
+def _literal(node: ast.expr, name: str) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return str(node.value)
+    raise ActionParseError(f"argument {name!r} must be a string literal")
+
+
+def parse_action(text: str) -> Action:
+    """Parse one action from model output. Raises :class:`ActionParseError` naming what is wrong."""
+    if len(text) > MAX_ACTION_CHARS:
+        raise ActionParseError(f"response is {len(text)} characters; an action is at most {MAX_ACTION_CHARS}")
+    code = _call_text(text)
+    try:
+        tree = ast.parse(code, mode="eval")
+    except (SyntaxError, ValueError) as exc:
+        raise ActionParseError(f"not a function call: {getattr(exc, 'msg', exc)}") from None
+    call = tree.body
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+        raise ActionParseError("expected do(...) or exit(...)")
+    if call.args:
+        raise ActionParseError("positional arguments are not allowed; use keywords like element=\"7\"")
+    kwargs: dict[str, str] = {}
+    for kw in call.keywords:
+        if kw.arg is None:
+            raise ActionParseError("**kwargs are not allowed")
+        if kw.arg in kwargs:
+            raise ActionParseError(f"argument {kw.arg!r} given twice")
+        kwargs[kw.arg] = _literal(kw.value, kw.arg)
+
+    if call.func.id == "exit":
+        kind = ActionType.EXIT
+    elif call.func.id == "do":
+        if "action" not in kwargs:
+            raise ActionParseError("do(...) needs action=\"...\"")
+        name = kwargs.pop("action")
+        kind = _BY_NAME.get(" ".join(name.split()).lower())
+        if kind is None:
+            raise ActionParseError(f"unknown action {name!r}; expected one of {[t.value for t in _BY_NAME.values()]}")
+    else:
+        raise ActionParseError(f"unknown function {call.func.id!r}; expected do or exit")
+
+    wanted = ACTION_ARGUMENTS[kind]
+    extra = sorted(set(kwargs) - set(wanted))
+    if extra:
+        raise ActionParseError(f"{kind.value} does not take {', '.join(extra)}")
+    missing = [a for a in wanted if a not in kwargs]
+    if missing:
+        raise ActionParseError(f"{kind.value} needs {', '.join(missing)}")
+    if "element" in kwargs and not kwargs["element"].strip().isdigit():
+        raise ActionParseError(f"element must be an integer id, got {kwargs['element']!r}")
+    if "element" in kwargs:
+        kwargs["element"] = kwargs["element"].strip()
+    return Action(type=kind, **kwargs)
+
+
+def _quote(value: str) -> str:
+    """A double-quoted Python string literal that :func:`parse_action` reads back unchanged."""
+    # JSON string escapes are a subset of Python's; control characters come out escaped.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def format_action(action: Action) -> str:
+    """The canonical text of an action, as the actor is trained to emit it."""
+    if action.type is ActionType.EXIT:
+        return f"exit(message={_quote(action.message or '')})"
+    parts = [f"action={_quote(action.type.value)}"]
+    if action.argument is not None:
+        parts.append(f"argument={_quote(action.argument)}")
+    if action.element is not None:
+        parts.append(f"element={_quote(action.element)}")
+    return f"do({', '.join(parts)})"

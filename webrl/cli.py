@@ -1,0 +1,45 @@
+"""The ``webrl`` command line. Each area registers its sub-commands from ``webrl/commands/<area>.py``."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import typer
+from rich.console import Console
+
+from webrl.config import get_settings
+
+app = typer.Typer(help="webrl: WebRL (self-evolving online-curriculum RL) for LLM web agents.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+console = Console()
+
+#: Command modules, each with ``register(app)``. Listed explicitly so `webrl --help` is predictable.
+COMMAND_MODULES = [
+    "webrl.commands.db",
+    "webrl.commands.sites",
+    "webrl.commands.tasks",
+    "webrl.commands.models",
+    "webrl.commands.serve",
+    "webrl.commands.train",
+]
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG.")) -> None:
+    level = logging.DEBUG if verbose else getattr(logging, get_settings().log_level.upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # that area has not landed
+            raise
+        module.register(app)
+
+
+_register_all()

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``webrl`` CLI, one module per area, each exposing ``register(app)``."""

@@ -1,0 +1,149 @@
+"""Settings: the one place webrl reads its environment (prefix ``WEBRL_``).
+
+Every other module receives a :class:`Settings` (usually through :func:`get_settings`) and never touches
+``os.environ``. Values are validated once, at load.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: WebArena's site placeholders, in the order WebArena's configs use them.
+SITE_PLACEHOLDERS: dict[str, str] = {
+    "shopping": "__SHOPPING__",
+    "shopping_admin": "__SHOPPING_ADMIN__",
+    "reddit": "__REDDIT__",
+    "gitlab": "__GITLAB__",
+    "map": "__MAP__",
+    "wikipedia": "__WIKIPEDIA__",
+}
+
+#: Ports of the built-in sandbox sites (``webrl sites serve``); one port per site.
+SANDBOX_PORTS: dict[str, int] = {
+    "shopping": 7770,
+    "shopping_admin": 7780,
+    "reddit": 9999,
+    "gitlab": 8023,
+    "map": 3000,
+    "wikipedia": 8888,
+}
+
+
+class Settings(BaseSettings):
+    """webrl's configuration. Every field can be set as ``WEBRL_<FIELD>`` in the environment or ``.env``."""
+
+    model_config = SettingsConfigDict(env_prefix="WEBRL_", env_file=".env", extra="ignore")
+
+    home: Path = Field(Path(".webrl"), description="Working directory for state: SQLite file, artifacts, logs.")
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL. Default: SQLite at <home>/webrl.db. Postgres: postgresql+psycopg://..."
+    )
+    broker_url: str | None = Field(
+        None, description="Celery broker (redis://...). None runs every job eagerly in the calling process."
+    )
+    result_backend: str | None = Field(None, description="Celery result backend; defaults to the broker URL.")
+    redis_url: str | None = Field(
+        None, description="Redis for checkpoint events (channel webrl:checkpoints); defaults to a redis broker."
+    )
+    artifacts_dir: Path | None = Field(None, description="Checkpoints and reports. Default: <home>/artifacts.")
+
+    # Sites: where the WebArena placeholders resolve. Default: the built-in sandbox on localhost.
+    sandbox_host: str = Field("127.0.0.1", description="Host the sandbox sites listen on.")
+    shopping_url: str | None = None
+    shopping_admin_url: str | None = None
+    reddit_url: str | None = None
+    gitlab_url: str | None = None
+    map_url: str | None = None
+    wikipedia_url: str | None = None
+    homepage_url: str | None = None
+
+    api_key: str | None = Field(None, description="When set, every route but health and metrics wants Bearer.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a browser may reach. Empty: the hosts of the configured site URLs.",
+    )
+
+    # Models and serving
+    device: str = Field("cpu", description="torch device for local models.")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    actor_backend: Literal["local", "openai", "tgi"] = "local"
+    actor_endpoint: str | None = Field(None, description="Base URL of a vLLM/SGLang/TGI server or actor service.")
+    actor_model: str | None = Field(None, description="Model path (local) or served model name (openai).")
+    llm_judge_endpoint: str | None = Field(None, description="OpenAI-compatible endpoint for fuzzy_match.")
+    llm_judge_model: str | None = None
+    seed: int = 0
+
+    # Service URLs, used by the distributed mode's HTTP clients.
+    browser_pool_url: str = "http://127.0.0.1:8101"
+    actor_url: str = "http://127.0.0.1:8102"
+    orm_url: str = "http://127.0.0.1:8103"
+    critic_url: str = "http://127.0.0.1:8104"
+    taskgen_url: str = "http://127.0.0.1:8105"
+    trainer_url: str = "http://127.0.0.1:8106"
+
+    log_level: str = "INFO"
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return value
+            return [h.strip() for h in text.split(",") if h.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _defaults_under_home(self) -> Settings:
+        if self.artifacts_dir is None:
+            self.artifacts_dir = self.home / "artifacts"
+        if self.database_url is None:
+            self.database_url = f"sqlite:///{(self.home / 'webrl.db').as_posix()}"
+        if self.result_backend is None and self.broker_url:
+            self.result_backend = self.broker_url
+        if self.redis_url is None and self.broker_url and self.broker_url.startswith("redis"):
+            self.redis_url = self.broker_url
+        return self
+
+    # Derived views
+    @property
+    def eager(self) -> bool:
+        """Jobs run in the calling process when no broker is configured (the embedded mode)."""
+        return not self.broker_url
+
+    def site_url(self, site: str) -> str:
+        """Base URL of a site: the configured one, else the built-in sandbox."""
+        if site not in SITE_PLACEHOLDERS and site != "homepage":
+            raise ValueError(f"unknown site {site!r}; known: {sorted(SITE_PLACEHOLDERS)}")
+        configured = getattr(self, f"{site}_url")
+        if configured:
+            return str(configured).rstrip("/")
+        port = SANDBOX_PORTS.get(site, 4399)
+        return f"http://{self.sandbox_host}:{port}"
+
+    def site_urls(self) -> dict[str, str]:
+        return {site: self.site_url(site) for site in SITE_PLACEHOLDERS}
+
+    def host_allow_list(self) -> list[str]:
+        """Hosts (``host:port`` or bare host) a browser may contact."""
+        if self.allowed_hosts:
+            return list(self.allowed_hosts)
+        from urllib.parse import urlsplit
+
+        return sorted({urlsplit(u).netloc for u in self.site_urls().values()})
+
+    def ensure_dirs(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        assert self.artifacts_dir is not None
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once. Tests call ``get_settings.cache_clear()`` after changing env."""
+    return Settings()

@@ -1,0 +1,34 @@
+"""Run Alembic migrations programmatically (``webrl db upgrade``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+from webrl.config import Settings, get_settings
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url)
+    return cfg
+
+
+def upgrade(settings: Settings | None = None, revision: str = "head") -> None:
+    """Bring the database at ``settings.database_url`` to ``revision`` (idempotent)."""
+    settings = settings or get_settings()
+    assert settings.database_url is not None
+    if settings.database_url.startswith("sqlite"):
+        settings.ensure_dirs()
+    command.upgrade(alembic_config(settings.database_url), revision)
+
+
+def downgrade(settings: Settings | None = None, revision: str = "base") -> None:
+    settings = settings or get_settings()
+    assert settings.database_url is not None
+    command.downgrade(alembic_config(settings.database_url), revision)

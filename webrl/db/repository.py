@@ -1,0 +1,199 @@
+"""Queries and writes every part shares. Each function takes an open Session; the caller owns the
+transaction (``session_scope``), so a failure loses nothing already stored."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webrl.db import models as m
+from webrl.schemas import Observation, TaskConfig, Trajectory
+
+_NON_WORD = re.compile(r"[^a-z0-9]+")
+
+
+def normalise_intent(intent: str) -> str:
+    """Lower-case words joined by single spaces: the key for exact de-duplication."""
+    return " ".join(_NON_WORD.sub(" ", intent.lower()).split())
+
+
+def upsert_task(
+    session: Session,
+    key: str,
+    config: TaskConfig,
+    *,
+    origin: str,
+    split: str,
+    phase: int = 0,
+    parent_id: int | None = None,
+    generator: str | None = None,
+) -> m.Task:
+    """Insert a task, or return the stored one with the same key unchanged (idempotent)."""
+    row = session.scalar(select(m.Task).where(m.Task.key == key))
+    if row is not None:
+        return row
+    row = m.Task(
+        key=key,
+        intent=config.intent,
+        intent_norm=normalise_intent(config.intent),
+        site=config.site,
+        origin=origin,
+        split=split,
+        phase=phase,
+        parent_id=parent_id,
+        generator=generator,
+        config=config.to_json(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def task_config(row: m.Task) -> TaskConfig:
+    return TaskConfig.from_json(row.config)
+
+
+def tasks_by_keys(session: Session, keys: Sequence[str]) -> list[m.Task]:
+    rows = session.scalars(select(m.Task).where(m.Task.key.in_(list(keys)))).all()
+    by_key = {r.key: r for r in rows}
+    return [by_key[k] for k in keys if k in by_key]
+
+
+def tasks_where(session: Session, *, split: str | None = None, origin: str | None = None,
+                phase: int | None = None, site: str | None = None) -> list[m.Task]:
+    query = select(m.Task).order_by(m.Task.id)
+    if split is not None:
+        query = query.where(m.Task.split == split)
+    if origin is not None:
+        query = query.where(m.Task.origin == origin)
+    if phase is not None:
+        query = query.where(m.Task.phase == phase)
+    if site is not None:
+        query = query.where(m.Task.site == site)
+    return list(session.scalars(query).all())
+
+
+def find_trajectory(session: Session, task_id: int, phase: int, attempt: int) -> m.Trajectory | None:
+    return session.scalar(
+        select(m.Trajectory).where(
+            m.Trajectory.task_id == task_id, m.Trajectory.phase == phase, m.Trajectory.attempt == attempt
+        )
+    )
+
+
+def save_trajectory(
+    session: Session, task_id: int, phase: int, attempt: int, traj: Trajectory, *, purpose: str = "train"
+) -> m.Trajectory:
+    """Store a trajectory with all its steps. Idempotent: a second save of the same
+    (task, phase, attempt) returns the stored row and writes nothing."""
+    existing = find_trajectory(session, task_id, phase, attempt)
+    if existing is not None:
+        return existing
+    row = m.Trajectory(
+        task_id=task_id,
+        phase=phase,
+        attempt=attempt,
+        purpose=purpose,
+        actor_version=traj.actor_version,
+        answer=traj.answer,
+        stop_reason=traj.stop_reason,
+        env_score=traj.env_score,
+        n_steps=len(traj.steps),
+        last_observation=traj.last_observation.model_dump() if traj.last_observation else None,
+    )
+    row.steps = [
+        m.Step(
+            index=s.index,
+            observation=s.observation.model_dump(),
+            response=s.response,
+            action=s.action.format() if s.action else None,
+            parse_error=s.parse_error,
+            token_ids=list(s.token_ids),
+            logprobs=list(s.logprobs),
+            url=s.url,
+            error=s.error,
+        )
+        for s in traj.steps
+    ]
+    session.add(row)
+    session.flush()
+    return row
+
+
+def load_trajectory(row: m.Trajectory) -> Trajectory:
+    """The typed record of a stored trajectory (steps included, latest ORM label applied)."""
+    from webrl.actions import ActionParseError, parse_action
+    from webrl.schemas import Step
+
+    steps = []
+    for s in row.steps:
+        action = None
+        if s.action:
+            try:
+                action = parse_action(s.action)
+            except ActionParseError:
+                action = None
+        steps.append(
+            Step(index=s.index, observation=Observation.model_validate(s.observation), response=s.response,
+                 action=action, parse_error=s.parse_error, token_ids=list(s.token_ids),
+                 logprobs=list(s.logprobs), url=s.url, error=s.error)
+        )
+    label = max(row.labels, key=lambda lab: lab.id) if row.labels else None
+    return Trajectory(
+        task_id=row.task.key,
+        intent=row.task.intent,
+        actor_version=row.actor_version,
+        steps=steps,
+        answer=row.answer,
+        stop_reason=row.stop_reason,
+        env_score=row.env_score,
+        orm_p=label.p_yes if label else None,
+        reward=label.reward if label else None,
+        last_observation=Observation.model_validate(row.last_observation) if row.last_observation else None,
+    )
+
+
+def trajectories_for_phase(session: Session, phase: int, purpose: str = "train") -> list[m.Trajectory]:
+    return list(
+        session.scalars(
+            select(m.Trajectory)
+            .where(m.Trajectory.phase == phase, m.Trajectory.purpose == purpose)
+            .order_by(m.Trajectory.id)
+        ).all()
+    )
+
+
+def save_label(session: Session, trajectory_id: int, orm_version: str, p_yes: float, threshold: float) -> m.OrmLabel:
+    """Store an ORM judgement; idempotent per (trajectory, ORM version)."""
+    row = session.scalar(
+        select(m.OrmLabel).where(m.OrmLabel.trajectory_id == trajectory_id, m.OrmLabel.orm_version == orm_version)
+    )
+    if row is not None:
+        return row
+    row = m.OrmLabel(trajectory_id=trajectory_id, orm_version=orm_version, p_yes=p_yes,
+                     reward=1.0 if p_yes >= threshold else 0.0, threshold=threshold)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def save_critic_values(session: Session, critic_version: str, values: Iterable[tuple[int, float]]) -> None:
+    """Store V(start) per task; idempotent per (task, critic version)."""
+    for task_id, value in values:
+        exists = session.scalar(
+            select(m.CriticValue.id).where(
+                m.CriticValue.task_id == task_id, m.CriticValue.critic_version == critic_version
+            )
+        )
+        if exists is None:
+            session.add(m.CriticValue(task_id=task_id, critic_version=critic_version, value=value))
+    session.flush()
+
+
+def latest_checkpoint(session: Session, role: str) -> m.Checkpoint | None:
+    return session.scalar(
+        select(m.Checkpoint).where(m.Checkpoint.role == role).order_by(m.Checkpoint.id.desc()).limit(1)
+    )

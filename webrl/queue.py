@@ -1,0 +1,77 @@
+"""The Celery app: one queue per service, JSON payloads, late acks, bounded retries.
+
+With no broker configured (the embedded mode) tasks run eagerly in the caller's process, so the
+pipeline calls the same functions in both modes. Workers import only their own ``worker.py``; the app
+finds task modules through :data:`TASK_MODULES`.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from webrl.config import Settings, get_settings
+
+#: Queue per service; a task named ``<service>.<verb>`` goes to the service's queue.
+QUEUES: dict[str, str] = {
+    "rollout": "rollout",
+    "actor": "actor",
+    "orm": "orm",
+    "critic": "critic",
+    "taskgen": "taskgen",
+    "train": "train",
+    "webrl": "default",
+}
+
+#: Worker modules that register tasks; imported lazily by workers (``celery -A webrl.queue worker``).
+TASK_MODULES = [
+    "services.browser_pool.worker",
+    "services.actor.worker",
+    "services.orm.worker",
+    "services.critic.worker",
+    "services.taskgen.worker",
+    "services.trainer.worker",
+    "webrl.pipeline_tasks",
+]
+
+MAX_RETRIES = 3  # bounded: a task that fails three times is a bug, not a blip
+
+
+def route_for(name: str) -> str:
+    """Queue for a task name like ``orm.score`` (prefix before the first dot)."""
+    return QUEUES.get(name.split(".", 1)[0], "default")
+
+
+def make_celery(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    app = Celery("webrl", broker=settings.broker_url or "memory://", backend=settings.result_backend)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_acks_late=True,  # a worker killed mid-task leaves the message for another worker
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,  # long jobs: don't hoard messages
+        task_always_eager=settings.eager,
+        task_eager_propagates=True,
+        task_default_queue="default",
+        task_routes=lambda name, args, kwargs, options, task=None, **kw: {"queue": route_for(name)},
+        broker_connection_retry_on_startup=True,
+        result_expires=24 * 3600,
+        task_track_started=True,
+    )
+    return app
+
+
+celery_app = make_celery()
+
+
+def autodiscover() -> None:
+    """Import every worker module that exists, registering its tasks."""
+    import importlib
+
+    for module in TASK_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise

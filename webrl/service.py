@@ -1,0 +1,136 @@
+"""The FastAPI app factory every service uses.
+
+It adds ``/healthz`` (process up), ``/readyz`` (database and broker reachable), ``/metrics``
+(Prometheus), bearer auth when ``WEBRL_API_KEY`` is set (constant-time compare; a 401 never says why),
+one JSON error shape ``{"error": {"type", "message", "fields", "request_id"}}`` and request ids in logs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from sqlalchemy import text
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from webrl.config import Settings, get_settings
+
+log = logging.getLogger("webrl.service")
+
+OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}
+
+
+def error_body(kind: str, message: str, request_id: str, fields: list[dict[str, Any]] | None = None) -> dict:
+    return {"error": {"type": kind, "message": message, "fields": fields or [], "request_id": request_id}}
+
+
+def _fields_of(exc: RequestValidationError) -> list[dict[str, Any]]:
+    out = []
+    for err in exc.errors():
+        loc = [str(part) for part in err.get("loc", ()) if part != "body"]
+        out.append({"field": ".".join(loc) or "body", "message": err.get("msg", "invalid")})
+    return out
+
+
+def check_ready(settings: Settings) -> dict[str, str]:
+    """Probe the database and (when configured) the broker. Returns component -> "ok" or the error."""
+    from webrl.db.session import get_engine
+
+    status: dict[str, str] = {}
+    try:
+        with get_engine(settings).connect() as conn:
+            conn.execute(text("SELECT 1"))
+        status["database"] = "ok"
+    except Exception as exc:
+        status["database"] = f"error: {type(exc).__name__}"
+    if settings.broker_url and settings.broker_url.startswith("redis"):
+        import redis
+
+        try:
+            redis.Redis.from_url(settings.broker_url, socket_timeout=2).ping()
+            status["broker"] = "ok"
+        except Exception as exc:
+            status["broker"] = f"error: {type(exc).__name__}"
+    return status
+
+
+def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None = None,
+               description: str = "") -> FastAPI:
+    """A FastAPI app with webrl's health, metrics, auth and error handling. Routes are added by the caller."""
+    settings = settings or get_settings()
+    app = FastAPI(title=f"webrl {name}", version=version, description=description)
+    app.state.settings = settings
+    registry = CollectorRegistry()
+    requests_total = Counter("webrl_http_requests_total", "HTTP requests", ["route", "method", "status"],
+                             registry=registry)
+    latency = Histogram("webrl_http_request_seconds", "Request latency", ["route"], registry=registry)
+    app.state.metrics_registry = registry
+
+    @app.middleware("http")
+    async def _request_context(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
+        request.state.request_id = request_id
+        if settings.api_key and request.url.path not in OPEN_PATHS:
+            header = request.headers.get("authorization", "")
+            scheme, _, token = header.partition(" ")
+            good = scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), settings.api_key.encode())
+            if not good:
+                return JSONResponse(error_body("unauthorized", "unauthorized", request_id), status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer", "x-request-id": request_id})
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        latency.labels(path).observe(time.perf_counter() - start)
+        requests_total.labels(path, request.method, str(response.status_code)).inc()
+        response.headers["x-request-id"] = request_id
+        log.info("%s %s %s %d", request_id, request.method, request.url.path, response.status_code)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = _fields_of(exc)
+        message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+        rid = getattr(request.state, "request_id", "")
+        return JSONResponse(error_body("validation_error", message, rid, fields), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        rid = getattr(request.state, "request_id", "")
+        kind = {404: "not_found", 409: "conflict", 422: "validation_error"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(kind, str(exc.detail), rid), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+        rid = getattr(request.state, "request_id", "")
+        log.exception("%s unhandled error", rid)
+        return JSONResponse(error_body("internal_error", "internal error", rid), status_code=500)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": name}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz() -> JSONResponse:
+        status = check_ready(settings)
+        ok = all(v == "ok" for v in status.values())
+        return JSONResponse({"status": "ok" if ok else "unavailable", "checks": status},
+                            status_code=200 if ok else 503)
+
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def not_found(what: str) -> HTTPException:
+    return HTTPException(status_code=404, detail=f"{what} not found")
