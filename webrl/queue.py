@@ -75,3 +75,26 @@ def autodiscover() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
+
+
+def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
+    """Run the Celery task ``name`` with one JSON payload and return its JSON result.
+
+    Embedded mode (no broker): the task runs here, eagerly. Distributed mode: it goes to its service's
+    queue and this waits for a worker's result. The caller's code is the same in both modes.
+    """
+    if celery_app.conf.task_always_eager:
+        autodiscover()
+        if name not in celery_app.tasks:
+            raise KeyError(f"no Celery task named {name!r}; is its service installed?")
+        return celery_app.tasks[name].apply(args=(payload,), throw=True).get()
+    return celery_app.send_task(name, args=(payload,)).get(timeout=timeout)
+
+
+def configure(settings: Settings) -> Celery:
+    """Re-point the process-wide Celery app at ``settings`` (used by tests and `webrl train`)."""
+    fresh = make_celery(settings)
+    celery_app.conf.update(fresh.conf)
+    celery_app.conf.broker_url = settings.broker_url or "memory://"
+    celery_app.conf.result_backend = settings.result_backend
+    return celery_app
