@@ -8,6 +8,7 @@ finds task modules through :data:`TASK_MODULES`.
 from __future__ import annotations
 
 from celery import Celery
+from celery.signals import worker_init
 
 from webrl.config import Settings, get_settings
 
@@ -65,6 +66,12 @@ def make_celery(settings: Settings | None = None) -> Celery:
 celery_app = make_celery()
 
 
+@worker_init.connect
+def _register_tasks_on_worker_start(**_: object) -> None:
+    """`celery -A webrl.queue worker -Q <queue>` serves every service's tasks that are installed."""
+    autodiscover()
+
+
 def autodiscover() -> None:
     """Import every worker module that exists, registering its tasks."""
     import importlib
@@ -73,8 +80,8 @@ def autodiscover() -> None:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+            if not exc.name or not (module == exc.name or module.startswith(exc.name + ".")):
+                raise  # a real missing dependency inside the module, not an absent service
 
 
 def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
@@ -97,4 +104,20 @@ def configure(settings: Settings) -> Celery:
     celery_app.conf.update(fresh.conf)
     celery_app.conf.broker_url = settings.broker_url or "memory://"
     celery_app.conf.result_backend = settings.result_backend
+    # Celery caches the result backend (per thread) and the producer pool on first use; drop both so the
+    # next call connects to the new URLs.
+    celery_app._local.__dict__.pop("backend", None)
+    if celery_app._pool is not None:
+        celery_app._pool.force_close_all()
+        celery_app._pool = None
     return celery_app
+
+
+@celery_app.task(name="webrl.ping")
+def ping(payload: dict) -> dict:
+    """Worker health check: proves a worker is consuming and can reach the database."""
+    import socket
+
+    from webrl.service import check_ready
+
+    return {"pong": payload.get("nonce"), "worker": socket.gethostname(), "checks": check_ready(get_settings())}

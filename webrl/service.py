@@ -18,6 +18,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel, Field
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -26,6 +27,32 @@ from webrl.config import Settings, get_settings
 log = logging.getLogger("webrl.service")
 
 OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}
+
+
+class ErrorField(BaseModel):
+    field: str = Field(description="Dotted path of the offending field, e.g. 'steps.0.action'.")
+    message: str
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="validation_error | not_found | conflict | unauthorized | internal_error | ...")
+    message: str
+    fields: list[ErrorField] = Field(default_factory=list)
+    request_id: str
+
+
+class ErrorResponse(BaseModel):
+    """The one error shape every webrl service answers with."""
+
+    error: ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "Missing or wrong bearer token"},
+    404: {"model": ErrorResponse, "description": "Not found"},
+    422: {"model": ErrorResponse, "description": "Invalid input; `fields` names each offending field"},
+    500: {"model": ErrorResponse, "description": "Internal error"},
+}
 
 
 def error_body(kind: str, message: str, request_id: str, fields: list[dict[str, Any]] | None = None) -> dict:
@@ -66,7 +93,7 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
                description: str = "") -> FastAPI:
     """A FastAPI app with webrl's health, metrics, auth and error handling. Routes are added by the caller."""
     settings = settings or get_settings()
-    app = FastAPI(title=f"webrl {name}", version=version, description=description)
+    app = FastAPI(title=f"webrl {name}", version=version, description=description, responses=ERROR_RESPONSES)
     app.state.settings = settings
     registry = CollectorRegistry()
     requests_total = Counter("webrl_http_requests_total", "HTTP requests", ["route", "method", "status"],

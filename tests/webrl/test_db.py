@@ -1,0 +1,105 @@
+"""The repository layer on SQLite and on the real PostgreSQL: migrations, idempotent writes, rollback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, inspect, select
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db import repository as repo
+from webrl.db.migrate import downgrade, upgrade
+from webrl.db.session import get_engine, session_scope
+from webrl.schemas import Action, ActionType, Observation, Step, TaskConfig, Trajectory
+
+TABLES = {"tasks", "trajectories", "steps", "orm_labels", "critic_values", "runs", "phases", "checkpoints"}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'webrl.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    s = Settings(home=tmp_path, database_url=url, _env_file=None)
+    upgrade(s)
+    yield s
+    downgrade(s)  # leaves the per-session Postgres database empty for the next test
+
+
+def _task(n: int = 1) -> TaskConfig:
+    return TaskConfig.from_json({
+        "task_id": n, "sites": ["shopping"], "intent": f"Find the price of item {n}!",
+        "start_url": "__SHOPPING__", "eval": {"eval_types": ["string_match"],
+                                               "reference_answers": {"exact_match": "$3"}},
+        "extra_field": {"kept": True},
+    })
+
+
+def _trajectory(n_steps: int = 3) -> Trajectory:
+    obs = Observation(html="<button id=\"1\">Go</button>", url="http://s/")
+    steps = [
+        Step(index=i, observation=obs, response='do(action="Click", element="1")',
+             action=Action(type=ActionType.CLICK, element="1"), token_ids=[5, 6, 7], logprobs=[-0.1, -0.2, -0.3])
+        for i in range(n_steps)
+    ]
+    return Trajectory(task_id="k1", intent="Find", actor_version="v1", steps=steps, answer="$3",
+                      stop_reason="exit", env_score=1.0, last_observation=obs)
+
+
+def test_migrations_create_every_table(db: Settings) -> None:
+    assert TABLES <= set(inspect(get_engine(db)).get_table_names())
+
+
+def test_task_upsert_is_idempotent_and_keeps_the_config(db: Settings) -> None:
+    with session_scope(db) as s:
+        first = repo.upsert_task(s, "sandbox/train/1", _task(), origin="seed", split="train")
+        again = repo.upsert_task(s, "sandbox/train/1", _task(), origin="seed", split="train")
+        assert first.id == again.id
+    with session_scope(db) as s:
+        (row,) = repo.tasks_where(s, split="train")
+        assert repo.task_config(row).to_json() == _task().to_json()
+        assert row.intent_norm == "find the price of item 1"
+        assert row.site == "shopping"
+
+
+def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None:
+    with session_scope(db) as s:
+        task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")
+        t1 = repo.save_trajectory(s, task.id, phase=1, attempt=0, traj=_trajectory())
+        t2 = repo.save_trajectory(s, task.id, phase=1, attempt=0, traj=_trajectory(5))
+        assert t1.id == t2.id
+        repo.save_label(s, t1.id, "orm-v1", p_yes=0.7, threshold=0.5)
+        repo.save_label(s, t1.id, "orm-v1", p_yes=0.1, threshold=0.5)  # second call changes nothing
+    with session_scope(db) as s:
+        assert s.scalar(select(func.count()).select_from(m.Step)) == 3
+        (row,) = repo.trajectories_for_phase(s, 1)
+        loaded = repo.load_trajectory(row)
+        original = _trajectory()
+        assert loaded.steps == original.steps
+        assert loaded.reward == 1.0 and loaded.orm_p == pytest.approx(0.7)
+        assert loaded.last_observation == original.last_observation
+
+
+def test_a_failed_transaction_loses_nothing_already_stored(db: Settings) -> None:
+    with session_scope(db) as s:
+        repo.upsert_task(s, "kept", _task(1), origin="seed", split="train")
+    with pytest.raises(RuntimeError), session_scope(db) as s:
+        repo.upsert_task(s, "rolled-back", _task(2), origin="seed", split="train")
+        raise RuntimeError("crash mid-write")
+    with session_scope(db) as s:
+        assert [t.key for t in repo.tasks_where(s)] == ["kept"]
+
+
+def test_critic_values_are_idempotent_per_version(db: Settings) -> None:
+    with session_scope(db) as s:
+        task = repo.upsert_task(s, "k", _task(), origin="seed", split="train")
+        repo.save_critic_values(s, "c1", [(task.id, 0.3)])
+        repo.save_critic_values(s, "c1", [(task.id, 0.9)])
+        repo.save_critic_values(s, "c2", [(task.id, 0.5)])
+    with session_scope(db) as s:
+        values = sorted(s.scalars(select(m.CriticValue.value)).all())
+        assert values == [0.3, 0.5]
