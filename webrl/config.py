@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: WebArena's site placeholders, in the order WebArena's configs use them.
 SITE_PLACEHOLDERS: dict[str, str] = {
@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     homepage_url: str | None = None
 
     api_key: str | None = Field(None, description="When set, every route but health and metrics wants Bearer.")
-    allowed_hosts: list[str] = Field(
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Hosts a browser may reach. Empty: the hosts of the configured site URLs.",
     )
@@ -77,6 +77,27 @@ class Settings(BaseSettings):
     llm_judge_endpoint: str | None = Field(None, description="OpenAI-compatible endpoint for fuzzy_match.")
     llm_judge_model: str | None = None
     seed: int = 0
+
+    # Models & actor (area: models-actor): loading, the tiny CPU model, the actor service.
+    trust_remote_code: bool = Field(False, description="Let a model folder run its own code (older GLM-4).")
+    tiny_size: Literal["test", "small", "base", "large"] = Field(
+        "small", description="Size preset of the tiny Llama `webrl bootstrap` builds (webrl.models.tiny.SIZES).")
+    tiny_vocab_size: int = Field(4096, ge=512, description="BPE vocabulary of the tiny model's tokenizer.")
+    actor_max_prompt_tokens: int = Field(1024, ge=64, description="Context budget of the actor prompt.")
+    actor_max_new_tokens: int = Field(48, ge=1, description="Most tokens the actor generates per step.")
+    actor_temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 = greedy.")
+    actor_max_batch: int = Field(16, ge=1, description="Most prompts the local backend batches together.")
+    actor_batch_wait_ms: float = Field(5.0, ge=0.0, description="How long the local batcher waits for company.")
+    actor_api_key: str | None = Field(None, description="Bearer key sent to an OpenAI/TGI/actor endpoint.")
+    bootstrap_minutes: float = Field(10.0, gt=0, description="Wall-clock budget of `webrl bootstrap`'s SFT.")
+
+    # Evaluation (area: evaluation): WebArena evaluators, the fuzzy_match LLM judge.
+    llm_judge_api_key: str | None = Field(None, description="Bearer key sent to the llm_judge_endpoint.")
+    llm_judge_timeout_s: float = Field(60.0, gt=0, description="Timeout of one LLM-judge request.")
+    evaluation_settle_s: float = Field(
+        0.0, ge=0.0, description="Extra wait after program_html navigates (WebArena sleeps 3 s for its JS sites)."
+    )
+    evaluation_nav_timeout_s: float = Field(30.0, gt=0, description="Timeout of one program_html navigation.")
 
     # Service URLs, used by the distributed mode's HTTP clients.
     browser_pool_url: str = "http://127.0.0.1:8101"
