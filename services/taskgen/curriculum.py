@@ -1,0 +1,128 @@
+"""The taskgen service's logic: generate tasks from a phase's failures, store them with their lineage,
+and filter them by the critic's value of their start state."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+
+from services.taskgen.dedup import Deduplicator
+from services.taskgen.grounded import GroundedGenerator, generated_task_id
+from services.taskgen.llm import LLMGenerator, OpenAICompatibleLLM, Rejection, llm_task_config
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db import repository as repo
+from webrl.db.session import session_scope
+from webrl.schemas import TaskConfig
+
+log = logging.getLogger(__name__)
+
+VALUE_LOW = 0.05  # paper, section 3.2: drop tasks the critic finds hopeless (V < 0.05) ...
+VALUE_HIGH = 0.75  # ... or already solved (V > 0.75)
+
+
+@dataclass
+class GenerationResult:
+    task_keys: list[str]
+    rejected: list[Rejection] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def _parents(settings: Settings, parent_keys: list[str]) -> list[m.Task]:
+    with session_scope(settings) as s:
+        rows = repo.tasks_by_keys(s, parent_keys)
+        missing = sorted(set(parent_keys) - {r.key for r in rows})
+        if missing:
+            raise KeyError(f"unknown parent task keys: {missing[:5]}")
+        s.expunge_all()
+        return rows
+
+
+def _existing_intents(settings: Settings) -> list[str]:
+    with session_scope(settings) as s:
+        return list(s.scalars(select(m.Task.intent)).all())
+
+
+def _store(settings: Settings, phase: int, generator: str,
+           items: list[tuple[str, TaskConfig, int | None]]) -> list[str]:
+    """Store (key, TaskConfig, parent id) triples in one transaction; returns the keys."""
+    keys = []
+    with session_scope(settings) as s:
+        for key, config, parent_id in items:
+            repo.upsert_task(s, key, config, origin="generated", split="train", phase=phase,
+                             parent_id=parent_id, generator=generator)
+            keys.append(key)
+    return keys
+
+
+def generate_grounded(settings: Settings, phase: int, parent_keys: list[str], n: int,
+                      seed: int) -> GenerationResult:
+    parents = _parents(settings, parent_keys)
+    dedup = Deduplicator(_existing_intents(settings))
+    generator = GroundedGenerator(suite_seed=settings.seed)
+    try:
+        proposals = generator.propose([(p.key, repo.task_config(p)) for p in parents], n, seed, phase,
+                                      admit=dedup.admit)
+    finally:
+        generator.close()
+    ids = {p.key: p.id for p in parents}
+    items = [(f"generated/p{phase}/{p.config.task_id}", p.config, ids[p.parent_key]) for p in proposals]
+    return GenerationResult(_store(settings, phase, "grounded", items))
+
+
+def generate_llm(settings: Settings, phase: int, parent_keys: list[str], n: int, seed: int, *,
+                 endpoint: str, model: str, mode: str = "chat", feasibility: bool = True) -> GenerationResult:
+    """Group failures by site, ask the LLM for tasks in breadth, drop infeasible and duplicate ones."""
+    parents = _parents(settings, parent_keys)
+    by_site: dict[str, list[m.Task]] = {}
+    for p in parents:
+        by_site.setdefault(p.site, []).append(p)
+    llm = LLMGenerator(OpenAICompatibleLLM(endpoint, model, mode=mode))
+    dedup = Deduplicator(_existing_intents(settings))
+    rng = random.Random(seed)
+    result = GenerationResult(task_keys=[])
+    items: list[tuple[str, TaskConfig, int | None]] = []
+    per_site: dict[str, int] = {}
+    for site, tasks in sorted(by_site.items()):
+        quota = max(1, n * len(tasks) // len(parents))
+        examples = rng.sample(tasks, min(len(tasks), 10))
+        good, bad = llm.evolve(site, [t.intent for t in examples])
+        result.rejected.extend(bad)
+        for intent in good:
+            if per_site.get(site, 0) >= quota:
+                break
+            if not dedup.admit(intent):
+                result.duplicates += 1
+                continue
+            if feasibility and not llm.feasible(site, intent):
+                result.rejected.append(Rejection(intent, "feasibility judge answered NO"))
+                continue
+            task_id = generated_task_id(phase, intent)
+            items.append((f"generated/p{phase}/{task_id}", llm_task_config(site, intent, task_id), examples[0].id))
+            per_site[site] = per_site.get(site, 0) + 1
+    result.task_keys = _store(settings, phase, "llm", items)
+    return result
+
+
+def filter_by_value(settings: Settings, task_keys: list[str], values: dict[str, float], *,
+                    critic_version: str, low: float = VALUE_LOW, high: float = VALUE_HIGH) -> list[str]:
+    """Keep tasks whose start-state value V lies in [low, high]; every value is stored (idempotent).
+
+    V is the critic's P(success) of the task's start state (the min of its two heads); right after SFT,
+    with no critic yet, the ORM's P(YES) on the start state stands in (as the WebRL authors did).
+    """
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"need 0 <= low <= high <= 1, got [{low}, {high}]")
+    missing = [k for k in task_keys if k not in values]
+    if missing:
+        raise ValueError(f"no value for tasks {missing[:5]}")
+    with session_scope(settings) as s:
+        rows = repo.tasks_by_keys(s, task_keys)
+        if len(rows) != len(set(task_keys)):
+            unknown = sorted(set(task_keys) - {r.key for r in rows})
+            raise KeyError(f"unknown task keys: {unknown[:5]}")
+        repo.save_critic_values(s, critic_version, [(r.id, float(values[r.key])) for r in rows])
+    return [k for k in task_keys if low <= values[k] <= high]

@@ -1,0 +1,178 @@
+"""``webrl train`` (the whole WebRL loop, resumable) and ``webrl eval`` (success rate of an actor)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from webrl.config import SANDBOX_PORTS, Settings, get_settings
+
+console = Console()
+log = logging.getLogger(__name__)
+
+
+def uses_builtin_sandbox(settings: Settings) -> bool:
+    """True when no site URL is configured: the placeholders resolve to the built-in sandbox."""
+    return not any(getattr(settings, f"{site}_url") for site in SANDBOX_PORTS)
+
+
+@contextlib.contextmanager
+def sandbox_if_needed(settings: Settings) -> Iterator[None]:
+    """In the embedded mode with the built-in sites, serve them here (on their default ports) while we run."""
+    if not (settings.eager and uses_builtin_sandbox(settings)):
+        yield
+        return
+    from webrl.sandbox.server import running_sandbox
+    from webrl.sandbox.sites import SITES
+
+    ports = {site: SANDBOX_PORTS[site] for site in SITES}
+    with running_sandbox(settings, ports=ports):
+        yield
+
+
+def ensure_ready(settings: Settings) -> None:
+    """Migrate the database and load the sandbox task suite when no task is stored yet."""
+    from webrl.db.migrate import upgrade
+
+    settings.ensure_dirs()
+    upgrade(settings)
+    from webrl.sandbox.tasks.load import load_suite
+
+    counts = load_suite(settings)
+    if any(counts.values()):
+        console.print(f"loaded the sandbox task suite: {counts}")
+
+
+class RichProgress:
+    """One progress bar per stage label, fed by the pipeline's progress hook."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.bars: dict[str, Any] = {}
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if label not in self.bars:
+            self.bars[label] = self.progress.add_task(label, total=max(total, 1))
+        self.progress.update(self.bars[label], completed=done, total=max(total, 1))
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console)
+
+
+def _options(preset: str | None, overrides: dict[str, Any]) -> Any:
+    from webrl.pipeline import PipelineOptions
+    from webrl.presets import PRESETS
+
+    values: dict[str, Any] = {}
+    if preset:
+        if preset not in PRESETS:
+            raise typer.BadParameter(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}", param_hint="--preset")
+        values.update(PRESETS[preset])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name for f in fields(PipelineOptions)}
+    return PipelineOptions(**{k: v for k, v in values.items() if k in known})
+
+
+def default_actor(settings: Settings) -> Path:
+    assert settings.artifacts_dir is not None
+    return settings.artifacts_dir / "models" / "actor-sft"
+
+
+def default_orm(settings: Settings) -> Path:
+    assert settings.artifacts_dir is not None
+    return settings.artifacts_dir / "models" / "orm"
+
+
+def print_phase_table(settings: Settings, run: str) -> None:
+    from webrl.report import phase_rows, phase_table
+
+    header, body = phase_table(phase_rows(settings, run))
+    table = Table(title=f"webrl run {run}")
+    for column in header:
+        table.add_column(column, justify="right")
+    for row in body:
+        table.add_row(*row)
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("train")
+    def train(
+        preset: str = typer.Option(None, help="Option set: cpu-demo, smoke or paper."),
+        run: str = typer.Option("default", help="Run name; rerunning the same name resumes it."),
+        phases: int = typer.Option(None, min=1, help="Number of WebRL phases."),
+        actor: Path = typer.Option(None, help="Starting (SFT) actor folder. Default: artifacts/models/actor-sft."),
+        orm: Path = typer.Option(None, help="ORM folder. Default: artifacts/models/orm if present, "
+                                            "else rewards come from the sandbox evaluators."),
+        curriculum: bool = typer.Option(True, "--curriculum/--no-curriculum", help="Generate tasks from failures."),
+        replay: bool = typer.Option(True, "--replay/--no-replay", help="Replay earlier phases' successes."),
+        kl: bool = typer.Option(True, "--kl/--no-kl", help="KL-constrained actor objective."),
+        seed: int = typer.Option(None, help="Random seed."),
+        report: Path = typer.Option(None, help="Report folder. Default: artifacts/reports/<run>."),
+    ) -> None:
+        """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
+        from webrl.pipeline import Pipeline, StageReport
+        from webrl.report import write_report
+
+        settings = get_settings()
+        actor_path = actor or default_actor(settings)
+        if not (actor_path / "config.json").exists():
+            raise typer.BadParameter(f"no model at {actor_path}; run `webrl bootstrap` first", param_hint="--actor")
+        orm_path = orm or (default_orm(settings) if (default_orm(settings) / "config.json").exists() else None)
+        if orm is not None and not (orm / "config.json").exists():
+            raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
+        options = _options(preset, {"run": run, "phases": phases, "actor": str(actor_path.resolve()),
+                                    "orm": str(orm_path.resolve()) if orm_path else "", "curriculum": curriculum,
+                                    "replay": replay, "kl": kl, "seed": seed})
+        ensure_ready(settings)
+
+        def on_stage(r: StageReport) -> None:
+            shown = {k: v for k, v in r.metrics.items() if not isinstance(v, list | dict) and "path" not in k}
+            console.print(f"[green]phase {r.phase} {r.stage}[/green] {shown}")
+
+        with sandbox_if_needed(settings), _progress() as progress:
+            pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage)
+            pipeline.run()
+        print_phase_table(settings, options.run)
+        assert settings.artifacts_dir is not None
+        out = write_report(settings, options.run, report or settings.artifacts_dir / "reports" / options.run)
+        console.print(f"report: {out}")
+
+    @app.command("eval")
+    def evaluate(
+        actor: Path = typer.Option(..., help="Actor folder (Hugging Face format)."),
+        split: str = typer.Option("test", help="Task split of the built-in suite."),
+        tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
+        limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
+        concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes."),
+    ) -> None:
+        """Success rate of an actor per site through the evaluator harness."""
+        from webrl.evaluate import evaluate_actor
+
+        settings = get_settings()
+        if not (actor / "config.json").exists():
+            raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
+        if tasks is not None and not tasks.exists():
+            raise typer.BadParameter(f"{tasks} does not exist", param_hint="--tasks")
+        ensure_ready(settings)
+        with sandbox_if_needed(settings), _progress() as progress:
+            result = evaluate_actor(settings, actor, split=split, tasks_file=tasks, limit=limit,
+                                    concurrency=concurrency, on_progress=RichProgress(progress))
+        table = Table(title=f"success of {actor.name}")
+        table.add_column("site")
+        table.add_column("tasks", justify="right")
+        table.add_column("success", justify="right")
+        for site, (n, rate) in sorted(result.items()):
+            table.add_row(site, str(n), f"{100 * rate:.1f}%")
+        console.print(table)

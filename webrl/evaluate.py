@@ -1,0 +1,76 @@
+"""``webrl eval``: roll an actor out on a task split (or an external WebArena task file) and report the
+evaluator's success rate per site."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from webrl.config import Settings
+from webrl.db import repository as repo
+from webrl.db.session import session_scope
+from webrl.queue import dispatch
+from webrl.schemas import load_task_file
+
+EVAL_PHASE = -1  # trajectories of stand-alone evaluations live outside the pipeline's phases
+CHUNK = 16  # tasks per rollout job
+
+
+def evaluation_attempt(actor: Path) -> int:
+    """A stable attempt number per actor folder state, so re-evaluating the same actor is idempotent and a
+    different (or retrained) actor gets its own trajectories."""
+    stamp = f"{actor.resolve()}:{(actor / 'config.json').stat().st_mtime_ns}"
+    return int(hashlib.sha256(stamp.encode()).hexdigest()[:7], 16)
+
+
+def external_task_keys(settings: Settings, tasks_file: Path) -> list[str]:
+    """Store the configs of a WebArena-format file (origin "external") and return their keys."""
+    configs = load_task_file(tasks_file)
+    keys = []
+    with session_scope(settings) as s:
+        for config in configs:
+            key = f"external/{tasks_file.stem}/{config.task_id}"
+            repo.upsert_task(s, key, config, origin="external", split="external")
+            keys.append(key)
+    return keys
+
+
+def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", tasks_file: Path | None = None,
+                   limit: int | None = None, concurrency: int = 4,
+                   on_progress: Callable[[str, int, int], None] | None = None) -> dict[str, tuple[int, float]]:
+    """Success per site (and ``overall``) as ``{site: (n_tasks, success_rate)}``."""
+    if tasks_file is not None:
+        keys = external_task_keys(settings, tasks_file)
+    else:
+        with session_scope(settings) as s:
+            keys = [t.key for t in repo.tasks_where(s, split=split)]
+        if not keys:
+            raise ValueError(f"no tasks in split {split!r}")
+    keys = keys[:limit] if limit else keys
+    attempt = evaluation_attempt(actor)
+    progress = on_progress or (lambda label, done, total: None)
+    ids: list[int] = []
+    for start in range(0, len(keys), CHUNK):
+        progress("evaluate", start, len(keys))
+        result = dispatch("rollout.run", {
+            "task_keys": keys[start:start + CHUNK], "phase": EVAL_PHASE, "attempt": attempt, "purpose": "eval",
+            "policy": {"kind": "checkpoint", "path": str(actor.resolve())}, "concurrency": concurrency,
+        })
+        ids.extend(result["trajectory_ids"])
+    progress("evaluate", len(keys), len(keys))
+    return success_by_site(settings, ids)
+
+
+def success_by_site(settings: Settings, trajectory_ids: list[int]) -> dict[str, tuple[int, float]]:
+    from webrl.db import models as m
+
+    scores: dict[str, list[float]] = {}
+    with session_scope(settings) as s:
+        for tid in trajectory_ids:
+            traj = s.get(m.Trajectory, tid)
+            scores.setdefault(traj.task.site, []).append(float(traj.env_score or 0.0))
+    everything = [v for vals in scores.values() for v in vals]
+    out = {site: (len(vals), sum(vals) / len(vals)) for site, vals in scores.items()}
+    out["overall"] = (len(everything), sum(everything) / len(everything) if everything else 0.0)
+    return out

@@ -1,0 +1,302 @@
+"""The WebRL phase state machine that ``webrl train`` runs (DESIGN.md, "The method in one page").
+
+Phase 0 measures the SFT actor: it evaluates it on the test split and rolls it out on a sample of the seed
+train tasks, whose failures seed the curriculum. Each phase i >= 1 then runs these stages in order::
+
+    generate -> filter -> rollout -> label -> train -> evaluate
+
+Every stage is a Celery task reached through :func:`webrl.queue.dispatch` (eager in the embedded mode,
+a service worker in the distributed mode), so this file is the same in both modes. The stages finished so
+far are persisted in the ``phases`` table *after* each stage's own writes commit, and every stage is
+idempotent (trajectories are unique per (task, phase, attempt), labels per (trajectory, ORM version),
+tasks per key, checkpoints per version), so a process killed at any moment resumes after the last finished
+stage, and a half-finished stage redoes only the work that is missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db import repository as repo
+from webrl.db.session import session_scope
+from webrl.queue import dispatch
+
+log = logging.getLogger(__name__)
+
+STAGES: tuple[str, ...] = ("generate", "filter", "rollout", "label", "train", "evaluate")
+BASELINE_STAGES: tuple[str, ...] = ("evaluate", "seed-rollout")
+
+
+@dataclass
+class PipelineOptions:
+    """Everything a run depends on; stored with the run so a resume uses the same values."""
+
+    run: str = "default"
+    phases: int = 3  # the paper runs 8 phases on WebArena-Lite; the CPU demo runs 3
+    actor: str = ""  # path of the starting (SFT) actor, a Hugging Face folder
+    orm: str = ""  # path of the ORM checkpoint; "" = reward from the sandbox evaluators
+    tasks_per_phase: int = 48  # tasks kept per phase after filtering (the paper keeps ~500 on a GPU cluster)
+    candidates_per_phase: int = 96  # generated before filtering; the filter keeps those in [value_low, value_high]
+    seed_tasks: int = 48  # phase-0 sample of seed train tasks whose failures seed the curriculum
+    eval_tasks: int = 165  # test-split tasks evaluated after each phase (all 165 by default)
+    value_low: float = 0.05  # keep tasks with V in [0.05, 0.75] (paper, section 3.2)
+    value_high: float = 0.75
+    orm_threshold: float = 0.5  # reward = 1 if P(YES) >= 0.5 (paper, section 3.1)
+    max_steps: int = 30  # rollout horizon (published code)
+    rollout_chunk: int = 16  # tasks per rollout job: the unit of progress and of resumable work
+    concurrency: int = 4  # concurrent browser episodes per rollout job
+    generator: str = "grounded"  # task generator: grounded (sandbox) or llm (any OpenAI-compatible endpoint)
+    curriculum: bool = True  # --no-curriculum: phase tasks are fresh seed train tasks instead of generated ones
+    replay: bool = True  # --no-replay: train on this phase's experience only
+    kl: bool = True  # --no-kl: drop the KL term (plain filtered behaviour cloning of positive-advantage steps)
+    train: dict[str, Any] = field(default_factory=dict)  # extra trainer options (epochs, lr, batch size...)
+    seed: int = 0
+
+
+@dataclass
+class StageReport:
+    """What a stage tells the progress display."""
+
+    phase: int
+    stage: str
+    metrics: dict[str, Any]
+
+
+ProgressHook = Callable[[str, int, int], None]  # (label, done, total)
+
+
+class Pipeline:
+    """Runs (or resumes) the phases of one named run."""
+
+    def __init__(self, settings: Settings, options: PipelineOptions,
+                 on_progress: ProgressHook | None = None,
+                 on_stage: Callable[[StageReport], None] | None = None) -> None:
+        self.settings = settings
+        self.options = options
+        self.on_progress = on_progress or (lambda label, done, total: None)
+        self.on_stage = on_stage or (lambda report: None)
+        self.run_id = self._ensure_run()
+
+    # ---- state --------------------------------------------------------------------------------------
+    def _ensure_run(self) -> int:
+        with session_scope(self.settings) as s:
+            run = s.scalar(select(m.Run).where(m.Run.name == self.options.run))
+            if run is None:
+                run = m.Run(name=self.options.run, options=asdict(self.options))
+                s.add(run)
+                s.flush()
+            else:
+                # a resume keeps the options the run started with; only the phase count may grow
+                stored = PipelineOptions(**{**run.options, "phases": max(self.options.phases,
+                                                                         run.options.get("phases", 0))})
+                self.options = stored
+                run.options = asdict(stored)
+            return run.id
+
+    def _phase_row(self, s: Any, index: int) -> m.Phase:
+        row = s.scalar(select(m.Phase).where(m.Phase.run_id == self.run_id, m.Phase.index == index))
+        if row is None:
+            row = m.Phase(run_id=self.run_id, index=index, stages_done=[], metrics={})
+            s.add(row)
+            s.flush()
+        return row
+
+    def stages_done(self, index: int) -> list[str]:
+        with session_scope(self.settings) as s:
+            return list(self._phase_row(s, index).stages_done)
+
+    def phase_metrics(self, index: int) -> dict[str, Any]:
+        with session_scope(self.settings) as s:
+            return dict(self._phase_row(s, index).metrics)
+
+    def _finish_stage(self, index: int, stage: str, metrics: dict[str, Any], last: bool) -> None:
+        with session_scope(self.settings) as s:
+            row = self._phase_row(s, index)
+            row.metrics = {**row.metrics, **{f"{stage}.{k}": v for k, v in metrics.items()}}
+            row.stages_done = [*row.stages_done, stage]
+            if last:
+                row.status = "done"
+                row.finished_at = datetime.now(UTC)
+        self.on_stage(StageReport(index, stage, metrics))
+
+    # ---- driving ------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Run every phase that is not finished yet, resuming inside a phase after its last finished stage."""
+        self._run_phase(0, BASELINE_STAGES)
+        for index in range(1, self.options.phases + 1):
+            self._run_phase(index, STAGES)
+
+    def _run_phase(self, index: int, stages: Sequence[str]) -> None:
+        done = self.stages_done(index)
+        for stage in stages:
+            if stage in done:
+                continue
+            log.info("phase %d: %s", index, stage)
+            metrics = getattr(self, f"_stage_{stage.replace('-', '_')}")(index)
+            self._finish_stage(index, stage, metrics, last=stage == stages[-1])
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+    def actor_for_phase(self, index: int) -> str:
+        """The actor that acts in phase ``index``: the one trained in phase index-1 (the SFT actor for 1)."""
+        if index <= 1:
+            return self.options.actor
+        return self.phase_metrics(index - 1)["train.actor_path"]
+
+    def critic_for_phase(self, index: int) -> str | None:
+        if index <= 1:
+            return None
+        return self.phase_metrics(index - 1).get("train.critic_path")
+
+    # ---- stages -------------------------------------------------------------------------------------
+    def _stage_evaluate(self, index: int) -> dict[str, Any]:
+        """Success of the phase's resulting actor on the held-out test tasks, per site and overall."""
+        actor = self.options.actor if index == 0 else self.phase_metrics(index)["train.actor_path"]
+        keys = self._task_keys(split="test", origin=None, limit=self.options.eval_tasks)
+        ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
+        return self._success_by_site(ids)
+
+    def _stage_seed_rollout(self, index: int) -> dict[str, Any]:
+        """Phase 0: the SFT actor on a sample of seed train tasks; its failures seed the curriculum."""
+        keys = self._sample(self._task_keys(split="train", origin="seed"), self.options.seed_tasks, salt=0)
+        ids = self._rollout(keys, index, self.options.actor, purpose="train", label="phase 0: seed rollout")
+        labelled = self._label(ids, "phase 0: ORM")
+        return {"rollouts": len(ids), **labelled}
+
+    def _stage_generate(self, index: int) -> dict[str, Any]:
+        """New tasks in breadth from the previous phase's failures (paper, section 3.1)."""
+        if not self.options.curriculum:
+            return {"generated": 0}
+        failed = self._failed_task_keys(index - 1)
+        result = dispatch("taskgen.generate", {
+            "phase": index, "parent_keys": failed, "n": self.options.candidates_per_phase,
+            "generator": self.options.generator, "seed": self.options.seed * 1000 + index,
+        })
+        return {"failed_parents": len(failed), "generated": len(result["task_keys"]),
+                "candidate_keys": result["task_keys"]}
+
+    def _stage_filter(self, index: int) -> dict[str, Any]:
+        """Keep tasks the current critic finds neither hopeless nor solved: V in [0.05, 0.75]."""
+        if not self.options.curriculum:
+            keys = self._sample(self._task_keys(split="train", origin="seed"), self.options.tasks_per_phase,
+                                salt=index)
+            return {"kept": len(keys), "kept_keys": keys}
+        candidates = self.phase_metrics(index)["generate.candidate_keys"]
+        result = dispatch("taskgen.filter", {
+            "task_keys": candidates, "critic": self.critic_for_phase(index),
+            "orm": self.options.orm or None, "actor": self.actor_for_phase(index),
+            "low": self.options.value_low, "high": self.options.value_high,
+        })
+        kept = result["kept"][: self.options.tasks_per_phase]
+        return {"kept": len(kept), "kept_keys": kept, "candidates": len(candidates)}
+
+    def _stage_rollout(self, index: int) -> dict[str, Any]:
+        keys = self.phase_metrics(index)["filter.kept_keys"]
+        ids = self._rollout(keys, index, self.actor_for_phase(index), purpose="train",
+                            label=f"phase {index}: rollout")
+        return {"rollouts": len(ids)}
+
+    def _stage_label(self, index: int) -> dict[str, Any]:
+        with session_scope(self.settings) as s:
+            ids = [t.id for t in repo.trajectories_for_phase(s, index, purpose="train")]
+        return self._label(ids, f"phase {index}: ORM")
+
+    def _stage_train(self, index: int) -> dict[str, Any]:
+        """Critic, then actor, on this phase's experience plus replay; publishes both checkpoints."""
+        result = dispatch("train.phase", {
+            "run": self.options.run, "phase": index, "actor": self.actor_for_phase(index),
+            "critic": self.critic_for_phase(index), "sft": self.options.actor,
+            "orm_version": self._orm_version(), "replay": self.options.replay, "kl": self.options.kl,
+            "seed": self.options.seed, **self.options.train,
+        })
+        return {"actor_path": result["actor"]["path"], "actor_version": result["actor"]["version"],
+                "critic_path": result["critic"]["path"], "critic_version": result["critic"]["version"],
+                **{k: v for k, v in result.get("metrics", {}).items() if isinstance(v, int | float)}}
+
+    # ---- helpers ------------------------------------------------------------------------------------
+    def _task_keys(self, *, split: str, origin: str | None, limit: int | None = None) -> list[str]:
+        with session_scope(self.settings) as s:
+            keys = [t.key for t in repo.tasks_where(s, split=split, origin=origin)]
+        if not keys:
+            raise RuntimeError(f"no {split} tasks in the database; run `webrl tasks load` first")
+        return keys[:limit] if limit else keys
+
+    def _sample(self, keys: list[str], n: int, salt: int) -> list[str]:
+        rng = random.Random(self.options.seed * 7919 + salt)
+        return sorted(rng.sample(keys, min(n, len(keys))))
+
+    def _rollout(self, keys: list[str], phase: int, actor: str, *, purpose: str, label: str) -> list[int]:
+        """Roll out ``actor`` on ``keys`` in chunks; each chunk is an idempotent job (resumable)."""
+        ids: list[int] = []
+        chunk = self.options.rollout_chunk
+        self.on_progress(label, 0, len(keys))
+        for start in range(0, len(keys), chunk):
+            result = dispatch("rollout.run", {
+                "task_keys": keys[start:start + chunk], "phase": phase, "attempt": 0, "purpose": purpose,
+                "policy": {"kind": "checkpoint", "path": actor}, "concurrency": self.options.concurrency,
+                "max_steps": self.options.max_steps,
+            })
+            ids.extend(result["trajectory_ids"])
+            self.on_progress(label, min(start + chunk, len(keys)), len(keys))
+        return ids
+
+    def _orm_version(self) -> str:
+        return Path(self.options.orm).name if self.options.orm else "env-evaluator"
+
+    def _label(self, trajectory_ids: list[int], label: str) -> dict[str, Any]:
+        """Outcome rewards: the ORM's judgement (or, without an ORM, the sandbox evaluator's score)."""
+        self.on_progress(label, 0, len(trajectory_ids))
+        if self.options.orm:
+            dispatch("orm.score", {"trajectory_ids": trajectory_ids, "orm": self.options.orm,
+                                   "threshold": self.options.orm_threshold})
+        else:
+            with session_scope(self.settings) as s:
+                for tid in trajectory_ids:
+                    traj = s.get(m.Trajectory, tid)
+                    p = float(traj.env_score or 0.0) if traj is not None else 0.0
+                    repo.save_label(s, tid, "env-evaluator", p_yes=p, threshold=self.options.orm_threshold)
+        self.on_progress(label, len(trajectory_ids), len(trajectory_ids))
+        return self._orm_agreement(trajectory_ids)
+
+    def _orm_agreement(self, trajectory_ids: list[int]) -> dict[str, Any]:
+        """How often the reward agrees with the sandbox evaluators (reported, never trained on)."""
+        agree = positives = total = 0
+        version = self._orm_version()
+        with session_scope(self.settings) as s:
+            for tid in trajectory_ids:
+                traj = s.get(m.Trajectory, tid)
+                label = next((lab for lab in traj.labels if lab.orm_version == version), None) if traj else None
+                if traj is None or label is None or traj.env_score is None:
+                    continue
+                total += 1
+                positives += int(label.reward > 0)
+                agree += int((label.reward > 0) == (traj.env_score >= 1.0))
+        return {"labelled": total, "reward_rate": positives / total if total else 0.0,
+                "orm_accuracy": agree / total if total else None}
+
+    def _success_by_site(self, trajectory_ids: list[int]) -> dict[str, Any]:
+        from webrl.evaluate import success_by_site
+
+        by_site = success_by_site(self.settings, trajectory_ids)
+        n, overall = by_site.pop("overall")
+        return {"success": overall, "n": n, **{f"success_{site}": rate for site, (_, rate) in sorted(by_site.items())}}
+
+    def _failed_task_keys(self, phase: int) -> list[str]:
+        """Tasks whose phase trajectories got no reward: what the next phase's generator evolves."""
+        version = self._orm_version()
+        failed: list[str] = []
+        with session_scope(self.settings) as s:
+            for traj in repo.trajectories_for_phase(s, phase, purpose="train"):
+                label = next((lab for lab in traj.labels if lab.orm_version == version), None)
+                if label is not None and label.reward <= 0:
+                    failed.append(traj.task.key)
+        return sorted(set(failed))

@@ -1,0 +1,26 @@
+"""Named option sets for ``webrl train --preset``; explicit flags override them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # What `make demo` runs on a 2-core laptop: bootstrap + 3 phases, aiming at <= 30 minutes in all.
+    "cpu-demo": {
+        "phases": 3, "tasks_per_phase": 48, "candidates_per_phase": 96, "seed_tasks": 48, "eval_tasks": 165,
+        "rollout_chunk": 16, "concurrency": 4, "max_steps": 12,
+        "train": {"epochs": 2, "batch_size": 16, "lr": 3e-4, "critic_lr": 1e-3},
+    },
+    # CI smoke: one phase on about ten tasks with the tiny model, end to end in a few minutes.
+    "smoke": {
+        "phases": 1, "tasks_per_phase": 8, "candidates_per_phase": 12, "seed_tasks": 8, "eval_tasks": 8,
+        "rollout_chunk": 4, "concurrency": 2, "max_steps": 6,
+        "train": {"epochs": 1, "batch_size": 8, "lr": 1e-4, "critic_lr": 1e-3},
+    },
+    # The paper's scale (WebArena-Lite, 8 phases, ~500 kept tasks per phase); needs GPUs and vLLM.
+    "paper": {
+        "phases": 8, "tasks_per_phase": 500, "candidates_per_phase": 1000, "seed_tasks": 1000,
+        "eval_tasks": 165, "rollout_chunk": 64, "concurrency": 16, "max_steps": 30,
+        "train": {"epochs": 1, "batch_size": 32, "lr": 1e-6, "critic_lr": 1e-6},
+    },
+}

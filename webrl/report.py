@@ -1,0 +1,141 @@
+"""The run report: ``report.md`` with the phase table, PNG plots and the checkpoint lineage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db.session import session_scope
+
+SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
+CALIBRATION_BINS = 10
+
+
+def phase_rows(settings: Settings, run: str) -> list[dict[str, Any]]:
+    """One dict per phase of ``run`` with the metrics each stage recorded."""
+    with session_scope(settings) as s:
+        run_row = s.scalar(select(m.Run).where(m.Run.name == run))
+        if run_row is None:
+            raise ValueError(f"no run named {run!r}")
+        phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run_row.id).order_by(m.Phase.index)).all()
+        return [{"phase": p.index, "status": p.status, **p.metrics} for p in phases]
+
+
+def _fmt(value: Any, pct: bool = False) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{100 * value:.1f}%" if pct else f"{value:.4g}"
+    return str(value)
+
+
+def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["phase", "generated", "kept", "rollouts", "ORM acc.", "reward rate",
+              *[f"test {s}" for s in SITES], "test overall", "actor loss", "critic loss", "KL"]
+    body = []
+    for r in rows:
+        label = r.get("label.orm_accuracy", r.get("seed-rollout.orm_accuracy"))
+        reward = r.get("label.reward_rate", r.get("seed-rollout.reward_rate"))
+        rollouts = r.get("rollout.rollouts", r.get("seed-rollout.rollouts"))
+        body.append([
+            str(r["phase"]), _fmt(r.get("generate.generated")), _fmt(r.get("filter.kept")), _fmt(rollouts),
+            _fmt(label, pct=True), _fmt(reward, pct=True),
+            *[_fmt(r.get(f"evaluate.success_{s}"), pct=True) for s in SITES],
+            _fmt(r.get("evaluate.success"), pct=True),
+            _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")), _fmt(r.get("train.kl")),
+        ])
+    return header, body
+
+
+def calibration_points(settings: Settings) -> list[tuple[float, float]]:
+    """(ORM P(YES), evaluator score) for every labelled trajectory that has both."""
+    with session_scope(settings) as s:
+        rows = s.execute(
+            select(m.OrmLabel.p_yes, m.Trajectory.env_score)
+            .join(m.Trajectory, m.Trajectory.id == m.OrmLabel.trajectory_id)
+            .where(m.Trajectory.env_score.is_not(None), m.OrmLabel.orm_version != "env-evaluator")
+        ).all()
+    return [(float(p), float(score)) for p, score in rows]
+
+
+def plot_success(rows: list[dict[str, Any]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evaluated = [r for r in rows if "evaluate.success" in r]
+    xs = [r["phase"] for r in evaluated]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    ax.plot(xs, [100 * r["evaluate.success"] for r in evaluated], "o-", lw=2.5, color="black", label="overall")
+    for site in SITES:
+        ys = [100 * r.get(f"evaluate.success_{site}", float("nan")) for r in evaluated]
+        ax.plot(xs, ys, "o--", lw=1.2, label=site)
+    ax.set(xlabel="phase (0 = SFT actor)", ylabel="test success (%)", title="Test success per phase",
+           xticks=xs, ylim=(0, 100))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_calibration(points: list[tuple[float, float]], out: Path) -> Path | None:
+    """Reliability diagram: mean evaluator success per bin of ORM P(YES)."""
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bins: list[list[float]] = [[] for _ in range(CALIBRATION_BINS)]
+    for p, score in points:
+        bins[min(int(p * CALIBRATION_BINS), CALIBRATION_BINS - 1)].append(score)
+    centres = [(i + 0.5) / CALIBRATION_BINS for i, b in enumerate(bins) if b]
+    rates = [sum(b) / len(b) for b in bins if b]
+    fig, ax = plt.subplots(figsize=(4.8, 4.2), dpi=120)
+    ax.plot([0, 1], [0, 1], ":", color="grey", label="perfect calibration")
+    ax.plot(centres, rates, "o-", label=f"ORM ({len(points)} trajectories)")
+    ax.set(xlabel="ORM P(YES)", ylabel="evaluator success rate", title="ORM calibration", xlim=(0, 1), ylim=(0, 1))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def lineage(settings: Settings) -> list[list[str]]:
+    with session_scope(settings) as s:
+        rows = s.scalars(select(m.Checkpoint).order_by(m.Checkpoint.id)).all()
+        return [[c.role, c.version, c.parent_version or "-", str(c.phase if c.phase is not None else "-"),
+                 c.sha256[:12], c.path] for c in rows]
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
+    """Write ``report.md`` and its PNGs into ``out_dir``; returns the report's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = phase_rows(settings, run)
+    header, body = phase_table(rows)
+    success_png = plot_success(rows, out_dir / "success_per_phase.png")
+    calibration_png = plot_calibration(calibration_points(settings), out_dir / "orm_calibration.png")
+    parts = [f"# webrl run `{run}`", "", "## Phases", "", markdown_table(header, body), "",
+             f"![test success per phase]({success_png.name})", ""]
+    if calibration_png is not None:
+        parts += ["## ORM calibration", "", f"![ORM calibration]({calibration_png.name})", ""]
+    parts += ["## Checkpoint lineage", "",
+              markdown_table(["role", "version", "parent", "phase", "sha256", "path"], lineage(settings)), ""]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(parts))
+    return report
