@@ -99,6 +99,27 @@ class Settings(BaseSettings):
     )
     evaluation_nav_timeout_s: float = Field(30.0, gt=0, description="Timeout of one program_html navigation.")
 
+    # Judges (area: judges): the ORM and critic services.
+    orm_backend: Literal["local", "openai"] = Field("local", description="ORM inference: transformers or an "
+                                                    "OpenAI-compatible server's YES/NO log-probs.")
+    orm_model: str | None = Field(None, description="ORM folder (local) or served model name (openai).")
+    orm_endpoint: str | None = Field(None, description="Base URL (…/v1) of the OpenAI-compatible ORM server.")
+    orm_api_key: str | None = Field(None, description="Bearer key sent to orm_endpoint.")
+    orm_threshold: float = Field(0.5, ge=0.0, le=1.0, description="reward = 1 if p >= this (WebRL: 0.5).")
+    orm_max_prompt_tokens: int = Field(16384, ge=64, description="ORM prompt budget; only the observation is "
+                                       "cut (WebRL: cutoff_len 16384). The model's own limit also applies.")
+    orm_batch_size: int = Field(8, ge=1, description="Prompts per ORM forward pass (local backend).")
+    orm_layout: Literal["auto", "llama3", "chat_template"] = Field(
+        "auto", description="ORM prompt rendering: WebRL's exact Llama-3 string, the chat template, or auto.")
+    critic_model: str | None = Field(None, description="Critic folder served by the critic service.")
+    critic_batch_size: int = Field(8, ge=1, description="States per critic forward pass.")
+    critic_max_prompt_tokens: int = Field(1024, ge=64, description="Context budget of the critic's input.")
+
+    # Trainer (area: trainer): how training jobs run.
+    trainer_accelerate_config: Path | None = Field(
+        None, description="Accelerate config file; when set, training jobs run under `accelerate launch` with it "
+        "(e.g. configs/accelerate/deepspeed_zero3.yaml on GPUs). None: in the worker's own process.")
+
     # Service URLs, used by the distributed mode's HTTP clients.
     browser_pool_url: str = "http://127.0.0.1:8101"
     actor_url: str = "http://127.0.0.1:8102"
@@ -106,6 +127,12 @@ class Settings(BaseSettings):
     critic_url: str = "http://127.0.0.1:8104"
     taskgen_url: str = "http://127.0.0.1:8105"
     trainer_url: str = "http://127.0.0.1:8106"
+
+    # Browser pool (services/browser_pool): Chromium, pool size, step and episode time limits.
+    chromium_path: str = Field("/usr/bin/chromium", description="Chromium executable Playwright launches.")
+    browser_pool_size: int = Field(2, ge=1, description="Browsers the browser-pool service keeps.")
+    browser_step_timeout_s: float = Field(60.0, gt=0, description="Limit on one step (action + observation).")
+    browser_episode_timeout_s: float = Field(900.0, gt=0, description="Limit on one whole episode.")
 
     log_level: str = "INFO"
 
