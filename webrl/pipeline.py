@@ -185,19 +185,42 @@ class Pipeline:
                 "candidate_keys": result["task_keys"]}
 
     def _stage_filter(self, index: int) -> dict[str, Any]:
-        """Keep tasks the current critic finds neither hopeless nor solved: V in [0.05, 0.75]."""
+        """Keep tasks the current critic finds neither hopeless nor solved: V(start) in [0.05, 0.75].
+
+        Phase 1 has no critic yet: the ORM's P(YES) on the start state stands in (as the WebRL authors did);
+        with neither (rewards from the sandbox evaluators), every generated task is kept.
+        """
         if not self.options.curriculum:
             keys = self._sample(self._task_keys(split="train", origin="seed"), self.options.tasks_per_phase,
                                 salt=index)
             return {"kept": len(keys), "kept_keys": keys}
         candidates = self.phase_metrics(index)["generate.candidate_keys"]
-        result = dispatch("taskgen.filter", {
-            "task_keys": candidates, "critic": self.critic_for_phase(index),
-            "orm": self.options.orm or None, "actor": self.actor_for_phase(index),
-            "low": self.options.value_low, "high": self.options.value_high,
-        })
-        kept = result["kept"][: self.options.tasks_per_phase]
-        return {"kept": len(kept), "kept_keys": kept, "candidates": len(candidates)}
+        values, judge = self._start_values(candidates, index)
+        if values is None:
+            kept = candidates
+        else:
+            kept = dispatch("taskgen.filter", {
+                "task_keys": candidates, "values": values, "critic_version": judge,
+                "low": self.options.value_low, "high": self.options.value_high,
+            })["kept"]
+        kept = kept[: self.options.tasks_per_phase]
+        return {"kept": len(kept), "kept_keys": kept, "candidates": len(candidates), "judge": judge}
+
+    def _start_values(self, keys: list[str], index: int) -> tuple[dict[str, float] | None, str]:
+        """V(start state) per task from the critic, or the ORM's P(YES) before the first critic exists."""
+        critic, orm = self.critic_for_phase(index), self.options.orm
+        if not keys or not (critic or orm):
+            return None, "none"
+        observations = dispatch("rollout.observe", {"task_keys": keys})["observations"]
+        items = [{"key": k, "intent": observations[k]["intent"], "observation": observations[k]["observation"]}
+                 for k in keys]
+        if critic:
+            values = dispatch("critic.value", {"critic": critic, "items": items})["values"]
+            judge = f"critic:{Path(critic).name}"
+        else:
+            values = dispatch("orm.start_value", {"orm": orm, "items": items})["values"]
+            judge = f"orm:{Path(orm).name}"
+        return dict(zip(keys, values, strict=True)), judge
 
     def _stage_rollout(self, index: int) -> dict[str, Any]:
         keys = self.phase_metrics(index)["filter.kept_keys"]
