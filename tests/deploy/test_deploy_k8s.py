@@ -1,0 +1,164 @@
+"""k8s/: the dev and prod overlays render (tests/deploy/kustomize_lite.py, cross-checked against kubectl's
+kustomize when it is installed), validate against the Kubernetes schemas, and carry what the deployment
+needs: a Deployment per service running its real entry point, probes, GPU requests, the NetworkPolicy."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from kustomize_lite import build, config_map_hash, strategic_merge
+
+from webrl.queue import QUEUES
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "k8s"
+OVERLAYS = ["dev", "prod"]
+K8S_VERSION = "1.30.0"  # the oldest Kubernetes minor still supported upstream when this was written
+SERVICE_DIRS = sorted(p.name for p in (ROOT / "services").iterdir() if p.is_dir() and not p.name.startswith("_"))
+
+
+def _rendered(overlay: str) -> list[dict]:
+    return build(K8S / "overlays" / overlay)
+
+
+def _by_key(resources: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(r["kind"], r["metadata"]["name"]): r for r in resources}
+
+
+def _containers(resource: dict) -> list[dict]:
+    return resource["spec"]["template"]["spec"]["containers"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_validates_against_kubernetes_schemas(overlay: str) -> None:
+    resources = _rendered(overlay)
+    assert len(resources) > 20
+    for resource in resources:
+        kubernetes_validate.validate(resource, K8S_VERSION, strict=True)
+
+
+def test_config_map_hash_matches_kustomize_known_values() -> None:
+    # Values printed by kubectl kustomize v5.5.0 for `literals: [A=1]` and `[A=1, B=http://x:1]`.
+    assert config_map_hash({"A": "1"}) == "89g4tffbfk"
+    assert config_map_hash({"A": "1", "B": "http://x:1"}) == "76m57hcbgb"
+
+
+def test_strategic_merge_merges_containers_by_name_and_replaces_plain_lists() -> None:
+    target = {"containers": [{"name": "a", "image": "x", "args": ["1"]}, {"name": "b", "image": "y"}]}
+    patch = {"containers": [{"name": "a", "args": ["2"], "image": None}, {"name": "c", "image": "z"}]}
+    merged = strategic_merge(target, patch)
+    assert merged == {"containers": [{"name": "c", "image": "z"}, {"name": "a", "args": ["2"]},
+                                     {"name": "b", "image": "y"}]}
+    assert strategic_merge({"args": ["1", "2"]}, {"args": ["3"]}) == {"args": ["3"]}
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) not installed")
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_lite_renderer_matches_kubectl_kustomize(overlay: str) -> None:
+    out = subprocess.run(["kubectl", "kustomize", str(K8S / "overlays" / overlay)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    real = _by_key([doc for doc in yaml.safe_load_all(out) if doc])
+    lite = _by_key(_rendered(overlay))
+    assert sorted(lite) == sorted(real)
+    for key, resource in real.items():
+        assert lite[key] == resource, f"{key} differs from kubectl kustomize"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_service_has_api_and_worker_running_its_entry_point(overlay: str) -> None:
+    objects = _by_key(_rendered(overlay))
+    for svc in SERVICE_DIRS:
+        name = svc.replace("_", "-")
+        api = objects[("Deployment", name)]
+        command = _containers(api)[0]["command"]
+        assert command[:2] == ["uvicorn", f"services.{svc}.app:app"], command
+        port = int(command[command.index("--port") + 1])
+        assert objects[("Service", name)]["spec"]["ports"][0]["port"] == port
+        worker = _containers(objects[("Deployment", f"{name}-worker")])[0]["command"]
+        assert worker[:4] == ["celery", "-A", f"services.{svc}.worker", "worker"], worker
+        assert worker[worker.index("-Q") + 1] in QUEUES.values()
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_apis_probe_readyz_and_healthz(overlay: str) -> None:
+    for resource in _rendered(overlay):
+        if resource["kind"] != "Deployment" or resource["spec"]["template"]["metadata"]["labels"].get(
+                "app.kubernetes.io/component") != "api":
+            continue
+        container = _containers(resource)[0]
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", resource["metadata"]["name"]
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz", resource["metadata"]["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_workloads_run_as_non_root_and_read_config(overlay: str) -> None:
+    resources = _rendered(overlay)
+    config_names = {r["metadata"]["name"] for r in resources if r["kind"] == "ConfigMap"}
+    assert len(config_names) == 1 and next(iter(config_names)).startswith("webrl-config-")
+    for resource in resources:
+        if resource["kind"] not in {"Deployment", "StatefulSet", "Job"}:
+            continue
+        pod = resource["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, resource["metadata"]["name"]
+        for container in pod["containers"]:
+            assert "livenessProbe" in container or resource["kind"] == "Job", resource["metadata"]["name"]
+            for source in container.get("envFrom", []):
+                if "configMapRef" in source:
+                    assert source["configMapRef"]["name"] in config_names
+
+
+def test_workers_scale_with_an_hpa() -> None:
+    objects = _by_key(_rendered("prod"))
+    hpas = {name for kind, name in objects if kind == "HorizontalPodAutoscaler"}
+    assert {"browser-pool-worker", "actor-worker", "orm-worker", "critic-worker"} <= hpas
+    for name in hpas:
+        target = objects[("HorizontalPodAutoscaler", name)]["spec"]["scaleTargetRef"]
+        assert ("Deployment", target["name"]) in objects
+
+
+def test_prod_puts_vllm_and_the_trainer_on_gpus_and_uses_a_managed_database() -> None:
+    objects = _by_key(_rendered("prod"))
+    for name in ("vllm", "trainer-worker"):
+        limits = _containers(objects[("Deployment", name)])[0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1", name
+    assert _containers(objects[("Deployment", "trainer-worker")])[0]["image"].startswith("webrl-gpu:")
+    assert ("StatefulSet", "postgres") not in objects and ("Secret", "webrl-secrets") not in objects
+    config = next(r for (kind, _), r in objects.items() if kind == "ConfigMap")["data"]
+    assert config["WEBRL_ACTOR_BACKEND"] == "openai" and config["WEBRL_ACTOR_ENDPOINT"] == "http://vllm:8000/v1"
+    pvc = objects[("PersistentVolumeClaim", "webrl-artifacts")]["spec"]
+    assert pvc["accessModes"] == ["ReadWriteMany"] and pvc["storageClassName"]
+
+
+def test_dev_keeps_the_in_cluster_database_and_a_migration_job() -> None:
+    objects = _by_key(_rendered("dev"))
+    assert ("StatefulSet", "postgres") in objects and ("Deployment", "redis") in objects
+    job = objects[("Job", "webrl-migrate")]
+    assert _containers(job)[0]["command"] == ["webrl", "db", "upgrade"]
+    assert all(r["metadata"].get("namespace") == "webrl-dev" for (kind, _), r in objects.items() if kind != "Namespace")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_browser_egress_is_limited_to_sites_and_backing_services(overlay: str) -> None:
+    resources = _rendered(overlay)
+    policy = _by_key(resources)[("NetworkPolicy", "browser-egress")]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    browsers = [r for r in resources if r["kind"] == "Deployment"
+                and selector.items() <= r["spec"]["template"]["metadata"]["labels"].items()]
+    assert {r["metadata"]["name"] for r in browsers} == {"browser-pool", "browser-pool-worker"}
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    allowed = set()
+    for rule in policy["spec"]["egress"]:
+        for peer in rule["to"]:
+            assert "ipBlock" not in peer  # never a CIDR: the internet stays closed
+            allowed.add(peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name")
+                        or peer["podSelector"]["matchLabels"].get("k8s-app"))
+    assert allowed == {"sites", "postgres", "redis", "actor", "kube-dns"}
+    sites_ports = {p["port"] for p in policy["spec"]["egress"][0]["ports"]}
+    from webrl.config import SANDBOX_PORTS
+
+    assert sites_ports == {SANDBOX_PORTS[s] for s in ("shopping", "shopping_admin", "reddit", "gitlab")}
