@@ -89,7 +89,10 @@ class Settings(BaseSettings):
     actor_max_batch: int = Field(16, ge=1, description="Most prompts the local backend batches together.")
     actor_batch_wait_ms: float = Field(5.0, ge=0.0, description="How long the local batcher waits for company.")
     actor_api_key: str | None = Field(None, description="Bearer key sent to an OpenAI/TGI/actor endpoint.")
-    bootstrap_minutes: float = Field(10.0, gt=0, description="Wall-clock budget of `webrl bootstrap`'s SFT.")
+    bootstrap_minutes: float = Field(10.0, gt=0, description="Budget of `webrl bootstrap`; its SFT gets half.")
+    torch_threads: int | None = Field(
+        None, ge=1, description="Intra-op CPU threads for local models (None: torch's default). 1 avoids OpenMP "
+                                "stalls on a shared, oversubscribed CPU.")
 
     # Evaluation (area: evaluation): WebArena evaluators, the fuzzy_match LLM judge.
     llm_judge_api_key: str | None = Field(None, description="Bearer key sent to the llm_judge_endpoint.")

@@ -1,0 +1,1 @@
+"""The trainer service: SFT, WebRL critic and actor training, replay, checkpoint publishing."""

@@ -1,0 +1,139 @@
+"""The trainer's REST API: ``POST /v1/train`` (a job), ``GET /v1/train/{job_id}``, ``GET /v1/checkpoints``.
+
+Distributed mode sends the job to the ``train`` queue (Celery ``train.phase`` / ``train.sft``); embedded mode
+runs it on a one-thread executor in this process, so the request returns at once in both.
+"""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Query, Request
+from pydantic import BaseModel, Field
+
+from services.trainer.jobs import run_job
+from services.trainer.phase import PhaseJob
+from services.trainer.sft import SftJob
+from webrl.checkpoints import list_checkpoints
+from webrl.config import Settings, get_settings
+from webrl.db.session import session_scope
+from webrl.service import create_app, not_found
+
+
+class PhaseTrainRequest(PhaseJob):
+    kind: Literal["phase"] = "phase"
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+    task: str
+    status: str
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    status: str
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class CheckpointOut(BaseModel):
+    role: str
+    version: str
+    path: str
+    sha256: str
+    phase: int | None = None
+    parent_version: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class LocalJobs:
+    """Embedded mode: jobs on one background thread (training uses every core; one at a time)."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webrl-train")
+        self.futures: dict[str, Future] = {}
+
+    def submit(self, settings: Settings, kind: Literal["phase", "sft"], payload: dict[str, Any]) -> str:
+        job_id = uuid.uuid4().hex
+        self.futures[job_id] = self.executor.submit(run_job, settings, kind, payload)
+        return job_id
+
+    def status(self, job_id: str) -> JobStatus | None:
+        future = self.futures.get(job_id)
+        if future is None:
+            return None
+        if not future.done():
+            return JobStatus(job_id=job_id, status="running")
+        if future.exception() is not None:
+            return JobStatus(job_id=job_id, status="failed", error=str(future.exception()))
+        return JobStatus(job_id=job_id, status="succeeded", result=future.result())
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
+
+
+def submit(app: FastAPI, settings: Settings, kind: Literal["phase", "sft"], payload: dict[str, Any]) -> JobAccepted:
+    """Enqueue a job: Celery when a broker is configured, else the local executor."""
+    task = f"train.{kind}"
+    if settings.eager:
+        return JobAccepted(job_id=app.state.jobs.submit(settings, kind, payload), task=task, status="running")
+    from webrl.queue import celery_app
+
+    result = celery_app.send_task(task, args=(payload,))
+    return JobAccepted(job_id=result.id, task=task, status="queued")
+
+
+def job_status(app: FastAPI, settings: Settings, job_id: str) -> JobStatus | None:
+    if settings.eager:
+        return app.state.jobs.status(job_id)
+    from webrl.queue import celery_app
+
+    result = celery_app.AsyncResult(job_id)
+    state = {"PENDING": "queued", "STARTED": "running", "SUCCESS": "succeeded", "FAILURE": "failed"}.get(
+        result.state, result.state.lower())
+    if state == "succeeded":
+        return JobStatus(job_id=job_id, status=state, result=result.result)
+    if state == "failed":
+        return JobStatus(job_id=job_id, status=state, error=str(result.result))
+    return JobStatus(job_id=job_id, status=state)
+
+
+def create_trainer_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = create_app("trainer", settings=settings, description="SFT, WebRL critic and actor training, checkpoints.")
+    app.state.jobs = LocalJobs()
+
+    @app.post("/v1/train", status_code=202, response_model=JobAccepted, tags=["train"])
+    def train_phase(body: PhaseTrainRequest, s: SettingsDep) -> JobAccepted:
+        """Train one WebRL phase (critic then actor); returns a job id."""
+        return submit(app, s, "phase", body.model_dump(exclude={"kind"}))
+
+    @app.post("/v1/train/sft", status_code=202, response_model=JobAccepted, tags=["train"])
+    def train_sft(body: SftJob, s: SettingsDep) -> JobAccepted:
+        """Supervised fine-tuning of an actor or an ORM; returns a job id."""
+        return submit(app, s, "sft", body.model_dump())
+
+    @app.get("/v1/train/{job_id}", response_model=JobStatus, tags=["train"])
+    def get_job(job_id: str, s: SettingsDep) -> JobStatus:
+        status = job_status(app, s, job_id)
+        if status is None:
+            raise not_found(f"job {job_id}")
+        return status
+
+    @app.get("/v1/checkpoints", response_model=list[CheckpointOut], tags=["checkpoints"])
+    def checkpoints(s: SettingsDep, role: Annotated[Literal["actor", "critic", "orm"] | None, Query()] = None
+                    ) -> list[CheckpointOut]:
+        with session_scope(s) as session:
+            return [CheckpointOut(**vars(info)) for info in list_checkpoints(session, role)]
+
+    return app
+
+
+app = create_trainer_app()

@@ -1,0 +1,224 @@
+"""Training data from the database: a phase's trajectories and ORM labels -> typed step examples, encoded
+sequences and length-bucketed padded batches.
+
+A step example holds the actor's state s_t (the actor prompt at step t), the next state s_{t+1}, the action
+the actor generated (token ids as generated), the step reward r (the trajectory's outcome reward on every
+step, DESIGN.md step 3), ``done`` (last step only) and the Monte-Carlo return G_t.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.trainer.returns import GAMMA, mc_returns
+from webrl.db import models as m
+from webrl.db.repository import load_trajectory, trajectories_for_phase
+from webrl.models.examples import (
+    EncodedExample,
+    collate,
+    collate_prompts,
+    encode_example,
+    encode_example_ids,
+    encode_prompt,
+)
+from webrl.schemas import Step, Trajectory
+
+log = logging.getLogger("webrl.trainer.data")
+
+#: Reward at or above which a trajectory counts as a success (rewards are 0/1: ORM p >= 0.5, DESIGN step 3).
+SUCCESS_REWARD = 0.5
+
+#: (intent, earlier steps, current simplified HTML) -> the actor prompt text.
+PromptFn = Callable[[str, Sequence[Step], str], str]
+
+
+@dataclass(frozen=True)
+class StepExample:
+    """One step of one trajectory, ready for the critic and the actor."""
+
+    trajectory_id: int
+    task_key: str
+    phase: int
+    index: int
+    prompt: str  # s_t
+    next_prompt: str  # s_{t+1}; the last step's s' shows the page after its action (or s_t if unknown)
+    completion: str  # the raw response
+    completion_ids: tuple[int, ...]  # as generated; empty when the step has no stored ids
+    reward: float  # r: the trajectory's outcome reward
+    done: bool
+    mc_return: float  # G_t with gamma
+
+
+def actor_prompt_fn(tokenizer: Any, max_tokens: int | None = None) -> PromptFn:
+    """The actor's own prompt (``webrl.prompts.actor.render_actor_prompt``) for ``tokenizer``."""
+    from webrl.prompts.actor import render_actor_prompt
+
+    def prompt(intent: str, history: Sequence[Step], html: str) -> str:
+        return render_actor_prompt(tokenizer, intent, list(history), html, max_tokens=max_tokens)
+
+    return prompt
+
+
+def trajectory_examples(traj: Trajectory, trajectory_id: int, phase: int, reward: float, prompt: PromptFn,
+                        gamma: float = GAMMA) -> list[StepExample]:
+    """Every step of ``traj`` as a :class:`StepExample` whose reward is ``reward``."""
+    steps = traj.steps
+    if not steps:
+        return []
+    returns = mc_returns([reward] * len(steps), gamma)  # (T,)
+    states = [prompt(traj.intent, steps[:t], steps[t].observation.html) for t in range(len(steps))]
+    final = traj.last_observation
+    last_next = prompt(traj.intent, steps, final.html) if final is not None else states[-1]
+    out = []
+    for t, step in enumerate(steps):
+        out.append(StepExample(
+            trajectory_id=trajectory_id, task_key=traj.task_id, phase=phase, index=step.index,
+            prompt=states[t], next_prompt=states[t + 1] if t + 1 < len(steps) else last_next,
+            completion=step.response, completion_ids=tuple(step.token_ids), reward=float(reward),
+            done=t == len(steps) - 1, mc_return=float(returns[t]),
+        ))
+    return out
+
+
+def _labelled_reward(row: m.Trajectory) -> float | None:
+    """The reward of the trajectory's latest ORM label, None when it has none."""
+    if not row.labels:
+        return None
+    return float(max(row.labels, key=lambda label: label.id).reward)
+
+
+def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, gamma: float = GAMMA,
+                        purpose: str = "train") -> list[StepExample]:
+    """All steps of the phase's labelled trajectories (unlabelled ones are skipped and counted in the log)."""
+    out: list[StepExample] = []
+    skipped = 0
+    for row in trajectories_for_phase(session, phase, purpose):
+        reward = _labelled_reward(row)
+        if reward is None:
+            skipped += 1
+            continue
+        out.extend(trajectory_examples(load_trajectory(row), row.id, phase, reward, prompt, gamma))
+    if skipped:
+        log.warning("phase %d: %d trajectories have no ORM label and were skipped", phase, skipped)
+    return out
+
+
+def first_success_examples(session: Session, before_phase: int, prompt: PromptFn, *, gamma: float = GAMMA,
+                           purpose: str = "train") -> list[StepExample]:
+    """Replay candidates: from phases < ``before_phase``, the first successful trajectory of each task
+    (earliest phase, then earliest id), all its steps (DESIGN.md step 4)."""
+    rows = session.scalars(
+        select(m.Trajectory)
+        .where(m.Trajectory.phase < before_phase, m.Trajectory.purpose == purpose)
+        .order_by(m.Trajectory.phase, m.Trajectory.id)
+    ).all()
+    seen: set[int] = set()
+    out: list[StepExample] = []
+    for row in rows:
+        reward = _labelled_reward(row)
+        if reward is None or reward < SUCCESS_REWARD or row.task_id in seen:
+            continue
+        seen.add(row.task_id)
+        out.extend(trajectory_examples(load_trajectory(row), row.id, row.phase, reward, prompt, gamma))
+    return out
+
+
+def encode_action(tokenizer: Any, example: StepExample, max_length: int | None = None) -> EncodedExample:
+    """s_t + action: the stored token ids when there are any, else the response text (+ end-of-turn)."""
+    if example.completion_ids:
+        return encode_example_ids(tokenizer, example.prompt, example.completion_ids, max_length=max_length)
+    return encode_example(tokenizer, example.prompt, example.completion, max_length=max_length)
+
+
+# ----------------------------------------------------------------------------------------------- batching
+
+def bucket_batches(lengths: Sequence[int], batch_size: int, *, shuffle: bool = True, seed: int = 0) -> list[list[int]]:
+    """Indices grouped into batches of similar length: sort by length, cut into ``batch_size`` chunks, then
+    shuffle the order of the chunks (not their content) so training still sees lengths in random order."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    if shuffle:
+        random.Random(seed).shuffle(batches)
+    return batches
+
+
+class BucketBatchSampler:
+    """A ``batch_sampler`` over precomputed length buckets; reshuffles bucket order each epoch."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, *, shuffle: bool = True, seed: int = 0) -> None:
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = bucket_batches(self.lengths, self.batch_size, shuffle=self.shuffle, seed=self.seed + self.epoch)
+        self.epoch += 1
+        yield from batches
+
+    def __len__(self) -> int:
+        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+
+
+@dataclass(frozen=True)
+class SequenceItem:
+    """A dataset row: an encoded sequence plus per-example scalars the loss needs (advantage, lp_ref...)."""
+
+    index: int
+    encoded: EncodedExample
+    scalars: dict[str, float]
+
+
+def sequence_collate(pad_id: int) -> Callable[[list[SequenceItem]], dict[str, torch.Tensor]]:
+    """Collate :class:`SequenceItem`s: padded ``input_ids``/``attention_mask``/``target_mask`` (B, T), ``index``
+    (B,) and one (B,) float tensor per scalar name."""
+
+    def fn(items: list[SequenceItem]) -> dict[str, torch.Tensor]:
+        batch = collate([it.encoded for it in items], pad_id)
+        batch["index"] = torch.tensor([it.index for it in items], dtype=torch.long)  # (B,)
+        for name in items[0].scalars:
+            batch[name] = torch.tensor([it.scalars[name] for it in items], dtype=torch.float32)  # (B,)
+        return batch
+
+    return fn
+
+
+@dataclass(frozen=True)
+class StatePairItem:
+    """A critic row: s_t and s_{t+1} as prompt ids, and G_t."""
+
+    index: int
+    state: list[int]
+    next_state: list[int]
+    mc_return: float
+
+
+def state_pair_collate(pad_id: int) -> Callable[[list[StatePairItem]], dict[str, torch.Tensor]]:
+    """Collate :class:`StatePairItem`s: ``state_*``/``next_*`` ids and masks (B, T); ``mc_return``, ``index`` (B,)."""
+
+    def fn(items: list[StatePairItem]) -> dict[str, torch.Tensor]:
+        s = collate_prompts([it.state for it in items], pad_id)
+        n = collate_prompts([it.next_state for it in items], pad_id)
+        return {"state_input_ids": s["input_ids"], "state_attention_mask": s["attention_mask"],
+                "next_input_ids": n["input_ids"], "next_attention_mask": n["attention_mask"],
+                "mc_return": torch.tensor([it.mc_return for it in items], dtype=torch.float32),
+                "index": torch.tensor([it.index for it in items], dtype=torch.long)}
+
+    return fn
+
+
+def state_pair_items(tokenizer: Any, examples: Sequence[StepExample], max_length: int | None) -> list[StatePairItem]:
+    return [StatePairItem(i, encode_prompt(tokenizer, ex.prompt, max_length=max_length),
+                          encode_prompt(tokenizer, ex.next_prompt, max_length=max_length), ex.mc_return)
+            for i, ex in enumerate(examples)]

@@ -1,0 +1,193 @@
+"""One training loop for every model the trainer trains (SFT actor, ORM, critic, WebRL actor).
+
+Hugging Face Accelerate runs the same code on this CPU (one process, fp32) and on GPUs under DeepSpeed
+ZeRO-3 (``accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml ...``). The loop owns
+backward, clipping, the optimizer, logging and the time budget; the objective is a pure function
+``loss_fn(model, batch) -> (loss, metrics)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader
+
+from services.trainer.data import BucketBatchSampler
+from services.trainer.losses import Metrics
+
+log = logging.getLogger("webrl.trainer.loop")
+
+LossFn = Callable[[Any, dict[str, torch.Tensor]], tuple[torch.Tensor, Metrics]]
+
+#: Log the running metrics every this many optimizer steps.
+LOG_EVERY = 10
+
+
+@dataclass
+class LoopConfig:
+    """Optimisation settings shared by every training run."""
+
+    lr: float = 1e-5
+    """AdamW learning rate (published WebRL config: ``lm_lr`` = ``critic_lr`` = 1e-6 for 8B models)."""
+    epochs: int = 1
+    """Passes over the data (published code: ``actor_epochs`` / ``critic_epochs`` = 1)."""
+    batch_size: int = 8
+    """Sequences per micro-batch, bucketed by length (WebRL uses 1; buckets keep padding small)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (issue 7: clip at 1)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (WebRL: AdamW defaults in torch, 0.01; 0 keeps a frozen reference meaningful)."""
+    warmup_steps: int = 0
+    """Linear warm-up steps, then a constant learning rate."""
+    seed: int = 0
+    max_minutes: float | None = None
+    """Stop after this wall-clock budget (None: no limit); the model trained so far is kept."""
+    mixed_precision: str = "auto"
+    """"auto": bf16 on GPUs that have it, fp32 elsewhere; or "no" / "bf16" / "fp16"."""
+
+
+@dataclass
+class TrainSummary:
+    """What a training run did: steps, samples, seconds, first and last loss, mean metrics."""
+
+    steps: int = 0
+    samples: int = 0
+    seconds: float = 0.0
+    first_loss: float | None = None
+    last_loss: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    stopped_early: bool = False
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+def resolve_precision(name: str) -> str:
+    """bf16 where the hardware has it: "auto" -> "bf16" on a bf16-capable GPU, else "no"."""
+    if name != "auto":
+        return name
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+
+
+def make_accelerator(config: LoopConfig) -> Accelerator:
+    """An Accelerator for ``config``; under ``accelerate launch`` it picks up the launch config (DeepSpeed)."""
+    set_seed(config.seed)
+    return Accelerator(mixed_precision=resolve_precision(config.mixed_precision),
+                       gradient_accumulation_steps=config.grad_accum)
+
+
+def make_loader(items: Sequence[Any], lengths: Sequence[int], collate_fn: Callable, batch_size: int, *,
+                shuffle: bool, seed: int) -> DataLoader:
+    """A DataLoader over length-bucketed batches (padded to each batch's own max length)."""
+    sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed)
+    return DataLoader(list(items), batch_sampler=sampler, collate_fn=collate_fn)
+
+
+def prepared_loader(accelerator: Accelerator, items: Sequence[Any], lengths: Sequence[int], collate_fn: Callable,
+                    batch_size: int, *, shuffle: bool, seed: int) -> Any:
+    """:func:`make_loader` through ``accelerator.prepare_data_loader`` (sharded across processes, on device)."""
+    return accelerator.prepare_data_loader(make_loader(items, lengths, collate_fn, batch_size, shuffle=shuffle,
+                                                       seed=seed))
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup_steps)))
+
+
+@dataclass
+class Prepared:
+    """Model, optimizer and scheduler after ``accelerator.prepare``."""
+
+    model: Any
+    optimizer: Any
+    scheduler: Any
+
+
+def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig) -> Prepared:
+    """AdamW over the trainable parameters and the warm-up schedule, through ``accelerator.prepare``.
+
+    Loaders are prepared separately (``accelerator.prepare_data_loader``) because a phase scores data with
+    the prepared actor before it knows its training set; DeepSpeed then takes its micro-batch size from
+    ``config.batch_size`` instead of from a loader.
+    """
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None:
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = config.batch_size
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    scheduler = _scheduler(optimizer, config.warmup_steps)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    return Prepared(model, optimizer, scheduler)
+
+
+def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: LossFn, config: LoopConfig
+          ) -> TrainSummary:
+    """Run ``config.epochs`` epochs: loss_fn -> backward -> (every ``grad_accum`` micro-batches) clip, step."""
+    summary = TrainSummary()
+    totals: dict[str, float] = defaultdict(float)
+    count = 0
+    start = time.perf_counter()
+    deadline = start + config.max_minutes * 60 if config.max_minutes else math.inf
+    prepared.model.train()
+    for epoch in range(config.epochs):
+        for batch in loader:
+            with accelerator.accumulate(prepared.model):
+                loss, metrics = loss_fn(prepared.model, batch)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients:
+                    grad_norm = accelerator.clip_grad_norm_(prepared.model.parameters(), config.max_grad_norm)
+                    metrics = {**metrics, "grad_norm": float(grad_norm) if grad_norm is not None else 0.0}
+                prepared.optimizer.step()
+                prepared.scheduler.step()
+                prepared.optimizer.zero_grad()
+            summary.first_loss = float(loss.detach()) if summary.first_loss is None else summary.first_loss
+            summary.last_loss = float(loss.detach())
+            summary.samples += int(batch["input_ids"].shape[0] if "input_ids" in batch else batch["index"].shape[0])
+            for key, value in metrics.items():
+                totals[key] += value
+            count += 1
+            if accelerator.sync_gradients:
+                summary.steps += 1
+                if summary.steps % LOG_EVERY == 0:
+                    log.info("epoch %d step %d %s", epoch, summary.steps,
+                             " ".join(f"{k}={v / count:.4g}" for k, v in totals.items()))
+            if time.perf_counter() > deadline:
+                summary.stopped_early = True
+                break
+        if summary.stopped_early:
+            log.info("time budget of %.1f min reached after %d steps", config.max_minutes, summary.steps)
+            break
+    summary.seconds = time.perf_counter() - start
+    summary.metrics = {k: v / max(1, count) for k, v in totals.items()}
+    return summary
+
+
+@torch.no_grad()
+def evaluate(accelerator: Accelerator, model: Any, loader: Any,
+             fn: Callable[[Any, dict[str, torch.Tensor]], dict[str, torch.Tensor]],
+             n_items: int) -> dict[str, list[float]]:
+    """Run ``fn(model, batch) -> {name: (B,) tensor}`` over ``loader`` in eval mode; gather across processes and
+    return each name's values in dataset order (by the batch's ``index``)."""
+    model.eval()
+    out: dict[str, list[float]] = {}
+    for batch in loader:
+        values = fn(model, batch)
+        index = accelerator.gather_for_metrics(batch["index"])
+        for name, tensor in values.items():
+            column = out.setdefault(name, [0.0] * n_items)
+            for i, v in zip(index.tolist(), accelerator.gather_for_metrics(tensor.float()).tolist(), strict=True):
+                column[i] = float(v)
+    model.train()
+    return out

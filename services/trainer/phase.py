@@ -1,0 +1,250 @@
+"""One WebRL phase of training (DESIGN.md steps 4-7): experience -> critic -> advantages -> actor -> publish.
+
+Order, with one model in training at a time:
+1. The actor at the start of the phase is prepared. It scores the replay candidates (1/perplexity) and,
+   being the frozen reference (DESIGN.md step 6), gives lp_ref for every experience step before any update.
+   (A distinct ``reference`` folder is loaded and used for lp_ref instead.)
+2. The critic (phase 1: fresh heads on the SFT backbone; later: the previous critic) is trained with
+   ``losses.critic_loss`` on s and s', then gives V(s), V(s') for every step and is published.
+3. A = binarise(clamp(V(s') - V(s) - 0.05 + r + G_t, -1, 1)) (``returns``).
+4. The actor is trained with ``losses.actor_loss`` and published.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, Field
+
+from services.trainer import replay
+from services.trainer.data import (
+    SequenceItem,
+    StepExample,
+    actor_prompt_fn,
+    encode_action,
+    first_success_examples,
+    load_phase_examples,
+    sequence_collate,
+    state_pair_collate,
+    state_pair_items,
+)
+from services.trainer.loop import LoopConfig, Prepared, evaluate, make_accelerator, prepare, prepared_loader, train
+from services.trainer.losses import ActorLossConfig, actor_loss, critic_loss, critic_value
+from services.trainer.publish import checkpoint_dir, payload_version, publish_model
+from services.trainer.returns import GAMMA, advantages, binarise
+from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training
+from webrl.checkpoints import CheckpointInfo, find, verify
+from webrl.config import Settings
+from webrl.db.session import session_scope
+from webrl.models.examples import pad_id_of
+from webrl.models.logprobs import sequence_logprobs
+
+log = logging.getLogger("webrl.trainer.phase")
+
+
+class PhaseJob(BaseModel):
+    """Payload of ``train.phase`` and ``POST /v1/train`` with kind "phase"."""
+
+    phase: int = Field(ge=1, description="The phase whose trajectories are trained on.")
+    actor: str = Field(description="The actor at the start of the phase (a causal LM folder).")
+    critic: str | None = Field(None, description="The previous critic; None in phase 1 (fresh heads).")
+    critic_base: str | None = Field(None, description="Backbone of a fresh critic (the SFT model); default actor.")
+    reference: str | None = Field(None, description="Frozen reference; default the actor at the phase start.")
+    replay: bool = Field(True, description="Add replayed steps from earlier phases (DESIGN.md step 4).")
+    kl: bool = Field(True, description="False: the w/o-KL ablation of the actor loss.")
+    gamma: float = Field(GAMMA, gt=0, le=1, description="Discount of the MC return.")
+    actor_lr: float = Field(1e-6, gt=0, description="Published WebRL config lm_lr.")
+    critic_lr: float = Field(1e-6, gt=0, description="Published WebRL config critic_lr.")
+    actor_epochs: int = Field(1, ge=1)
+    critic_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(8, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    seed: int = 0
+    max_minutes: float | None = Field(None, gt=0, description="Budget for each of critic and actor training.")
+    max_length: int | None = Field(None, ge=16)
+    purpose: str = "train"
+    actor_output: str | None = None
+    critic_output: str | None = None
+
+
+@dataclass
+class PhaseResult:
+    actor: CheckpointInfo
+    critic: CheckpointInfo
+    metrics: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actor": self.actor.event(), "critic": self.critic.event(), "metrics": self.metrics}
+
+
+def _free(*objects: Any) -> None:
+    """Drop references to a model that is done; on GPUs also collect and return its memory."""
+    del objects
+    if torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def _loop_config(job: PhaseJob, lr: float, epochs: int) -> LoopConfig:
+    return LoopConfig(lr=lr, epochs=epochs, batch_size=job.batch_size, grad_accum=job.grad_accum, seed=job.seed,
+                      max_minutes=job.max_minutes)
+
+
+def _action_items(tokenizer: Any, examples: list[StepExample], max_length: int,
+                  scalars: list[dict[str, float]] | None = None) -> list[SequenceItem]:
+    return [SequenceItem(i, encode_action(tokenizer, ex, max_length), scalars[i] if scalars else {})
+            for i, ex in enumerate(examples)]
+
+
+def reference_logprobs(accelerator: Any, model: Any, tokenizer: Any, items: list[SequenceItem],
+                       batch_size: int) -> list[float]:
+    """lp_ref of every item's action under ``model`` (no gradient), in item order."""
+    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items],
+                             sequence_collate(pad_id_of(tokenizer)), batch_size, shuffle=False, seed=0)
+
+    def fn(m: Any, batch: dict) -> dict:
+        lp, _ = sequence_logprobs(m, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
+        return {"lp": lp}
+
+    with accelerator.autocast():
+        return evaluate(accelerator, model, loader, fn, len(items))["lp"]
+
+
+def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
+                max_length: int) -> tuple[list[StepExample], dict[str, Any]]:
+    prompt = actor_prompt_fn(tokenizer, max_tokens=max_length - COMPLETION_BUDGET)
+    with session_scope(settings) as session:
+        current = load_phase_examples(session, job.phase, prompt, gamma=job.gamma, purpose=job.purpose)
+        candidates = (first_success_examples(session, job.phase, prompt, gamma=job.gamma, purpose=job.purpose)
+                      if job.replay else [])
+    if not current:
+        raise ValueError(f"phase {job.phase} has no labelled '{job.purpose}' trajectories to train on")
+    with accelerator.autocast():
+        scores = replay.score_confidence(accelerator, actor.model, tokenizer, candidates,
+                                         batch_size=job.batch_size, max_length=max_length)
+    replayed = replay.select_replay(candidates, scores, len(current), seed=job.seed)
+    experience = replay.build_experience(current, replayed, seed=job.seed)
+    stats = {"current_steps": len(current), "replay_candidates": len(candidates), "replay_steps": len(replayed)}
+    log.info("phase %d experience: %s", job.phase, stats)
+    return experience, stats
+
+
+def _load_critic(job: PhaseJob) -> Any:
+    from webrl.models.critic import CriticModel
+
+    if job.critic:
+        return CriticModel.from_pretrained(job.critic, dtype=torch.float32)
+    return CriticModel.from_backbone(job.critic_base or job.actor, seed=job.seed, dtype=torch.float32)
+
+
+def critic_loss_fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+    """Critic objective on one batch of (s, s', G) -> ``losses.critic_loss``."""
+    logits_s = model(batch["state_input_ids"], batch["state_attention_mask"])  # (2, B, 2)
+    logits_next = model(batch["next_input_ids"], batch["next_attention_mask"])  # (2, B, 2)
+    return critic_loss(logits_s, logits_next, batch["mc_return"])
+
+
+def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: list[StepExample],
+                 max_length: int, version: str, dest: Path) -> tuple[CheckpointInfo | None, list[float], list[float]]:
+    """Train and publish the critic; return it (None on non-main processes) with V(s) and V(s') of every
+    experience step."""
+    config = _loop_config(job, job.critic_lr, job.critic_epochs)
+    accelerator = make_accelerator(config)
+    prepared = prepare(accelerator, _load_critic(job), config)
+    items = state_pair_items(tokenizer, experience, max_length)
+    lengths = [max(len(it.state), len(it.next_state)) for it in items]
+    collate = state_pair_collate(pad_id_of(tokenizer))
+    loader = prepared_loader(accelerator, items, lengths, collate, config.batch_size, shuffle=True, seed=job.seed)
+    summary = train(accelerator, prepared, loader, critic_loss_fn, config)
+    eval_loader = prepared_loader(accelerator, items, lengths, collate, config.batch_size, shuffle=False, seed=0)
+
+    def values(m: Any, batch: dict) -> dict:
+        return {"v_s": critic_value(m(batch["state_input_ids"], batch["state_attention_mask"])),
+                "v_next": critic_value(m(batch["next_input_ids"], batch["next_attention_mask"]))}
+
+    with accelerator.autocast():
+        v = evaluate(accelerator, prepared.model, eval_loader, values, len(items))
+    metrics = {**summary.metrics, "steps": summary.steps, "seconds": summary.seconds,
+               "first_loss": summary.first_loss, "last_loss": summary.last_loss, "examples": len(items)}
+    info = publish_model(settings, accelerator, prepared.model, tokenizer, role="critic", version=version, dest=dest,
+                         phase=job.phase, parent_version=_version_of(job.critic), metrics=metrics, replace=True)
+    _free(prepared)
+    return info, v["v_s"], v["v_next"]
+
+
+def _version_of(path: str | None) -> str | None:
+    if path is None:
+        return None
+    from webrl.models.loading import checkpoint_version
+
+    return checkpoint_version(path)
+
+
+def actor_loss_fn(config: ActorLossConfig):
+    """Actor objective on one batch: lp under the actor, lp_ref and A from the batch -> ``losses.actor_loss``."""
+
+    def fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        lp, n_tokens = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
+        return actor_loss(lp, batch["lp_ref"], n_tokens, batch["advantage"], config)
+
+    return fn
+
+
+def _already_done(settings: Settings, version: str) -> PhaseResult | None:
+    with session_scope(settings) as session:
+        actor, critic = find(session, "actor", version), find(session, "critic", version)
+    if actor and critic and verify(actor.path, actor.sha256) and verify(critic.path, critic.sha256):
+        return PhaseResult(actor=actor, critic=critic, metrics=actor.metrics)
+    return None
+
+
+def run_phase(settings: Settings, job: PhaseJob) -> PhaseResult | None:
+    """Train the phase's critic then actor and publish both. Idempotent: the same job returns its published
+    checkpoints without training again. Under a multi-process launch only the main process gets the result
+    (the others return None)."""
+    version = payload_version(f"phase{job.phase}", job.model_dump())
+    done = _already_done(settings, version)
+    if done is not None:
+        log.info("phase %d (%s) already trained", job.phase, version)
+        return done
+    model, tokenizer = load_for_training(job.actor)
+    max_length = job.max_length or min(MAX_LENGTH, int(getattr(model.config, "max_position_embeddings", MAX_LENGTH)))
+    config = _loop_config(job, job.actor_lr, job.actor_epochs)
+    accelerator = make_accelerator(config)
+    actor = prepare(accelerator, model, config)
+    experience, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
+    items = _action_items(tokenizer, experience, max_length)
+    if job.reference and Path(job.reference).resolve() != Path(job.actor).resolve():
+        ref_model, _ = load_for_training(job.reference)
+        lp_ref = reference_logprobs(accelerator, ref_model.to(accelerator.device), tokenizer, items, job.batch_size)
+        _free(ref_model)
+    else:
+        lp_ref = reference_logprobs(accelerator, actor.model, tokenizer, items, job.batch_size)
+
+    critic_dest = Path(job.critic_output) if job.critic_output else checkpoint_dir(settings, "critic", version)
+    critic_info, v_s, v_next = train_critic(settings, job, tokenizer, experience, max_length, version, critic_dest)
+
+    reward = torch.tensor([ex.reward for ex in experience])
+    mc_return = torch.tensor([ex.mc_return for ex in experience])
+    a = binarise(advantages(torch.tensor(v_s), torch.tensor(v_next), reward, mc_return))  # (N,)
+    scalars = [{"lp_ref": lp_ref[i], "advantage": float(a[i])} for i in range(len(experience))]
+    items = _action_items(tokenizer, experience, max_length, scalars)
+    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items],
+                             sequence_collate(pad_id_of(tokenizer)), config.batch_size, shuffle=True, seed=job.seed)
+    summary = train(accelerator, actor, loader, actor_loss_fn(ActorLossConfig(kl=job.kl)), config)
+    metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
+               "first_loss": summary.first_loss, "last_loss": summary.last_loss,
+               "positive_fraction": float((a > 0).float().mean()), "value_mean": float(torch.tensor(v_s).mean())}
+    actor_dest = Path(job.actor_output) if job.actor_output else checkpoint_dir(settings, "actor", version)
+    actor_info = publish_model(settings, accelerator, actor.model, tokenizer, role="actor", version=version,
+                               dest=actor_dest, phase=job.phase, parent_version=_version_of(job.actor),
+                               metrics=metrics, replace=True)
+    _free(actor)
+    if actor_info is None or critic_info is None:
+        return None
+    return PhaseResult(actor=actor_info, critic=critic_info, metrics=metrics)

@@ -1,0 +1,78 @@
+"""Publishing what the trainer trained: the actor (a causal LM folder) and the critic (backbone + heads),
+each through :func:`webrl.checkpoints.publish` (atomic folder, checkpoints row, ``webrl:checkpoints`` event).
+
+Under DeepSpeed ZeRO-3 the weights are sharded: ``accelerator.get_state_dict`` gathers them on the main
+process, which alone writes and publishes; the other processes wait.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from accelerate import Accelerator
+
+from webrl.checkpoints import CheckpointInfo, publish
+from webrl.config import Settings
+
+
+def payload_version(prefix: str, payload: dict[str, Any]) -> str:
+    """A deterministic version for a job: ``<prefix>-<first 10 hex of sha256(payload JSON)>``, so running the
+    same job twice names (and finds) the same checkpoint."""
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{prefix}-{digest[:10]}"
+
+
+def checkpoint_dir(settings: Settings, role: str, version: str) -> Path:
+    """Where a trainer checkpoint lives by default: ``<artifacts>/models/<role>/<version>``."""
+    assert settings.artifacts_dir is not None
+    return settings.artifacts_dir / "models" / role / version
+
+
+def _write_critic(folder: Path, critic: Any, state_dict: dict[str, Any], tokenizer: Any) -> None:
+    """A ``CriticModel`` folder from a gathered state dict (the layout ``CriticModel.save_pretrained`` writes)."""
+    from safetensors.torch import save_file
+
+    from webrl.models.critic import CRITIC_CONFIG_FILE, HEADS_FILE, N_CLASSES
+
+    backbone = {k.removeprefix("backbone."): v for k, v in state_dict.items() if k.startswith("backbone.")}
+    critic.backbone.save_pretrained(folder, state_dict=backbone, safe_serialization=True)
+    heads = {k: v.detach().contiguous().cpu() for k, v in state_dict.items() if k.startswith(("head1.", "head2."))}
+    save_file(heads, str(folder / HEADS_FILE))
+    meta = {"kind": "webrl-double-critic", "hidden_size": int(critic.config.hidden_size), "n_classes": N_CLASSES,
+            "value": "min(softmax(head1)[1], softmax(head2)[1])"}
+    (folder / CRITIC_CONFIG_FILE).write_text(json.dumps(meta, indent=2))
+    tokenizer.save_pretrained(folder)
+
+
+def _writer(accelerator: Accelerator, model: Any, tokenizer: Any, kind: str):
+    state_dict = accelerator.get_state_dict(model)  # gathers ZeRO-3 shards; collective: every process calls it
+    unwrapped = accelerator.unwrap_model(model)
+
+    def write(folder: Path) -> None:
+        if kind == "critic":
+            _write_critic(folder, unwrapped, state_dict, tokenizer)
+        else:
+            unwrapped.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
+            tokenizer.save_pretrained(folder)
+
+    return write
+
+
+def publish_model(settings: Settings, accelerator: Accelerator, model: Any, tokenizer: Any, *, role: str,
+                  version: str, dest: Path, phase: int | None, parent_version: str | None,
+                  metrics: dict[str, Any], replace: bool = False) -> CheckpointInfo | None:
+    """Write and publish ``model`` (``role`` "critic" saves a ``CriticModel``); main process only.
+
+    Returns the published info on the main process, None elsewhere.
+    """
+    accelerator.wait_for_everyone()
+    write = _writer(accelerator, model, tokenizer, "critic" if role == "critic" else "lm")
+    info = None
+    if accelerator.is_main_process:
+        info = publish(settings, write, dest, role=role, version=version, phase=phase,
+                       parent_version=parent_version, metrics=metrics, replace=replace)
+    accelerator.wait_for_everyone()
+    return info

@@ -1,0 +1,165 @@
+"""Supervised fine-tuning: the actor on successful trajectories (its actions), or the ORM on YES/NO labels.
+
+The loss is on target tokens only (the action, or the YES/NO answer, plus the end-of-turn token):
+L = -sum_t log pi(x_t | x_<t) m_t / sum_t m_t  (``losses.sft_loss``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.trainer.data import SequenceItem, actor_prompt_fn, encode_action, sequence_collate, trajectory_examples
+from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
+from services.trainer.losses import sft_loss
+from services.trainer.publish import payload_version, publish_model
+from webrl.checkpoints import CheckpointInfo, read_manifest, verify
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db.repository import load_trajectory
+from webrl.db.session import session_scope
+from webrl.models.examples import EncodedExample, encode_example, pad_id_of
+from webrl.models.logprobs import token_logprobs
+
+log = logging.getLogger("webrl.trainer.sft")
+
+#: Tokens kept for the completion when a prompt is cut to the context (actions are one line plus a comment;
+#: WebRL generates at most 512 new tokens, published config ``max_new_tokens``).
+COMPLETION_BUDGET = 256
+#: Longest sequence trained on when the job does not say (WebRL's ``cutoff_len`` 16384; published code).
+MAX_LENGTH = 16384
+#: Score at or above which a trajectory counts as a success (WebArena scores are 0/1).
+SUCCESS_SCORE = 0.5
+
+
+class SftJob(BaseModel):
+    """Payload of ``train.sft`` and ``POST /v1/train`` with kind "sft"."""
+
+    base: str = Field(description="Hugging Face folder to start from.")
+    output: str = Field(description="Where to publish the trained folder.")
+    kind: Literal["actor", "orm"] = "actor"
+    trajectory_ids: list[int] | None = Field(None, description="Trajectories to learn from; else phase/purpose.")
+    phase: int | None = None
+    purpose: str | None = Field(None, description="Trajectory purpose filter (e.g. 'sft', 'orm').")
+    epochs: int = Field(1, ge=1)
+    lr: float = Field(1e-5, gt=0)
+    seed: int = 0
+    max_minutes: float | None = Field(None, gt=0)
+    batch_size: int = Field(8, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    max_length: int | None = Field(None, ge=16, description="Tokens per sequence; default the model's context.")
+
+
+def _select_trajectories(session: Session, job: SftJob) -> list[m.Trajectory]:
+    query = select(m.Trajectory).order_by(m.Trajectory.id)
+    if job.trajectory_ids is not None:
+        query = query.where(m.Trajectory.id.in_(job.trajectory_ids))
+    if job.phase is not None:
+        query = query.where(m.Trajectory.phase == job.phase)
+    if job.purpose is not None:
+        query = query.where(m.Trajectory.purpose == job.purpose)
+    return list(session.scalars(query).all())
+
+
+def _score(row: m.Trajectory) -> float | None:
+    """Env score when known, else the latest ORM reward."""
+    if row.env_score is not None:
+        return float(row.env_score)
+    if row.labels:
+        return float(max(row.labels, key=lambda label: label.id).reward)
+    return None
+
+
+def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int) -> list[EncodedExample]:
+    """Every step of every successful trajectory: actor prompt -> the step's action."""
+    prompt = actor_prompt_fn(tokenizer, max_tokens=max_length - COMPLETION_BUDGET)
+    out = []
+    for row in rows:
+        score = _score(row)
+        if score is None or score < SUCCESS_SCORE:
+            continue
+        for ex in trajectory_examples(load_trajectory(row), row.id, row.phase, score, prompt):
+            out.append(encode_action(tokenizer, ex, max_length))
+    return out
+
+
+def orm_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int) -> list[EncodedExample]:
+    """Every trajectory with an env score: ORM prompt -> "YES" if it succeeded else "NO"."""
+    from webrl.prompts.orm import NO, YES, build_orm_prompt
+
+    out = []
+    for row in rows:
+        if row.env_score is None:
+            continue
+        text = build_orm_prompt(tokenizer, load_trajectory(row), max_tokens=max_length - COMPLETION_BUDGET)
+        answer = YES if row.env_score >= SUCCESS_SCORE else NO
+        out.append(encode_example(tokenizer, text, answer, max_length=max_length))
+    return out
+
+
+def load_for_training(path: str | Path) -> tuple[Any, Any]:
+    """(causal LM in fp32 for training, tokenizer) from a local folder; mixed precision comes from Accelerate."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
+    return model, tokenizer
+
+
+def sft_loss_fn(model: Any, batch: dict) -> tuple[Any, dict[str, float]]:
+    """SFT objective on one batch: token log-probs (B, T) -> ``losses.sft_loss``."""
+    logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])  # (B, T)
+    return sft_loss(logp, batch["target_mask"])
+
+
+def _already_published(output: Path, version: str) -> CheckpointInfo | None:
+    if not (output.is_dir() and verify(output)):
+        return None
+    manifest = read_manifest(output)
+    if manifest.get("version") != version:
+        return None
+    return CheckpointInfo(**{k: manifest.get(k) for k in ("role", "version", "path", "sha256", "phase",
+                                                           "parent_version", "metrics")})
+
+
+def run_sft(settings: Settings, job: SftJob) -> CheckpointInfo | None:
+    """Train ``job.base`` on the selected trajectories and publish it at ``job.output``. Idempotent: the same
+    job finds its published checkpoint (same version, verified) and returns it without training. Non-main
+    processes of a multi-process launch return None."""
+    version = payload_version(f"{job.kind}-sft", job.model_dump())
+    output = Path(job.output)
+    done = _already_published(output, version)
+    if done is not None:
+        log.info("sft %s already published at %s", version, output)
+        return done
+    model, tokenizer = load_for_training(job.base)
+    max_length = job.max_length or min(MAX_LENGTH, int(getattr(model.config, "max_position_embeddings", MAX_LENGTH)))
+    with session_scope(settings) as session:
+        rows = _select_trajectories(session, job)
+        build = orm_examples if job.kind == "orm" else actor_examples
+        encoded = build(rows, tokenizer, max_length)
+    if not encoded:
+        raise ValueError(f"no training examples: {len(rows)} trajectories selected, none usable for {job.kind} SFT")
+    config = LoopConfig(lr=job.lr, epochs=job.epochs, batch_size=job.batch_size, grad_accum=job.grad_accum,
+                        seed=job.seed, max_minutes=job.max_minutes)
+    accelerator = make_accelerator(config)
+    items = [SequenceItem(i, e, {}) for i, e in enumerate(encoded)]
+    prepared = prepare(accelerator, model, config)
+    loader = prepared_loader(accelerator, items, [len(e) for e in encoded], sequence_collate(pad_id_of(tokenizer)),
+                             config.batch_size, shuffle=True, seed=config.seed)
+    summary = train(accelerator, prepared, loader, sft_loss_fn, config)
+    metrics = {**summary.metrics, "examples": len(encoded), "steps": summary.steps, "seconds": summary.seconds,
+               "first_loss": summary.first_loss, "last_loss": summary.last_loss,
+               "samples_per_second": summary.samples_per_second}
+    log.info("sft %s: %d examples, %d steps, loss %.4f -> %.4f", job.kind, len(encoded), summary.steps,
+             summary.first_loss or 0.0, summary.last_loss or 0.0)
+    info = publish_model(settings, accelerator, prepared.model, tokenizer, role=job.kind, version=version,
+                         dest=output, phase=job.phase, parent_version=None, metrics=metrics, replace=True)
+    return info

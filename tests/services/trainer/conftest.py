@@ -1,0 +1,90 @@
+"""Fixtures for the trainer tests: a tiny real Llama + BPE tokenizer folder, and a database holding two
+phases of labelled trajectories."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from webrl.config import Settings
+
+CORPUS = [
+    "Show me the products in the Electronics category",
+    '<html><body><a id="3">Electronics</a><a id="4">Books</a><input id="7" placeholder="Search"/></body></html>',
+    'do(action="Click", element="3")',
+    'do(action="Type", argument="laptop", element="7")',
+    'exit(message="done")',
+] * 4
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Hugging Face folder: the tiny BPE tokenizer and a 1-layer Llama (``webrl.models.tiny`` "test" size)."""
+    from webrl.models.tiny import build_tiny_llama, build_tokenizer, save_tiny
+
+    out = tmp_path_factory.mktemp("tiny")
+    tokenizer = build_tokenizer(CORPUS, out, vocab_size=600)
+    save_tiny(build_tiny_llama(tokenizer, "test", seed=0), tokenizer, out)
+    return out
+
+
+@pytest.fixture
+def tiny(tiny_dir: Path):
+    """(model, tokenizer) freshly loaded from :func:`tiny_dir` (fp32, train mode)."""
+    from services.trainer.sft import load_for_training
+
+    return load_for_training(tiny_dir)
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Settings]:
+    """Settings whose SQLite database has the schema."""
+    from webrl.db.migrate import upgrade
+
+    upgrade(settings)
+    yield settings
+
+
+PAGE = '<html><body><a id="3">Electronics</a><a id="4">Books</a><input id="7" placeholder="Search"/></body></html>'
+
+
+def _store(settings: Settings, task_key: str, phase: int, attempt: int, responses: list[str],
+           reward: float | None, env_score: float | None = None, purpose: str = "train") -> int:
+    from webrl.actions import parse_action
+    from webrl.db.repository import save_label, save_trajectory, upsert_task
+    from webrl.db.session import session_scope
+    from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+
+    config = TaskConfig(task_id=task_key, sites=["shopping"], intent=f"Show me {task_key}",
+                        start_url="__SHOPPING__/")
+    steps = [Step(index=i, observation=Observation(html=PAGE, url=f"http://shop/{i}"), response=r,
+                  action=parse_action(r)) for i, r in enumerate(responses)]
+    traj = Trajectory(task_id=task_key, intent=config.intent, steps=steps, env_score=env_score,
+                      last_observation=Observation(html=PAGE.replace("Books", "Done"), url="http://shop/end"))
+    with session_scope(settings) as session:
+        task = upsert_task(session, task_key, config, origin="seed", split="train", phase=phase)
+        row = save_trajectory(session, task.id, phase, attempt, traj, purpose=purpose)
+        if reward is not None:
+            save_label(session, row.id, "orm-test", p_yes=reward, threshold=0.5)
+        return row.id
+
+
+@pytest.fixture
+def store_trajectory(db: Settings):
+    """``store(task_key, phase, attempt, responses, reward, env_score=None, purpose="train") -> trajectory id``;
+    ``reward`` is stored as the ORM p (1.0 -> reward 1, 0.0 -> reward 0, None -> unlabelled)."""
+
+    def store(task_key: str, phase: int, attempt: int, responses: list[str], reward: float | None,
+              env_score: float | None = None, purpose: str = "train") -> int:
+        return _store(db, task_key, phase, attempt, responses, reward, env_score, purpose)
+
+    return store
+
+
+@pytest.fixture
+def write_trajectory():
+    """``write(settings, task_key, phase, attempt, responses, reward, env_score=None, purpose="train") -> id``
+    for any database (the Postgres test passes its own settings)."""
+    return _store

@@ -1,0 +1,62 @@
+"""The trainer's REST routes and Celery tasks."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from services.trainer.app import create_trainer_app
+from webrl.checkpoints import publish
+
+CLICK, EXIT = 'do(action="Click", element="3")', 'exit(message="done")'
+
+
+def test_bad_train_payload_is_a_422_naming_the_field(db) -> None:
+    client = TestClient(create_trainer_app(db))
+    response = client.post("/v1/train", json={"phase": 0, "actor": "x"})
+    assert response.status_code == 422
+    assert response.json()["error"]["fields"][0]["field"] == "phase"
+    response = client.post("/v1/train", json={"phase": 1})
+    assert response.status_code == 422 and "actor" in response.json()["error"]["message"]
+    assert client.get("/v1/train/nope").status_code == 404
+
+
+def test_checkpoints_route_lists_published_rows(db, tmp_path: Path) -> None:
+    publish(db, lambda f: (f / "config.json").write_text("{}"), tmp_path / "a", role="actor", version="v1")
+    publish(db, lambda f: (f / "config.json").write_text("{}"), tmp_path / "c", role="critic", version="v1")
+    client = TestClient(create_trainer_app(db))
+    assert [c["role"] for c in client.get("/v1/checkpoints").json()] == ["actor", "critic"]
+    only = client.get("/v1/checkpoints", params={"role": "critic"}).json()
+    assert len(only) == 1 and only[0]["version"] == "v1" and len(only[0]["sha256"]) == 64
+    assert client.get("/v1/checkpoints", params={"role": "nope"}).status_code == 422
+
+
+def test_sft_job_through_rest_runs_and_reports(tiny_dir: Path, store_trajectory, db) -> None:
+    ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft")]
+    client = TestClient(create_trainer_app(db))
+    body = {"base": str(tiny_dir), "output": str(Path(db.home) / "sft"), "trajectory_ids": ids, "lr": 1e-3,
+            "max_length": 300}
+    accepted = client.post("/v1/train/sft", json=body)
+    assert accepted.status_code == 202 and accepted.json()["task"] == "train.sft"
+    job_id = accepted.json()["job_id"]
+    deadline = time.time() + 120
+    status = client.get(f"/v1/train/{job_id}").json()
+    while status["status"] == "running" and time.time() < deadline:
+        time.sleep(0.5)
+        status = client.get(f"/v1/train/{job_id}").json()
+    assert status["status"] == "succeeded", status
+    assert status["result"]["path"] == str((Path(db.home) / "sft").resolve())
+
+
+def test_celery_task_runs_eagerly_through_dispatch(tiny_dir: Path, store_trajectory, db) -> None:
+    from webrl.queue import configure, dispatch
+
+    configure(db)
+    ids = [store_trajectory("s1", 0, 0, [CLICK], reward=None, env_score=1.0, purpose="sft")]
+    result = dispatch("train.sft", {"base": str(tiny_dir), "output": str(Path(db.home) / "sft2"), "kind": "actor",
+                                    "trajectory_ids": ids, "phase": None, "purpose": None, "epochs": 1, "lr": 1e-3,
+                                    "seed": 0, "max_minutes": None, "max_length": 300})
+    assert set(result) == {"path", "version", "sha256", "metrics"}
+    assert result["metrics"]["examples"] == 1

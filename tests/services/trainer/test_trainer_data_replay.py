@@ -1,0 +1,116 @@
+"""Training data from the DB, length-bucketed batches, and the replay filter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from services.trainer import replay
+from services.trainer.data import (
+    StepExample,
+    actor_prompt_fn,
+    bucket_batches,
+    first_success_examples,
+    load_phase_examples,
+)
+from webrl.db.session import session_scope
+
+CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
+    'exit(message="done")'
+
+
+def _prompt(intent: str, history, html: str) -> str:
+    return f"{intent}|{len(history)}|{html[:20]}"
+
+
+def test_phase_examples_carry_reward_returns_and_next_states(store_trajectory, db) -> None:
+    ok = store_trajectory("t1", 1, 0, [CLICK, TYPE, EXIT], reward=1.0)
+    store_trajectory("t2", 1, 0, [CLICK], reward=0.0)
+    store_trajectory("t3", 1, 0, [CLICK], reward=None)  # unlabelled: skipped
+    store_trajectory("t4", 2, 0, [CLICK], reward=1.0)  # another phase
+    with session_scope(db) as session:
+        examples = load_phase_examples(session, 1, _prompt)
+    assert [(e.task_key, e.index) for e in examples] == [("t1", 0), ("t1", 1), ("t1", 2), ("t2", 0)]
+    first = [e for e in examples if e.trajectory_id == ok]
+    assert [e.reward for e in first] == [1.0, 1.0, 1.0]
+    assert [e.mc_return for e in first] == pytest.approx([2.71, 1.9, 1.0])
+    assert [e.done for e in first] == [False, False, True]
+    assert first[0].next_prompt == first[1].prompt and first[1].next_prompt == first[2].prompt
+    assert first[2].next_prompt == "Show me t1|3|" + "<html><body><a id=\"3"  # the page after the last action
+    assert first[1].completion == TYPE
+    failed = examples[-1]
+    assert failed.reward == 0.0 and failed.mc_return == 0.0
+
+
+def test_real_actor_prompt_renders(tiny) -> None:
+    _, tokenizer = tiny
+    prompt = actor_prompt_fn(tokenizer, max_tokens=200)("Show me Books", [], "<a id=\"4\">Books</a>")
+    assert prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n")
+    assert len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) <= 200
+
+
+def test_first_success_per_task_from_earlier_phases_only(store_trajectory, db) -> None:
+    store_trajectory("a", 1, 0, [CLICK], reward=0.0)  # failure
+    first = store_trajectory("a", 1, 1, [CLICK, EXIT], reward=1.0)  # first success of task a
+    store_trajectory("a", 2, 0, [TYPE], reward=1.0)  # a later success of a: not replayed
+    b = store_trajectory("b", 2, 0, [EXIT], reward=1.0)
+    store_trajectory("c", 3, 0, [EXIT], reward=1.0)  # the phase being trained: excluded
+    with session_scope(db) as session:
+        examples = first_success_examples(session, 3, _prompt)
+    assert [(e.trajectory_id, e.index) for e in examples] == [(first, 0), (first, 1), (b, 0)]
+
+
+def _ex(i: int) -> StepExample:
+    return StepExample(trajectory_id=i, task_key=f"t{i}", phase=1, index=0, prompt="p", next_prompt="p",
+                       completion="c", completion_ids=(), reward=1.0, done=True, mc_return=1.0)
+
+
+def test_confidence_window_is_open_at_0_5_and_closed_at_0_95() -> None:
+    scores = [0.5, 0.5001, 0.95, 0.9501, 0.7, 0.2, 1.0]
+    assert replay.keep_confident(scores) == [False, True, True, False, True, False, False]
+
+
+def test_select_replay_filters_then_caps_at_twice_the_current_steps() -> None:
+    candidates = [_ex(i) for i in range(10)]
+    scores = [0.7] * 8 + [0.3, 0.99]
+    kept = replay.select_replay(candidates, scores, n_current=3, seed=0)
+    assert len(kept) == 6
+    assert all(e.trajectory_id < 8 for e in kept)
+    assert len(replay.select_replay(candidates, scores, n_current=10)) == 8  # fewer kept than the cap
+    assert replay.select_replay(candidates, scores, n_current=0) == []
+    mixed = replay.build_experience([_ex(100), _ex(101)], kept, seed=0)
+    assert sorted(e.trajectory_id for e in mixed) == sorted([100, 101, *[e.trajectory_id for e in kept]])
+    with pytest.raises(ValueError):
+        replay.select_replay(candidates, scores[:3], n_current=3)
+
+
+def test_score_confidence_is_inverse_perplexity_of_the_action(tiny) -> None:
+    from accelerate import Accelerator
+
+    from webrl.models.examples import encode_example
+    from webrl.models.logprobs import sequence_logprobs
+
+    model, tokenizer = tiny
+    examples = [StepExample(trajectory_id=i, task_key="t", phase=1, index=0, prompt=f"Show me {w}",
+                            next_prompt="", completion=CLICK, completion_ids=(), reward=1.0, done=True,
+                            mc_return=1.0) for i, w in enumerate(["Books", "the Electronics category", "x"])]
+    scores = replay.score_confidence(Accelerator(cpu=True), model, tokenizer, examples, batch_size=2, max_length=None)
+    for ex, score in zip(examples, scores, strict=True):
+        enc = encode_example(tokenizer, ex.prompt, ex.completion)
+        with torch.no_grad():
+            lp, n = sequence_logprobs(model, torch.tensor([enc.input_ids]), torch.ones(1, len(enc)),
+                                      torch.tensor([enc.target_mask]))
+        assert score == pytest.approx(math.exp(float(lp) / float(n)), rel=1e-4)
+
+
+def test_bucket_batches_group_similar_lengths_and_cover_every_index() -> None:
+    lengths = [5, 100, 7, 98, 6, 99, 8, 97]
+    batches = bucket_batches(lengths, 4, seed=0)
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    assert sorted(sorted(lengths[i] for i in b) for b in batches) == [[5, 6, 7, 8], [97, 98, 99, 100]]
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    assert padded == 4 * 8 + 4 * 100  # vs 8 * 100 unbucketed
+    with pytest.raises(ValueError):
+        bucket_batches(lengths, 0)

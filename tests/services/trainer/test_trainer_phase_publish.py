@@ -1,0 +1,107 @@
+"""A whole WebRL phase on the tiny model (critic then actor, published), SFT jobs, and published checkpoints
+that reload to identical outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from services.trainer.loop import LoopConfig, make_accelerator, prepare
+from services.trainer.phase import PhaseJob, run_phase
+from services.trainer.publish import publish_model
+from services.trainer.sft import SftJob, run_sft
+from webrl.checkpoints import list_checkpoints, read_manifest, verify
+from webrl.db.session import session_scope
+
+CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
+    'exit(message="done")'
+
+
+def test_published_actor_reloads_to_identical_logits(tiny, db, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model, tokenizer = tiny
+    with torch.no_grad():
+        model.model.embed_tokens.weight.add_(0.01)  # differ from the folder it came from
+    accelerator = make_accelerator(LoopConfig())
+    prepared = prepare(accelerator, model, LoopConfig())
+    info = publish_model(db, accelerator, prepared.model, tokenizer, role="actor", version="t1",
+                         dest=tmp_path / "actor", phase=1, parent_version=None, metrics={"kl": 0.0})
+    assert info is not None and verify(info.path, info.sha256)
+    reloaded = AutoModelForCausalLM.from_pretrained(info.path, local_files_only=True, dtype=torch.float32).eval()
+    ids = torch.tensor([tokenizer("Show me Books do(action", add_special_tokens=False)["input_ids"]])
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, reloaded(input_ids=ids).logits)
+
+
+def test_published_critic_reloads_to_identical_values(tiny_dir: Path, tiny, db, tmp_path: Path) -> None:
+    from webrl.models.critic import CriticModel
+
+    _, tokenizer = tiny
+    critic = CriticModel.from_backbone(tiny_dir, seed=3, dtype=torch.float32)
+    accelerator = make_accelerator(LoopConfig())
+    prepared = prepare(accelerator, critic, LoopConfig())
+    info = publish_model(db, accelerator, prepared.model, tokenizer, role="critic", version="c1",
+                         dest=tmp_path / "critic", phase=1, parent_version=None, metrics={})
+    reloaded = CriticModel.from_pretrained(info.path, dtype=torch.float32).eval()
+    ids = torch.tensor([tokenizer("Show me Books", add_special_tokens=False)["input_ids"]])
+    mask = torch.ones_like(ids)
+    critic.eval()
+    with torch.no_grad():
+        assert torch.equal(critic.values(ids, mask), reloaded.values(ids, mask))
+
+
+def _seed_two_phases(store) -> None:
+    store("a", 1, 0, [CLICK, EXIT], reward=1.0)
+    store("b", 1, 0, [TYPE, TYPE], reward=0.0)
+    store("a", 2, 0, [CLICK, TYPE, EXIT], reward=1.0)
+    store("b", 2, 0, [TYPE], reward=0.0)
+    store("c", 2, 0, [CLICK, EXIT], reward=1.0)
+
+
+def test_a_phase_trains_critic_then_actor_and_publishes_both(tiny_dir: Path, store_trajectory, db) -> None:
+    _seed_two_phases(store_trajectory)
+    job = PhaseJob(phase=2, actor=str(tiny_dir), batch_size=4, actor_lr=1e-3, critic_lr=1e-3, max_length=400)
+    result = run_phase(db, job)
+    assert result.actor.version == result.critic.version
+    for info in (result.actor, result.critic):
+        assert verify(info.path, info.sha256)
+        assert read_manifest(info.path)["phase"] == 2
+    assert (Path(result.critic.path) / "critic_heads.safetensors").is_file()
+    m = result.metrics
+    assert m["current_steps"] == 6 and m["replay_candidates"] == 2
+    assert m["replay_steps"] <= 2 * m["current_steps"]
+    for key in ("actor_loss", "kl", "mean_advantage", "masked_fraction", "beta_mean", "grad_norm"):
+        assert key in m and m[key] == m[key]  # present and not NaN
+    assert 0.0 <= m["masked_fraction"] <= 1.0
+    assert "critic_loss" in result.critic.metrics
+    with session_scope(db) as session:
+        rows = {(c.role, c.version) for c in list_checkpoints(session)}
+    assert rows == {("actor", result.actor.version), ("critic", result.critic.version)}
+    again = run_phase(db, job)  # idempotent: finds the published pair, trains nothing
+    assert (again.actor.sha256, again.critic.sha256) == (result.actor.sha256, result.critic.sha256)
+
+    phase3 = PhaseJob(phase=2, actor=result.actor.path, critic=result.critic.path, reference=str(tiny_dir),
+                      batch_size=4, actor_lr=1e-3, critic_lr=1e-3, max_length=400, replay=False, kl=False,
+                      actor_output=str(Path(db.home) / "next-actor"))
+    nxt = run_phase(db, phase3)  # resumes the critic, separate reference, w/o-KL ablation
+    assert nxt.actor.path == str((Path(db.home) / "next-actor").resolve())
+    assert nxt.critic.parent_version == result.critic.version
+
+
+def test_sft_jobs_train_actor_and_orm(tiny_dir: Path, store_trajectory, db) -> None:
+    ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft"),
+           store_trajectory("s2", 0, 0, [TYPE], reward=None, env_score=0.0, purpose="sft")]
+    out = Path(db.home) / "actor-sft"
+    info = run_sft(db, SftJob(base=str(tiny_dir), output=str(out), kind="actor", trajectory_ids=ids, epochs=2,
+                              lr=1e-2, batch_size=2, max_length=400))
+    assert info.metrics["examples"] == 2  # the successful trajectory's two steps only
+    assert info.metrics["last_loss"] < info.metrics["first_loss"]
+    assert verify(out) and read_manifest(out)["version"] == info.version
+    assert run_sft(db, SftJob(base=str(tiny_dir), output=str(out), kind="actor", trajectory_ids=ids, epochs=2,
+                              lr=1e-2, batch_size=2, max_length=400)).sha256 == info.sha256
+    orm = run_sft(db, SftJob(base=str(tiny_dir), output=str(Path(db.home) / "orm"), kind="orm", phase=0,
+                             purpose="sft", lr=1e-2, batch_size=2, max_length=400))
+    assert orm.metrics["examples"] == 2 and orm.role == "orm"

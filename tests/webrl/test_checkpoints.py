@@ -1,0 +1,124 @@
+"""Atomic checkpoint publishing: digest, manifest, rows, Redis events, and crashes that leave nothing visible."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from webrl import checkpoints as ck
+from webrl.config import Settings
+from webrl.db.session import session_scope
+
+
+def _write_files(folder: Path) -> None:
+    (folder / "config.json").write_text('{"a": 1}')
+    (folder / "sub").mkdir()
+    (folder / "sub" / "weights.bin").write_bytes(b"\x00\x01" * 1000)
+
+
+@pytest.fixture
+def db(settings: Settings) -> Settings:
+    from webrl.db.migrate import upgrade
+
+    upgrade(settings)
+    return settings
+
+
+def test_publish_writes_manifest_digest_and_row(db: Settings, tmp_path: Path) -> None:
+    dest = tmp_path / "models" / "actor" / "v1"
+    info = ck.publish(db, _write_files, dest, role="actor", version="v1", phase=2, parent_version="v0",
+                      metrics={"loss": 0.5})
+    assert dest.is_dir() and (dest / "sub" / "weights.bin").is_file()
+    manifest = ck.read_manifest(dest)
+    assert manifest["version"] == "v1" and manifest["sha256"] == info.sha256 == ck.folder_sha256(dest)
+    assert ck.verify(dest) and ck.verify(dest, info.sha256)
+    assert [p.name for p in dest.parent.iterdir()] == ["v1"]  # no temporary folder left behind
+    with session_scope(db) as session:
+        rows = ck.list_checkpoints(session, "actor")
+        assert ck.list_checkpoints(session, "critic") == []
+    assert [(r.version, r.sha256, r.phase, r.parent_version, r.metrics) for r in rows] == [
+        ("v1", info.sha256, 2, "v0", {"loss": 0.5})]
+    (dest / "sub" / "weights.bin").write_bytes(b"tampered")
+    assert not ck.verify(dest)
+
+
+def test_digest_depends_on_names_and_bytes(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder in (a, b):
+        folder.mkdir()
+        _write_files(folder)
+    assert ck.folder_sha256(a) == ck.folder_sha256(b)
+    (b / "config.json").rename(b / "config2.json")
+    assert ck.folder_sha256(a) != ck.folder_sha256(b)
+
+
+def test_existing_destination_needs_replace(tmp_path: Path) -> None:
+    dest = tmp_path / "v"
+    ck.publish_folder(_write_files, dest, role="actor", version="v")
+    with pytest.raises(ck.CheckpointError):
+        ck.publish_folder(_write_files, dest, role="actor", version="v")
+    info = ck.publish_folder(lambda f: (f / "only.txt").write_text("new"), dest, role="actor", version="v2",
+                             replace=True)
+    assert sorted(p.name for p in dest.iterdir()) == sorted([ck.MANIFEST_FILE, "only.txt"])
+    assert info.version == "v2" and [p.name for p in tmp_path.iterdir()] == ["v"]
+
+
+def test_an_error_while_writing_leaves_nothing(tmp_path: Path) -> None:
+    def half(folder: Path) -> None:
+        (folder / "config.json").write_text("{}")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        ck.publish_folder(half, tmp_path / "v1", role="actor", version="v1")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_process_leaves_no_visible_checkpoint(tmp_path: Path) -> None:
+    """The writer process dies (os._exit, no cleanup) halfway through writing: the destination does not exist;
+    only a hidden temporary folder remains, which listing ignores and cleanup removes."""
+    script = f"""
+import os
+from pathlib import Path
+from webrl.checkpoints import publish_folder
+def write(folder):
+    (folder / "config.json").write_text("{{}}")
+    os._exit(9)
+publish_folder(write, Path({str(tmp_path / 'v1')!r}), role="actor", version="v1")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert proc.returncode == 9
+    assert not (tmp_path / "v1").exists()
+    leftovers = list(tmp_path.iterdir())
+    assert len(leftovers) == 1 and leftovers[0].name.startswith(ck.TEMP_PREFIX)
+    assert ck.remove_stale_temporaries(tmp_path) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.redis
+def test_publish_announces_on_redis(db: Settings, redis_url: str, tmp_path: Path) -> None:
+    import redis
+
+    db.redis_url = redis_url
+    client = redis.Redis.from_url(redis_url)
+    pubsub = client.pubsub()
+    pubsub.subscribe(ck.CHANNEL)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    received: list[dict] = []
+
+    def listen() -> None:
+        message = pubsub.get_message(timeout=10)
+        if message:
+            received.append(json.loads(message["data"]))
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    info = ck.publish(db, _write_files, tmp_path / "c1", role="critic", version="c1")
+    thread.join(15)
+    pubsub.close()
+    client.close()
+    assert received == [{"role": "critic", "version": "c1", "path": info.path, "sha256": info.sha256}]
