@@ -1,0 +1,526 @@
+"""Episodes: reset a browser context from a task config, step it with action text, evaluate, close; and
+the episode loop (``run_episode``, ``run_batch``) that drives a policy through up to 30 steps.
+
+Reset (``BrowserEpisode.open``): resolve the ``__SITE__`` placeholders, open a fresh context on a leased
+browser (WebArena's 1280x720 viewport), log in (the task's storage_state file when it exists, else the
+sandbox's login cookies for each site of a ``require_login`` task), set the geolocation, put the context in
+its own sandbox episode (cookie ``webrl_episode``), open each `` |AND| `` part of ``start_url`` in a tab,
+make the first tab active and observe it.
+
+Stopping (DESIGN.md, WebArena's ``early_stop`` as WebRL runs it): ``exit(...)``, 30 steps, 5 parse failures
+in a row, or 5 identical actions in a row; also a step or an episode over its time limit, or a dead browser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playwright.async_api import BrowserContext, Dialog, Download, Frame, Page, Request
+from playwright.async_api import Error as PlaywrightError
+
+from services.browser_pool.act import execute
+from services.browser_pool.observe import INFLIGHT_JS, ElementMap, PageView, observe_view
+from services.browser_pool.pool import BrowserPool, BrowserSlot
+from services.browser_pool.safety import AllowList
+from webrl.actions import ActionParseError, parse_action
+from webrl.config import SITE_PLACEHOLDERS, Settings
+from webrl.policy import Policy, PolicyRequest, PolicyResponse
+from webrl.schemas import Action, ActionType, Observation, Step, TaskConfig, Trajectory
+
+log = logging.getLogger(__name__)
+
+VIEWPORT = {"width": 1280, "height": 720}  # WebArena's viewport (browser_env default)
+MAX_STEPS = 30  # WebRL: at most 30 actions per episode
+MAX_PARSE_FAILURES = 5  # WebArena early_stop parsing_failure_th, as WebRL runs it
+MAX_REPEATED_ACTIONS = 5  # WebArena early_stop repeating_action_failure_th, as WebRL runs it
+GOTO_TIMEOUT_MS = 30_000  # opening a start URL
+BATCH_WAIT_S = 0.05  # run_batch: how long a ready episode waits for the others before its batch goes alone
+POPUP_WAIT_S = 5.0  # a page that opened a tab: wait this long at most for the tab to show up
+NAVIGATION_WAIT_S = 10.0  # a navigation that started while observing: wait this long at most for it
+EPISODE_CLEANUP_TIMEOUT_S = 5.0  # freeing a sandbox episode's state and closing the context
+
+
+class EpisodeCrashed(Exception):
+    """The browser or page under an episode died; the episode cannot go on."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class StepResult:
+    """What one step did: the observation after it, the parsed action (None if it did not parse), errors."""
+
+    observation: Observation
+    action: Action | None
+    parse_error: str | None = None
+    error: str | None = None
+    done: bool = False
+    answer: str | None = None
+
+
+@dataclass
+class _Notes:
+    """Things that happened in the browser since the last observation (reported with it)."""
+
+    items: list[str] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        self.items.append(text)
+
+    def take(self) -> list[str]:
+        out, self.items = self.items, []
+        return out
+
+
+async def _context_for(slot: BrowserSlot, task: TaskConfig, settings: Settings, episode_id: str) -> BrowserContext:
+    """A fresh context with the task's login, geolocation and sandbox episode."""
+    assert slot.browser is not None
+    options: dict = {"viewport": VIEWPORT, "accept_downloads": False}
+    if task.storage_state and Path(task.storage_state).is_file():
+        options["storage_state"] = task.storage_state
+    if isinstance(task.geolocation, dict) and {"latitude", "longitude"} <= set(task.geolocation):
+        options["geolocation"] = task.geolocation
+        options["permissions"] = ["geolocation"]
+    context = await slot.browser.new_context(**options)
+    cookies = _episode_cookies(settings, episode_id)
+    if (task.require_login or task.storage_state) and "storage_state" not in options:
+        cookies += _login_cookies(task, settings)
+    if cookies:
+        await context.add_cookies(cookies)
+    return context
+
+
+def _episode_cookies(settings: Settings, episode_id: str) -> list[dict]:
+    try:
+        from webrl.sandbox.store import episode_cookies
+    except ImportError:  # a deployment without the sandbox package: real sites keep their own state
+        return []
+    return episode_cookies(settings, episode_id)
+
+
+def _login_cookies(task: TaskConfig, settings: Settings) -> list[dict]:
+    from webrl.sandbox.auth import DEFAULT_ACCOUNTS, login_cookies
+
+    return [c for site in task.sites if site in DEFAULT_ACCOUNTS for c in login_cookies(site, settings.site_url(site))]
+
+
+class BrowserEpisode:
+    """One episode on a leased browser: a context, its tabs (the active one is observed), the last ids."""
+
+    def __init__(self, pool: BrowserPool, slot: BrowserSlot, task: TaskConfig, settings: Settings,
+                 context: BrowserContext, allow: AllowList, episode_id: str) -> None:
+        self.pool, self.slot, self.task, self.settings = pool, slot, task, settings
+        self.context, self.allow, self.id = context, allow, episode_id
+        self.notes = _Notes()
+        self.active: Page | None = None
+        self.elements: ElementMap = {}
+        self.observation: Observation | None = None
+        self.closed = False
+        self.page_crashed = False
+        self._new_page = asyncio.Event()
+        self._navigations: set[Request] = set()  # main-frame navigation requests not yet committed or done
+        self._navigation_done = asyncio.Event()
+        self._navigation_done.set()
+
+    # ----- reset ---------------------------------------------------------------------------------------
+    @classmethod
+    async def open(cls, pool: BrowserPool, task: TaskConfig, settings: Settings) -> BrowserEpisode:
+        """Reset: a fresh context for ``task`` with its start tabs open; ``.observation`` is the first one."""
+        resolved = task.resolved(settings)
+        slot = await pool.acquire()
+        episode_id = uuid.uuid4().hex[:16]
+        try:
+            context = await _context_for(slot, resolved, settings, episode_id)
+        except BaseException:
+            pool.release(slot)
+            raise
+        allow = AllowList(settings.host_allow_list())
+        episode = cls(pool, slot, resolved, settings, context, allow, episode_id)
+        try:
+            await allow.install(context)
+            await context.add_init_script(INFLIGHT_JS)
+            await episode._open_tabs(resolved.start_urls(settings))
+            await episode.refresh()
+        except BaseException:
+            await episode.close()
+            raise
+        return episode
+
+    async def _open_tabs(self, urls: list[str]) -> None:
+        for url in urls:
+            page = await self.context.new_page()
+            self._watch(page)
+            try:
+                await page.goto(url, wait_until="load", timeout=GOTO_TIMEOUT_MS)
+            except PlaywrightError as exc:
+                self._check_alive()
+                self.notes.add(f"could not open {url}: {exc.message.splitlines()[0]}")
+        self.active = self.context.pages[0]
+        await self.active.bring_to_front()
+        self.context.on("page", self._on_new_page)
+
+    # ----- browser events ------------------------------------------------------------------------------
+    def _watch(self, page: Page) -> None:
+        page.on("request", self._on_request)
+        page.on("requestfinished", self._on_request_done)
+        page.on("requestfailed", self._on_request_done)
+        page.on("framenavigated", self._on_navigated)
+        page.on("dialog", self._on_dialog)
+        page.on("download", self._on_download)
+        page.on("crash", self._on_crash)
+        page.on("close", self._on_close)
+
+    def _on_request(self, request: Request) -> None:
+        """A main-frame navigation has started (Enter in a form, a script setting location): the page on
+        screen is about to be replaced, so an observation taken now would be stale."""
+        if request.is_navigation_request() and request.frame.parent_frame is None:
+            self._navigations.add(request)
+            self._navigation_done.clear()
+
+    def _on_request_done(self, request: Request) -> None:
+        self._navigations.discard(request)
+        if not self._navigations:
+            self._navigation_done.set()
+
+    def _on_navigated(self, frame: Frame) -> None:
+        if frame.parent_frame is None:
+            self._navigations = {r for r in self._navigations if r.frame is not frame}
+            if not self._navigations:
+                self._navigation_done.set()
+
+    def _on_new_page(self, page: Page) -> None:
+        """A popup or target=_blank link: it becomes the active tab, as it would for a person."""
+        self._watch(page)
+        self.active = page
+        self._new_page.set()
+        self.notes.add("a new tab opened and is now active")
+
+    def _on_close(self, page: Page) -> None:
+        if page is self.active:
+            open_pages = [p for p in self.context.pages if not p.is_closed()]
+            self.active = open_pages[-1] if open_pages else None
+
+    async def _on_dialog(self, dialog: Dialog) -> None:
+        self.notes.add(f"a {dialog.type} dialog said {dialog.message[:200]!r} and was accepted")
+        await dialog.accept()
+
+    def _on_download(self, download: Download) -> None:
+        self.notes.add(f"download of {download.suggested_filename!r} was blocked")
+
+    def _on_crash(self, page: Page) -> None:
+        self.page_crashed = True
+        log.warning("page crashed in episode %s: %s", self.id, page.url)
+
+    def _check_alive(self) -> None:
+        if not self.slot.alive:
+            raise EpisodeCrashed("browser_crashed", "the browser process died during the episode")
+        if self.page_crashed:
+            raise EpisodeCrashed("page_crashed", "the page's renderer crashed during the episode")
+
+    # ----- observe and act -----------------------------------------------------------------------------
+    def _error_text(self, error: str | None) -> str | None:
+        blocked = [u for u, nav in self.allow.take_blocked() if nav]
+        parts = [error] if error else []
+        parts += [f"blocked navigation to {u} (host not allowed)" for u in blocked[:3]]
+        parts += self.notes.take()
+        return "; ".join(parts) or None
+
+    async def refresh(self, error: str | None = None) -> PageView:
+        """Observe the active tab and remember its ids. If the page just opened a tab, wait for that tab
+        (event-driven, at most POPUP_WAIT_S) and observe it instead."""
+        view: PageView | None = None
+        for _ in range(4):
+            page = await self._active_page()
+            try:
+                view = await observe_view(page)
+            except PlaywrightError as exc:
+                self._check_alive()
+                if page is not self.active:
+                    continue
+                message = f"could not observe the page: {exc.message.splitlines()[0]}"
+                raise EpisodeCrashed("page_error", message) from exc
+            if self._navigations and page is self.active:  # a navigation began while observing: wait, again
+                await self._wait_navigation()
+                continue
+            if view.popups and page is self.active:
+                try:
+                    await asyncio.wait_for(self._new_page.wait(), POPUP_WAIT_S)
+                except TimeoutError:
+                    self.notes.add("the page tried to open a tab that never appeared")
+            if page is self.active:
+                break
+        if view is None:
+            raise EpisodeCrashed("page_error", "the active tab kept changing; could not observe it")
+        self._new_page.clear()
+        view.observation.error = self._error_text(error)
+        self.elements, self.observation = view.elements, view.observation
+        return view
+
+    async def _wait_navigation(self) -> None:
+        try:
+            await asyncio.wait_for(self._navigation_done.wait(), NAVIGATION_WAIT_S)
+        except TimeoutError:
+            self._navigations.clear()
+            self.notes.add(f"a navigation did not finish within {NAVIGATION_WAIT_S:.0f} s")
+
+    async def _active_page(self) -> Page:
+        if self.active is None:  # every tab was closed: open a blank one (the context's page handler watches it)
+            self.active = await self.context.new_page()
+        return self.active
+
+    async def step(self, text: str) -> StepResult:
+        """Parse ``text`` as a WebRL action, carry it out, observe. Errors come back in the observation."""
+        assert self.observation is not None, "open() the episode first"
+        try:
+            action = parse_action(text)
+        except ActionParseError as exc:
+            error = f"could not parse the action: {exc}"
+            obs = self.observation.model_copy(update={"error": error})
+            self.observation = obs
+            return StepResult(observation=obs, action=None, parse_error=str(exc), error=error)
+        if action.type is ActionType.EXIT:
+            obs = self.observation.model_copy(update={"error": None})
+            return StepResult(observation=obs, action=action, done=True, answer=action.message)
+        self._check_alive()
+        assert self.active is not None
+        try:
+            error = await execute(self.active, action, self.elements)
+        except PlaywrightError as exc:
+            self._check_alive()
+            error = f"{action.type.value} failed: {exc.message.splitlines()[0]}"
+        view = await self.refresh(error)
+        return StepResult(observation=view.observation, action=action, error=error)
+
+    async def evaluate(self, answer: str | None) -> float | None:
+        """The task's evaluator score for ``answer`` on the current state; None when the task has no eval."""
+        if self.task.eval is None:
+            return None
+        from webrl.evaluation import build_evaluator
+
+        evaluator = build_evaluator(self.task, self.settings)
+        url = self.active.url if self.active is not None else ""
+        return float(await evaluator.score(answer, url, self.context))
+
+    # ----- teardown ------------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Free the sandbox episode's state, close the context, give the browser back. Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.slot.alive:
+                await asyncio.wait_for(self._cleanup(), EPISODE_CLEANUP_TIMEOUT_S)
+        except Exception as exc:  # cleanup of a broken context must never take the pool down
+            log.info("episode %s cleanup: %r", self.id, exc)
+        finally:
+            self.pool.release(self.slot)
+
+    async def _cleanup(self) -> None:
+        site = self.task.site
+        if site in SITE_PLACEHOLDERS:
+            base = self.settings.site_url(site)
+            try:
+                await self.context.request.delete(f"{base}/__webrl/episodes/{self.id}", timeout=2000)
+            except PlaywrightError:
+                pass  # not a sandbox site, or already gone
+        await self.context.close()
+
+
+# ----- the episode loop ----------------------------------------------------------------------------------
+Decide = Callable[[PolicyRequest], Awaitable[PolicyResponse]]
+
+
+@dataclass
+class _Streaks:
+    """Consecutive parse failures and identical actions (WebArena early_stop)."""
+
+    parse_failures: int = 0
+    repeats: int = 0
+    last: str | None = None
+
+    def update(self, action: Action | None) -> str | None:
+        if action is None:
+            self.parse_failures, self.repeats, self.last = self.parse_failures + 1, 0, None
+            return "parse_failures" if self.parse_failures >= MAX_PARSE_FAILURES else None
+        text = action.format()
+        self.parse_failures = 0
+        self.repeats = self.repeats + 1 if text == self.last else 1
+        self.last = text
+        return "repeated_action" if self.repeats >= MAX_REPEATED_ACTIONS else None
+
+
+async def _loop(episode: BrowserEpisode, task: TaskConfig, decide: Decide, traj: Trajectory, max_steps: int) -> None:
+    """Policy -> action -> observation, until a stop condition; fills ``traj``."""
+    assert episode.observation is not None
+    obs, streaks = episode.observation, _Streaks()
+    traj.stop_reason = "max_steps"
+    for index in range(max_steps):
+        request = PolicyRequest(task=episode.task, intent=task.intent, observation=obs, history=list(traj.steps))
+        response = await decide(request)
+        traj.actor_version = response.version or traj.actor_version
+        try:
+            result = await asyncio.wait_for(episode.step(response.response), episode.settings.browser_step_timeout_s)
+        except TimeoutError:
+            traj.steps.append(_step(index, obs, response, None, None, "step timed out"))
+            traj.stop_reason = "step_timeout"
+            break
+        traj.steps.append(_step(index, obs, response, result.action, result.parse_error, result.error))
+        obs = result.observation
+        if result.done:
+            traj.answer, traj.stop_reason = result.answer, "exit"
+            break
+        stop = streaks.update(result.action)
+        if stop:
+            traj.stop_reason = stop
+            break
+    traj.last_observation = obs
+
+
+def _step(index: int, obs: Observation, response: PolicyResponse, action: Action | None,
+          parse_error: str | None, error: str | None) -> Step:
+    return Step(index=index, observation=obs, response=response.response, action=action, parse_error=parse_error,
+                token_ids=list(response.token_ids), logprobs=list(response.logprobs), url=obs.url, error=error)
+
+
+async def _run(task: TaskConfig, decide: Decide, pool: BrowserPool, settings: Settings, max_steps: int) -> Trajectory:
+    traj = Trajectory(task_id=str(task.task_id), intent=task.intent)
+    episode: BrowserEpisode | None = None
+    try:
+        async with asyncio.timeout(settings.browser_episode_timeout_s):
+            episode = await BrowserEpisode.open(pool, task, settings)
+            await _loop(episode, task, decide, traj, max_steps)
+            if episode.task.eval is not None:
+                traj.env_score = await _score(episode, traj.answer)
+    except TimeoutError:
+        traj.stop_reason = "episode_timeout"
+    except EpisodeCrashed as exc:
+        log.warning("episode of task %s ended: %s", task.task_id, exc)
+        traj.stop_reason = exc.reason
+        _record_failure(traj, str(exc))
+    except PlaywrightError as exc:  # reset or teardown trouble: this episode fails, the batch goes on
+        alive = episode is None or episode.slot.alive
+        log.warning("episode of task %s failed in the browser: %s", task.task_id, exc.message.splitlines()[0])
+        traj.stop_reason = "browser_error" if alive else "browser_crashed"
+        _record_failure(traj, exc.message.splitlines()[0])
+    finally:
+        if episode is not None:
+            await episode.close()
+    if traj.steps:
+        traj.steps[-1].done = True
+    return traj
+
+
+async def _score(episode: BrowserEpisode, answer: str | None) -> float | None:
+    """The evaluator's score; None (logged) when this task's evaluator cannot run here, so one task's
+    unsupported eval block does not end a whole batch."""
+    from webrl.evaluation.errors import EvaluationError
+
+    try:
+        return await episode.evaluate(answer)
+    except EvaluationError as exc:
+        log.warning("task %s not scored: %s", episode.task.task_id, exc)
+        return None
+
+
+def _record_failure(traj: Trajectory, message: str) -> None:
+    if traj.steps and traj.steps[-1].error is None:
+        traj.steps[-1].error = message
+    if traj.last_observation is None and traj.steps:
+        traj.last_observation = traj.steps[-1].observation.model_copy(update={"error": message})
+
+
+async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, settings: Settings,
+                      max_steps: int = MAX_STEPS) -> Trajectory:
+    """One episode of ``policy`` on ``task``: at most ``max_steps`` actions; evaluated when the task has an
+    ``eval`` block. Never raises for browser trouble (the trajectory's stop_reason says what happened);
+    a policy that raises propagates."""
+
+    async def decide(request: PolicyRequest) -> PolicyResponse:
+        return (await policy.act([request]))[0]
+
+    return await _run(task, decide, pool, settings, max_steps)
+
+
+class _Batcher:
+    """Collects the episodes' policy requests into batches: a batch goes when every live episode waits,
+    or ``wait_s`` after its first request (so a slow page does not hold the others back for long)."""
+
+    def __init__(self, policy: Policy, wait_s: float) -> None:
+        self.policy, self.wait_s = policy, wait_s
+        self.live = 0
+        self.pending: list[tuple[PolicyRequest, asyncio.Future[PolicyResponse]]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def act(self, request: PolicyRequest) -> PolicyResponse:
+        future: asyncio.Future[PolicyResponse] = asyncio.get_running_loop().create_future()
+        self.pending.append((request, future))
+        self._maybe_flush()
+        return await future
+
+    def leave(self) -> None:
+        self.live -= 1
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if not self.pending:
+            return
+        if len(self.pending) >= self.live:
+            self._flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.wait_s, self._flush)
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self.pending = self.pending, []
+        if batch:
+            task = asyncio.ensure_future(self._answer(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, batch: list[tuple[PolicyRequest, asyncio.Future[PolicyResponse]]]) -> None:
+        try:
+            responses = await self.policy.act([request for request, _ in batch])
+            if len(responses) != len(batch):
+                raise RuntimeError(f"policy answered {len(responses)} responses for {len(batch)} requests")
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), response in zip(batch, responses, strict=True):
+            if not future.done():
+                future.set_result(response)
+
+
+async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, settings: Settings,
+                    concurrency: int, max_steps: int = MAX_STEPS, batch_wait_s: float = BATCH_WAIT_S
+                    ) -> list[Trajectory]:
+    """Run ``tasks`` with up to ``concurrency`` episodes at once (bounded by the pool's size); the policy
+    gets batches of requests. Trajectories come back in task order."""
+    limit = asyncio.Semaphore(max(1, min(concurrency, pool.size)))
+    batcher = _Batcher(policy, batch_wait_s)
+
+    async def one(task: TaskConfig) -> Trajectory:
+        async with limit:
+            batcher.live += 1
+            try:
+                return await _run(task, batcher.act, pool, settings, max_steps)
+            finally:
+                batcher.leave()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            running = [group.create_task(one(task)) for task in tasks]
+    except BaseExceptionGroup as group_error:
+        raise group_error.exceptions[0] from None
+    return [t.result() for t in running]

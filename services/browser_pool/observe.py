@@ -1,0 +1,112 @@
+"""Observation: WebRL's simplified HTML of the active page, from one ``page.evaluate`` of ``observe.js``.
+
+No screenshot, no accessibility tree: the script waits for the DOM to go quiet, marks interactive elements
+with integer ids (attribute ``data-webrl-id``, document order, so the same page gives the same ids) and
+renders the visible part of the page with only the attributes DESIGN.md keeps. ``act.py`` finds an
+element again by its mark.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page
+
+from webrl.schemas import Observation
+
+log = logging.getLogger(__name__)
+
+OBSERVE_JS = (Path(__file__).with_name("observe.js")).read_text()
+INFLIGHT_JS = (Path(__file__).with_name("inflight.js")).read_text()  # init script: counts fetch/XHR in flight
+MARK_ATTRIBUTE = "data-webrl-id"  # set by observe.js on each element that has an id
+
+QUIET_MS = 25  # DOM quiet window: no mutation for this long means the page has settled (~1.5 frames at 60 Hz)
+QUIET_CAP_MS = 1000  # never wait longer than this for a page that keeps mutating (carousels, clocks)
+MAX_TEXT_CHARS = 200  # a text node longer than this is truncated ("..."); keeps observations short
+MAX_VALUE_CHARS = 100  # attribute values (input values, titles) are truncated at this length
+MAX_OPTIONS = 50  # options listed per <select>
+LOAD_TIMEOUT_MS = 10_000  # waiting for the load event after an action; past it the page is observed as is
+NAVIGATION_RETRIES = 3  # an evaluate interrupted by a navigation is retried after the new page loads
+
+
+@dataclass(frozen=True)
+class ElementInfo:
+    """What act.py needs about an element with an id: its tag, its input type, its CSS path (bench only)."""
+
+    tag: str
+    type: str = ""
+    path: str = ""
+
+
+ElementMap = dict[str, ElementInfo]
+
+
+@dataclass
+class PageView:
+    """An observation together with the ids it shows."""
+
+    observation: Observation
+    elements: ElementMap = field(default_factory=dict)
+    popups: int = 0  # tabs the page opened since the last observation (inflight.js counts them)
+
+
+async def settle(page: Page, timeout_ms: float = LOAD_TIMEOUT_MS) -> None:
+    """Wait for the page's load event (event-driven; returns at once when already loaded)."""
+    try:
+        await page.wait_for_load_state("load", timeout=timeout_ms)
+    except PlaywrightError as exc:
+        log.info("load state not reached in %d ms on %s: %s", timeout_ms, page.url, exc.message.splitlines()[0])
+
+
+async def tab_titles(pages: list[Page], known: dict[int, str] | None = None) -> list[str]:
+    """One entry per open tab: its title, or its URL when it has none. ``known`` maps ``id(page)`` to a
+    title already read (the observed page's), saving a round trip."""
+    out = []
+    for p in pages:
+        title = (known or {}).get(id(p))
+        if title is None:
+            try:
+                title = await p.title()
+            except PlaywrightError:
+                title = ""
+        out.append(title or p.url)
+    return out
+
+
+def _interrupted_by_navigation(exc: PlaywrightError) -> bool:
+    message = exc.message
+    return "Execution context was destroyed" in message or "navigat" in message.lower()
+
+
+async def observe_view(page: Page, *, tabs: list[Page] | None = None, error: str | None = None,
+                       bbox: bool = False, paths: bool = False) -> PageView:
+    """Settle, then extract the simplified HTML and the id map (and the titles of ``tabs``, default: every
+    page of the context). Retries when a navigation interrupts it."""
+    opts = {"quietMs": QUIET_MS, "capMs": QUIET_CAP_MS, "maxText": MAX_TEXT_CHARS, "maxValue": MAX_VALUE_CHARS,
+            "maxOptions": MAX_OPTIONS, "bbox": bbox, "paths": paths}
+    last: PlaywrightError | None = None
+    for _ in range(NAVIGATION_RETRIES + 1):
+        await settle(page)
+        try:
+            data = await page.evaluate(OBSERVE_JS, opts)
+        except PlaywrightError as exc:
+            if page.is_closed() or not _interrupted_by_navigation(exc):
+                raise
+            last = exc  # the page navigated mid-way; observe the new one
+            continue
+        elements = {k: ElementInfo(tag=v["tag"], type=v.get("type", ""), path=v.get("path", ""))
+                    for k, v in data["elements"].items()}
+        pages = tabs if tabs is not None else page.context.pages
+        titles = await tab_titles(pages, {id(page): data["title"]})
+        obs = Observation(html=data["html"], url=data["url"], title=data["title"], tabs=titles, error=error)
+        return PageView(observation=obs, elements=elements, popups=int(data.get("popups", 0)))
+    assert last is not None
+    raise last
+
+
+async def observe(page: Page) -> Observation:
+    """WebRL's simplified HTML of ``page`` (element ids in attribute ``id``), its url, title and tabs."""
+    return (await observe_view(page)).observation

@@ -1,0 +1,161 @@
+"""An asyncio pool of Chromium browsers (system Chromium through Playwright).
+
+Browsers are launched once and reused; every episode gets a fresh context (cookies, storage and cache are
+per context) on a browser leased from the pool. A browser that died (crash, killed process) is noticed
+through its ``disconnected`` event and replaced at the next lease; the episode that was using it ends
+with an error (see ``episode.py``) instead of hanging the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+import psutil
+from playwright.async_api import Browser, Playwright, async_playwright
+
+from webrl.config import Settings
+
+log = logging.getLogger(__name__)
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+LAUNCH_TIMEOUT_MS = 60_000  # a cold Chromium start takes 1-2 s here; this only bounds a hang
+CLOSE_TIMEOUT_S = 10.0  # closing a context of a wedged browser must not hang the pool
+
+
+@dataclass
+class BrowserSlot:
+    """One browser process of the pool. ``marker`` is a switch on its command line that finds its pid."""
+
+    index: int
+    marker: str
+    browser: Browser | None = None
+    launches: int = 0
+    episodes: int = 0
+    crashed: bool = field(default=False)
+
+    @property
+    def alive(self) -> bool:
+        return self.browser is not None and self.browser.is_connected() and not self.crashed
+
+
+class BrowserPool:
+    """``size`` Chromium browsers; :meth:`acquire` leases one (waiting while all are busy)."""
+
+    def __init__(self, settings: Settings, size: int = 1, *, headless: bool = True) -> None:
+        if size < 1:
+            raise ValueError(f"pool size must be at least 1, got {size}")
+        self.settings = settings
+        self.size = size
+        self.headless = headless
+        self._playwright: Playwright | None = None
+        self._slots = [BrowserSlot(index=i, marker=f"--webrl-pool={uuid.uuid4().hex[:12]}-{i}") for i in range(size)]
+        self._free: asyncio.Queue[BrowserSlot] = asyncio.Queue()
+        self._start_lock = asyncio.Lock()
+        self.restarts = 0
+
+    async def start(self) -> BrowserPool:
+        """Start Playwright and launch every browser (one after another: launches are CPU-heavy)."""
+        async with self._start_lock:
+            if self._playwright is not None:
+                return self
+            self._playwright = await async_playwright().start()
+            for slot in self._slots:
+                await self._launch(slot)
+                self._free.put_nowait(slot)
+        return self
+
+    async def __aenter__(self) -> BrowserPool:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _launch(self, slot: BrowserSlot) -> None:
+        assert self._playwright is not None
+        browser = await self._playwright.chromium.launch(
+            executable_path=self.settings.chromium_path,
+            args=[*CHROMIUM_ARGS, slot.marker],
+            headless=self.headless,
+            timeout=LAUNCH_TIMEOUT_MS,
+        )
+
+        def _on_disconnect(_: Browser, slot: BrowserSlot = slot) -> None:
+            if slot.browser is browser:
+                slot.crashed = True
+                log.warning("browser %d disconnected", slot.index)
+
+        browser.on("disconnected", _on_disconnect)
+        slot.browser, slot.crashed = browser, False
+        slot.launches += 1
+
+    async def acquire(self) -> BrowserSlot:
+        """Lease a browser, relaunching it first if it died."""
+        if self._playwright is None:
+            await self.start()
+        slot = await self._free.get()
+        try:
+            if not slot.alive:
+                self.restarts += 1
+                log.warning("replacing dead browser %d (restart %d)", slot.index, self.restarts)
+                await self._discard(slot)
+                await self._launch(slot)
+        except BaseException:
+            self._free.put_nowait(slot)
+            raise
+        slot.episodes += 1
+        return slot
+
+    def release(self, slot: BrowserSlot) -> None:
+        self._free.put_nowait(slot)
+
+    async def _discard(self, slot: BrowserSlot) -> None:
+        browser, slot.browser = slot.browser, None
+        if browser is not None:
+            try:
+                await asyncio.wait_for(browser.close(), CLOSE_TIMEOUT_S)
+            except Exception as exc:  # a dead browser may fail to close in many ways; it is gone either way
+                log.debug("closing dead browser %d: %r", slot.index, exc)
+        for proc in self._processes(slot):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+    def _processes(self, slot: BrowserSlot) -> list[psutil.Process]:
+        """Chromium processes of ``slot`` (the browser and its children), found by the marker switch."""
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = proc.info.get("cmdline") or []
+            if slot.marker in cmdline:
+                found.append(proc)
+        return found
+
+    def browser_pids(self) -> list[int]:
+        """Pid of each slot's main browser process (not its renderers), in slot order; for tests and ops."""
+        pids = []
+        for slot in self._slots:
+            main = [p.pid for p in self._processes(slot) if not any(a.startswith("--type=") for a in p.cmdline())]
+            pids.extend(main[:1])
+        return pids
+
+    @property
+    def slots(self) -> list[BrowserSlot]:
+        return list(self._slots)
+
+    async def close(self) -> None:
+        """Close every browser and Playwright."""
+        for slot in self._slots:
+            await self._discard(slot)
+        if self._playwright is not None:
+            await self._playwright.stop()
+            self._playwright = None

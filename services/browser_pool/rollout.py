@@ -1,0 +1,125 @@
+"""Rollout jobs: run a policy on stored tasks and store the trajectories (what ``rollout.run`` does).
+
+Idempotent per (task, phase, attempt): tasks that already have a trajectory for this phase and attempt are
+not run again; their stored ids are returned with the new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.browser_pool.episode import MAX_STEPS, run_batch
+from services.browser_pool.pool import BrowserPool
+from webrl.config import Settings
+from webrl.db import repository
+from webrl.db.session import session_scope
+from webrl.policy import policy_from_spec
+from webrl.schemas import TaskConfig, Trajectory
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class RolloutPayload(BaseModel):
+    """The ``rollout.run`` payload (contract: browser pool)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks (tasks.key).")
+    phase: int = Field(0, ge=0)
+    attempt: int = Field(0, ge=0)
+    purpose: Literal["train", "eval", "sft", "orm"] = "train"
+    policy: dict[str, Any] = Field(description='Policy spec, e.g. {"kind": "oracle", "corrupt": 0.0, "seed": 0}.')
+    concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
+    max_steps: int = Field(MAX_STEPS, ge=1, le=100)
+
+
+class RolloutResult(BaseModel):
+    trajectory_ids: list[int]
+    mean_env_score: float = Field(description="Mean evaluator score over the trajectories that have one (else 0).")
+    n_scored: int = Field(description="Trajectories with an evaluator score.")
+    n_new: int = Field(description="Trajectories run by this job (the rest were stored already).")
+
+
+class UnknownTasksError(ValueError):
+    """Task keys that are not in the database."""
+
+
+def _plan(payload: RolloutPayload, settings: Settings) -> tuple[list[tuple[int, TaskConfig]], dict[int, int]]:
+    """Tasks still to run as (db id, config), and db task id -> stored trajectory id for those already run."""
+    with session_scope(settings) as session:
+        rows = repository.tasks_by_keys(session, payload.task_keys)
+        missing = sorted(set(payload.task_keys) - {r.key for r in rows})
+        if missing:
+            raise UnknownTasksError(f"unknown task keys (not in the database; run `webrl tasks load`?): "
+                                    f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
+        todo, done = [], {}
+        for row in rows:
+            stored = repository.find_trajectory(session, row.id, payload.phase, payload.attempt)
+            if stored is not None:
+                done[row.id] = stored.id
+            else:
+                todo.append((row.id, repository.task_config(row)))
+    return todo, done
+
+
+def _store(payload: RolloutPayload, settings: Settings, task_ids: list[int], trajs: list[Trajectory]) -> dict[int, int]:
+    ids = {}
+    for task_id, traj in zip(task_ids, trajs, strict=True):
+        with session_scope(settings) as session:
+            row = repository.save_trajectory(session, task_id, payload.phase, payload.attempt, traj,
+                                             purpose=payload.purpose)
+            ids[task_id] = row.id
+    return ids
+
+
+def _scores(settings: Settings, trajectory_ids: list[int]) -> list[float]:
+    from webrl.db import models as m
+
+    with session_scope(settings) as session:
+        rows = [session.get(m.Trajectory, i) for i in trajectory_ids]
+        return [r.env_score for r in rows if r is not None and r.env_score is not None]
+
+
+async def run_rollout(payload: RolloutPayload, settings: Settings, pool: BrowserPool | None = None) -> RolloutResult:
+    """Run the payload's policy on its tasks (skipping those already stored) and store every trajectory."""
+    todo, done = _plan(payload, settings)
+    new: dict[int, int] = {}
+    if todo:
+        policy = policy_from_spec(payload.policy, settings)
+        own = pool is None
+        pool = pool or BrowserPool(settings, size=min(payload.concurrency, len(todo)))
+        try:
+            trajs = await run_batch([c for _, c in todo], policy, pool, settings, payload.concurrency,
+                                    max_steps=payload.max_steps)
+        finally:
+            if own:
+                await pool.close()
+        new = await asyncio.to_thread(_store, payload, settings, [i for i, _ in todo], trajs)
+    by_task = {**done, **new}
+    with session_scope(settings) as session:
+        order = [r.id for r in repository.tasks_by_keys(session, payload.task_keys)]
+    ids = [by_task[i] for i in order]
+    scores = _scores(settings, ids)
+    log.info("rollout: %d trajectories (%d new), mean env score %.3f", len(ids), len(new),
+             sum(scores) / len(scores) if scores else 0.0)
+    return RolloutResult(trajectory_ids=ids, mean_env_score=sum(scores) / len(scores) if scores else 0.0,
+                         n_scored=len(scores), n_new=len(new))
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, even when this thread already runs an event loop
+    (an eager Celery task called from async code): then it runs on a fresh loop in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        return executor.submit(asyncio.run, coro).result()

@@ -1,0 +1,142 @@
+"""What the REST service holds between requests: live episodes (each on a leased browser) and rollout jobs.
+
+Embedded mode runs a rollout job as an asyncio task on the service's own pool; distributed mode (a broker
+configured) sends ``rollout.run`` to the ``rollout`` queue and reads the job from the result backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from services.browser_pool.episode import BrowserEpisode, EpisodeCrashed, StepResult
+from services.browser_pool.pool import BrowserPool
+from services.browser_pool.rollout import RolloutPayload, run_rollout
+from webrl.config import Settings
+from webrl.schemas import TaskConfig
+
+log = logging.getLogger(__name__)
+
+
+class EpisodeNotFound(KeyError):
+    """No live episode with this id."""
+
+
+class PoolBusy(RuntimeError):
+    """No browser became free in time."""
+
+
+class JobView(BaseModel):
+    job_id: str
+    status: Literal["pending", "running", "succeeded", "failed"]
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Live:
+    episode: BrowserEpisode
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    steps: int = 0
+
+
+class EpisodeManager:
+    """Live episodes and jobs of one browser-pool service process."""
+
+    def __init__(self, settings: Settings, pool: BrowserPool) -> None:
+        self.settings, self.pool = settings, pool
+        self._episodes: dict[str, _Live] = {}
+        self._jobs: dict[str, JobView] = {}
+        self._job_tasks: set[asyncio.Task[None]] = set()
+
+    async def create(self, task: TaskConfig) -> BrowserEpisode:
+        try:
+            episode = await asyncio.wait_for(BrowserEpisode.open(self.pool, task, self.settings),
+                                             self.settings.browser_step_timeout_s)
+        except TimeoutError:
+            raise PoolBusy(f"no browser free within {self.settings.browser_step_timeout_s:.0f} s") from None
+        self._episodes[episode.id] = _Live(episode)
+        return episode
+
+    def _live(self, episode_id: str) -> _Live:
+        if episode_id not in self._episodes:
+            raise EpisodeNotFound(episode_id)
+        return self._episodes[episode_id]
+
+    async def step(self, episode_id: str, text: str) -> StepResult:
+        """One step; steps of one episode run one at a time. A dead browser or a step over its time limit
+        ends the episode (done, with the error) and frees its browser."""
+        live = self._live(episode_id)
+        async with live.lock:
+            live.steps += 1
+            try:
+                return await asyncio.wait_for(live.episode.step(text), self.settings.browser_step_timeout_s)
+            except (EpisodeCrashed, TimeoutError) as exc:
+                message = str(exc) or f"step took longer than {self.settings.browser_step_timeout_s:.0f} s"
+                await self.delete(episode_id)
+                assert live.episode.observation is not None
+                obs = live.episode.observation.model_copy(update={"error": message})
+                return StepResult(observation=obs, action=None, error=message, done=True)
+
+    async def evaluate(self, episode_id: str, answer: str | None) -> float | None:
+        live = self._live(episode_id)
+        async with live.lock:
+            return await live.episode.evaluate(answer)
+
+    async def delete(self, episode_id: str) -> None:
+        live = self._episodes.pop(episode_id, None)
+        if live is None:
+            raise EpisodeNotFound(episode_id)
+        await live.episode.close()
+
+    async def close(self) -> None:
+        for episode_id in list(self._episodes):
+            await self.delete(episode_id)
+        for task in list(self._job_tasks):
+            task.cancel()
+        await self.pool.close()
+
+    # ----- jobs ----------------------------------------------------------------------------------------
+    def submit(self, payload: RolloutPayload) -> JobView:
+        if not self.settings.eager:
+            from webrl.queue import celery_app
+
+            sent = celery_app.send_task("rollout.run", args=(payload.model_dump(),))
+            return JobView(job_id=sent.id, status="pending")
+        job = JobView(job_id=uuid.uuid4().hex, status="running")
+        self._jobs[job.job_id] = job
+        task = asyncio.ensure_future(self._run_job(job, payload))
+        self._job_tasks.add(task)
+        task.add_done_callback(self._job_tasks.discard)
+        return job
+
+    async def _run_job(self, job: JobView, payload: RolloutPayload) -> None:
+        try:
+            result = await run_rollout(payload, self.settings, pool=self.pool)
+        except Exception as exc:
+            log.exception("rollout job %s failed", job.job_id)
+            job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
+            return
+        job.status, job.result = "succeeded", result.model_dump()
+
+    def job(self, job_id: str) -> JobView | None:
+        if self.settings.eager:
+            return self._jobs.get(job_id)
+        from celery.result import AsyncResult
+
+        from webrl.queue import celery_app
+
+        res = AsyncResult(job_id, app=celery_app)
+        state = {"PENDING": "pending", "RECEIVED": "pending", "STARTED": "running", "RETRY": "running",
+                 "SUCCESS": "succeeded", "FAILURE": "failed", "REVOKED": "failed"}.get(res.state, "pending")
+        if state == "succeeded":
+            return JobView(job_id=job_id, status=state, result=res.result)
+        if state == "failed":
+            return JobView(job_id=job_id, status=state, error=repr(res.result))
+        return JobView(job_id=job_id, status=state)
+

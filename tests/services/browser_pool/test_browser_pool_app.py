@@ -1,0 +1,99 @@
+"""REST: an episode round trip (create, step, evaluate, delete), validation errors, rollout jobs."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.browser_pool.app import create_app_for_service
+
+pytestmark = [pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def client(pool_settings):
+    settings = pool_settings.model_copy(update={"browser_pool_size": 1})
+    with TestClient(create_app_for_service(settings)) as c:
+        yield c
+
+
+def test_fixture_round_trip(client, fixture_url, make_task):
+    task = make_task(f"{fixture_url}/actions.html").to_json()
+    created = client.post("/v1/episodes", json={"task": task})
+    assert created.status_code == 200, created.text
+    episode_id, obs = created.json()["episode_id"], created.json()["observation"]
+    assert "Count: 0" in obs["html"] and obs["title"] == "Actions fixture"
+    add = re.search(r'<button id="(\d+)"> Add one', obs["html"]).group(1)
+    stepped = client.post(f"/v1/episodes/{episode_id}/step", json={"action": f'do(action="Click", element="{add}")'})
+    body = stepped.json()
+    assert stepped.status_code == 200 and "Count: 1" in body["observation"]["html"] and body["error"] is None
+    assert body["action"] == f'do(action="Click", element="{add}")' and body["done"] is False
+    bad = client.post(f"/v1/episodes/{episode_id}/step", json={"action": "click it"}).json()
+    assert bad["action"] is None and bad["parse_error"] and "could not parse" in bad["observation"]["error"]
+    done = client.post(f"/v1/episodes/{episode_id}/step", json={"action": 'exit(message="1")'}).json()
+    assert done["done"] and done["answer"] == "1"
+    scored = client.post(f"/v1/episodes/{episode_id}/evaluate", json={"answer": "1"})
+    assert scored.status_code == 200 and scored.json() == {"score": None}  # no eval block
+    assert client.delete(f"/v1/episodes/{episode_id}").json() == {"deleted": episode_id}
+    gone = client.post(f"/v1/episodes/{episode_id}/step", json={"action": 'do(action="Scroll Down")'})
+    assert gone.status_code == 404 and gone.json()["error"]["type"] == "not_found"
+
+
+def test_validation_errors_name_the_field(client, fixture_url, make_task):
+    both = client.post("/v1/episodes", json={"task": make_task(fixture_url).to_json(), "task_key": "x"})
+    assert both.status_code == 422 and "exactly one of 'task' or 'task_key'" in both.json()["error"]["message"]
+    no_intent = client.post("/v1/episodes", json={"task": {"task_id": 1, "sites": [], "start_url": "x"}})
+    assert no_intent.status_code == 422 and "task.intent" in no_intent.json()["error"]["message"]
+    missing = client.post("/v1/episodes/abc/step", json={})
+    assert missing.status_code == 422 and "action" in missing.json()["error"]["message"]
+    rollout = client.post("/v1/rollouts", json={"task_keys": [], "policy": {"kind": "oracle"}})
+    assert rollout.status_code == 422 and "task_keys" in rollout.json()["error"]["message"]
+    assert client.get("/v1/jobs/nope").status_code == 404
+    assert client.delete("/v1/episodes/nope").status_code == 404
+
+
+@pytest.mark.slow
+def test_sandbox_round_trip_and_rollout_job(sandbox, sandbox_tasks, stored_keys):
+    """A stored sandbox task through REST, driven by the oracle, scored by its evaluator; then a job."""
+    import asyncio
+
+    from webrl.db import repository
+    from webrl.db.session import session_scope
+    from webrl.policy import PolicyRequest
+    from webrl.sandbox.oracles import OraclePolicy
+    from webrl.schemas import Observation, Step
+
+    keys = stored_keys(sandbox, sandbox_tasks[:2], prefix="rest/test")
+    oracle = OraclePolicy()
+    with TestClient(create_app_for_service(sandbox.model_copy(update={"browser_pool_size": 1}))) as c:
+        created = c.post("/v1/episodes", json={"task_key": keys[0]}).json()
+        episode_id, obs = created["episode_id"], Observation.model_validate(created["observation"])
+        task = sandbox_tasks[0].resolved(sandbox)
+        history: list[Step] = []
+        for index in range(30):
+            request = PolicyRequest(task=task, intent=task.intent, observation=obs, history=history)
+            text = asyncio.run(oracle.act([request]))[0].response
+            body = c.post(f"/v1/episodes/{episode_id}/step", json={"action": text}).json()
+            history.append(Step(index=index, observation=obs, response=text))
+            obs = Observation.model_validate(body["observation"])
+            if body["done"]:
+                break
+        assert body["done"] and body["error"] is None
+        assert c.post(f"/v1/episodes/{episode_id}/evaluate", json={"answer": body["answer"]}).json() == {"score": 1.0}
+        c.delete(f"/v1/episodes/{episode_id}")
+
+        job = c.post("/v1/rollouts", json={"task_keys": keys, "phase": 0, "attempt": 7, "purpose": "eval",
+                                           "policy": {"kind": "oracle"}, "concurrency": 1})
+        assert job.status_code == 202, job.text
+        deadline = time.monotonic() + 120
+        while (view := c.get(f"/v1/jobs/{job.json()['job_id']}").json())["status"] == "running":
+            assert time.monotonic() < deadline, view
+            time.sleep(0.2)
+        assert view["status"] == "succeeded", view
+        assert len(view["result"]["trajectory_ids"]) == 2 and view["result"]["mean_env_score"] == 1.0
+    with session_scope(sandbox) as session:
+        rows = [repository.find_trajectory(session, t.id, 0, 7) for t in repository.tasks_by_keys(session, keys)]
+        assert all(r is not None and r.purpose == "eval" and r.n_steps == len(r.steps) > 0 for r in rows)

@@ -1,0 +1,47 @@
+"""Reset from a task config: storage_state, geolocation, several start tabs, placeholders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from services.browser_pool.episode import BrowserEpisode
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+async def test_storage_state_geolocation_and_tabs(pool, pool_settings, fixture_url, make_task, tmp_path):
+    host = fixture_url.split("//")[1].split(":")[0]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"cookies": [{"name": "login", "value": "alice", "domain": host, "path": "/",
+                                              "expires": -1, "httpOnly": False, "secure": False, "sameSite": "Lax"}],
+                                 "origins": []}))
+    task = make_task(f"{fixture_url}/state.html |AND| {fixture_url}/next.html", storage_state=str(state),
+                     geolocation={"latitude": 40.5, "longitude": -79.25})
+    episode = await BrowserEpisode.open(pool, task, pool_settings)
+    try:
+        obs = episode.observation
+        assert "Cookies: login=alice" in obs.html
+        assert "Position: 40.5 -79.25" in obs.html
+        assert obs.title == "State fixture" and obs.tabs == ["State fixture", "Next page"]  # first tab active
+    finally:
+        await episode.close()
+
+
+async def test_placeholders_resolve_to_site_urls(pool, pool_settings, fixture_url, make_task):
+    settings = pool_settings.model_copy(update={"wikipedia_url": fixture_url})
+    episode = await BrowserEpisode.open(pool, make_task("__WIKIPEDIA__/next.html"), settings)
+    try:
+        assert episode.observation.url == f"{fixture_url}/next.html"
+        assert episode.task.start_url == f"{fixture_url}/next.html"
+    finally:
+        await episode.close()
+
+
+async def test_unreachable_start_url_is_reported(pool, pool_settings, make_task):
+    episode = await BrowserEpisode.open(pool, make_task("http://example.invalid/"), pool_settings)
+    try:
+        assert episode.observation.error and "could not open http://example.invalid/" in episode.observation.error
+    finally:
+        await episode.close()

@@ -1,0 +1,114 @@
+"""Safety: the allow-list blocks an outside host, popups become the active tab, downloads and dialogs are
+handled, and a killed browser ends its episode with an error and is replaced."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+
+from services.browser_pool.episode import BrowserEpisode, run_episode
+from services.browser_pool.pool import BrowserPool
+from services.browser_pool.safety import blocked_url_regex, is_allowed
+from webrl.policy import PolicyRequest, PolicyResponse
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+def _id(html: str, text: str) -> str:
+    match = re.search(rf'<\w+ id="(\d+)"[^>]*> {re.escape(text)}', html)
+    assert match, f"no element {text!r} in {html}"
+    return match.group(1)
+
+
+async def test_allow_list_rules():
+    allowed = ["127.0.0.1:7770", "example.org"]
+    regex = blocked_url_regex(allowed)
+    for url in ["http://127.0.0.1:7770/x", "http://127.0.0.1:7770", "https://example.org:8443/a?b", "data:text/html,x",
+                "about:blank", "http://EXAMPLE.org/"]:
+        assert is_allowed(url, allowed) and not regex.search(url), url
+    for url in ["http://127.0.0.1:7771/", "http://127.0.0.1/", "http://evil.com/?u=http://127.0.0.1:7770/",
+                "http://127.0.0.1:7770.evil.com/", "http://example.org.evil.com/", "ftp://example.org/", "file:///etc"]:
+        assert not is_allowed(url, allowed) and regex.search(url), url
+
+
+async def test_outside_host_is_blocked(pool, pool_settings, fixture_url, outside_url, make_task):
+    target = f"{outside_url}/outside.html"
+    episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/safety.html?to={target}"), pool_settings)
+    try:
+        await episode.refresh()
+        assert "fetch failed" in episode.observation.html  # the page's own fetch to the outside host
+        result = await episode.step(f'do(action="Click", element="{_id(episode.observation.html, "Outside link")}")')
+        assert "You reached the outside host" not in result.observation.html
+        assert result.observation.error and f"blocked navigation to {target}" in result.observation.error
+    finally:
+        await episode.close()
+
+
+async def test_outside_host_reachable_when_allowed(pool, pool_settings, fixture_url, outside_url, make_task):
+    """The control for the test above: the same page reaches the host once it is on the list."""
+    target = f"{outside_url}/outside.html"
+    settings = pool_settings.model_copy(update={"allowed_hosts": [*pool_settings.allowed_hosts,
+                                                                  outside_url.split("//")[1]]})
+    episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/safety.html?to={target}"), settings)
+    try:
+        await episode.refresh()
+        assert "fetch ok" in episode.observation.html
+        result = await episode.step(f'do(action="Click", element="{_id(episode.observation.html, "Outside link")}")')
+        assert "You reached the outside host" in result.observation.html
+    finally:
+        await episode.close()
+
+
+async def test_popups_downloads_dialogs(pool, pool_settings, fixture_url, make_task):
+    episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/safety.html"), pool_settings)
+    try:
+        html = episode.observation.html
+        result = await episode.step(f'do(action="Click", element="{_id(html, "New tab link")}")')
+        assert result.observation.title == "Next page" and len(result.observation.tabs) == 2
+        assert "new tab" in (result.observation.error or "")
+        await episode.active.close()
+        view = await episode.refresh()
+        assert view.observation.title == "Safety fixture" and len(view.observation.tabs) == 1
+        result = await episode.step(f'do(action="Click", element="{_id(html, "Open popup")}")')
+        assert result.observation.title == "Next page" and len(result.observation.tabs) == 2
+        await episode.active.close()
+        await episode.refresh()
+        result = await episode.step(f'do(action="Click", element="{_id(html, "Download file")}")')
+        assert result.observation.title == "Safety fixture"
+        result = await episode.step(f'do(action="Click", element="{_id(html, "Ask")}")')
+        assert "confirmed" in result.observation.html and "dialog" in (result.observation.error or "")
+    finally:
+        await episode.close()
+
+
+class _ClickForever:
+    """Clicks the first element every step (killing the browser after the first step)."""
+
+    def __init__(self, pool: BrowserPool) -> None:
+        self.pool, self.calls = pool, 0
+
+    async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
+        self.calls += 1
+        if self.calls == 2:
+            for pid in self.pool.browser_pids():
+                os.kill(pid, signal.SIGKILL)
+        return [PolicyResponse(response=f'do(action="Scroll Down")  # {self.calls}'.split("#")[0])
+                for _ in requests]
+
+
+async def test_killed_browser_is_replaced(pool_settings, fixture_url, make_task):
+    async with BrowserPool(pool_settings, size=1) as own:
+        [pid] = own.browser_pids()
+        traj = await run_episode(make_task(f"{fixture_url}/actions.html"), _ClickForever(own), own, pool_settings)
+        assert traj.stop_reason == "browser_crashed"
+        assert traj.steps and traj.steps[-1].done and "died" in (traj.steps[-1].error or "")
+        # The next episode gets a fresh browser and works.
+        episode = await BrowserEpisode.open(own, make_task(f"{fixture_url}/actions.html"), pool_settings)
+        try:
+            assert "Add one" in episode.observation.html
+        finally:
+            await episode.close()
+        assert own.restarts == 1 and own.browser_pids() and own.browser_pids()[0] != pid
