@@ -13,7 +13,7 @@ from webrl.db.session import session_scope
 from webrl.queue import dispatch
 from webrl.schemas import load_task_file
 
-EVAL_PHASE = -1  # trajectories of stand-alone evaluations live outside the pipeline's phases
+EVAL_PHASE = 0  # stand-alone evaluations share phase 0; their attempt number (>= 1) tells them apart
 CHUNK = 16  # tasks per rollout job
 
 
@@ -21,7 +21,7 @@ def evaluation_attempt(actor: Path) -> int:
     """A stable attempt number per actor folder state, so re-evaluating the same actor is idempotent and a
     different (or retrained) actor gets its own trajectories."""
     stamp = f"{actor.resolve()}:{(actor / 'config.json').stat().st_mtime_ns}"
-    return int(hashlib.sha256(stamp.encode()).hexdigest()[:7], 16)
+    return 1 + int(hashlib.sha256(stamp.encode()).hexdigest()[:7], 16)  # 0 is the pipeline's own attempt
 
 
 def external_task_keys(settings: Settings, tasks_file: Path) -> list[str]:

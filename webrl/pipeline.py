@@ -236,9 +236,8 @@ class Pipeline:
     def _stage_train(self, index: int) -> dict[str, Any]:
         """Critic, then actor, on this phase's experience plus replay; publishes both checkpoints."""
         result = dispatch("train.phase", {
-            "run": self.options.run, "phase": index, "actor": self.actor_for_phase(index),
-            "critic": self.critic_for_phase(index), "sft": self.options.actor,
-            "orm_version": self._orm_version(), "replay": self.options.replay, "kl": self.options.kl,
+            "phase": index, "actor": self.actor_for_phase(index), "critic": self.critic_for_phase(index),
+            "critic_base": self.options.actor, "replay": self.options.replay, "kl": self.options.kl,
             "seed": self.options.seed, **self.options.train,
         })
         return {"actor_path": result["actor"]["path"], "actor_version": result["actor"]["version"],

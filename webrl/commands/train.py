@@ -45,9 +45,9 @@ def ensure_ready(settings: Settings) -> None:
 
     settings.ensure_dirs()
     upgrade(settings)
-    from webrl.sandbox.tasks.load import load_suite
+    from webrl.sandbox.tasks.suite import load_suite
 
-    counts = load_suite(settings)
+    counts = load_suite(settings, settings.seed)
     if any(counts.values()):
         console.print(f"loaded the sandbox task suite: {counts}")
 
