@@ -1,0 +1,118 @@
+"""Oracle solvers: observation parsing, the policy's replay and corruption, and real episodes through the
+browser pool (real Chromium) scored by the real evaluators."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from webrl.actions import parse_action
+from webrl.config import Settings
+from webrl.policy import Policy, PolicyRequest
+from webrl.sandbox.oracles import ObservedPage, OraclePolicy, OracleStuck, click, search, select
+from webrl.sandbox.tasks.suite import build_suite
+from webrl.schemas import ActionType, Observation, Step, TaskConfig
+
+OBSERVATION = """<html> <header> <a id="0"> One Stop Market </a> <form> <input id="1" type="text"
+placeholder="Search entire store here..."/> <button id="2" type="submit"> Search </button> </form>
+<a id="3"> My Cart (2) </a> </header> <main> <h1> Yoga Mats </h1> <p> 23 items </p>
+<select id="4" title="Sort By"> <option selected> Position </option> <option> Price: Low to High </option> </select>
+<button id="5"> Apply </button> <li> <a id="6"> Pacer Pro Yoga Mat, Blue </a> $12.99 </li>
+<button id="7" title="Remove Pacer Pro Yoga Mat, Blue"> Remove item </button> </main> </html>"""
+
+#: One task per behaviour the fast test covers: dropdown + sort (104), tabs + review form (120), a long
+#: purchase (118), a modal (211), a report (205), a filter whose URL is checked (207).
+FAST_TEMPLATES = (104, 118, 120, 205, 207, 211)
+
+
+def test_observed_page_finds_elements_by_text_placeholder_and_title() -> None:
+    page = ObservedPage(OBSERVATION, "http://shop/")
+    assert page.find("Search entire store here").id == "1"
+    assert page.find("My Cart", ("a",)).id == "3"
+    assert page.find("Remove Pacer Pro Yoga Mat, Blue", exact=True).id == "7"
+    assert page.select_with_option("Price: Low to High").id == "4"
+    assert page.search_text(r"(\d+) items") == "23"
+    with pytest.raises(OracleStuck, match="no element labelled"):
+        page.find("Checkout")
+    assert parse_action(click(page, "Apply")).element == "5"
+    assert parse_action(search(page, "Search entire", "yoga")).type is ActionType.SEARCH
+    assert parse_action(select(page, "Price: Low to High", "Sort By")).argument == "Price: Low to High"
+
+
+def _request(task: TaskConfig, history: list[Step], html: str = OBSERVATION) -> PolicyRequest:
+    observation = Observation(html=html, url="http://shop/")
+    return PolicyRequest(task=task, intent=task.intent, observation=observation, history=history)
+
+
+def test_policy_replays_its_solver_over_history() -> None:
+    task = next(c for c in build_suite(0)["train"] if c.intent_template_id == 101)
+    policy = OraclePolicy()
+    assert isinstance(policy, Policy)
+    first = asyncio.run(policy.act([_request(task, [])]))[0]
+    action = parse_action(first.response)
+    assert action.type is ActionType.SEARCH and action.argument == task.instantiation_dict["product"]
+    step = Step(index=0, observation=Observation(html=OBSERVATION, url="http://shop/"), response=first.response)
+    results = f'<a id="0"> One Stop Market </a> <button id="1"> Apply </button> <a id="2"> {action.argument} </a>'
+    second = asyncio.run(policy.act([_request(task, [step], results)]))[0]
+    assert parse_action(second.response).element == "2"
+
+
+def test_policy_exits_when_stuck_or_without_a_solver() -> None:
+    task = next(c for c in build_suite(0)["train"] if c.intent_template_id == 101)
+    stuck = asyncio.run(OraclePolicy().act([_request(task, [], "<p>nothing here</p>")]))[0]
+    assert parse_action(stuck.response).type is ActionType.SCROLL_DOWN  # it looks further down first
+    unknown = task.model_copy(update={"intent_template_id": 99999})
+    reply = asyncio.run(OraclePolicy().act([_request(unknown, [])]))[0]
+    assert parse_action(reply.response).type is ActionType.EXIT
+
+
+def test_corrupt_policy_emits_random_valid_actions_deterministically() -> None:
+    task = build_suite(0)["train"][0]
+    requests = [_request(task, [])]
+    a = asyncio.run(OraclePolicy(corrupt=1.0, seed=3).act(requests))[0].response
+    b = asyncio.run(OraclePolicy(corrupt=1.0, seed=3).act(requests))[0].response
+    assert a == b
+    parse_action(a)
+    with pytest.raises(ValueError, match="corrupt"):
+        OraclePolicy(corrupt=1.5)
+
+
+async def _run_oracle(tasks: list[TaskConfig], settings: Settings) -> list[float | None]:
+    from services.browser_pool.episode import run_batch
+    from services.browser_pool.pool import BrowserPool
+
+    async with BrowserPool(settings, size=2) as pool:
+        trajectories = await run_batch(tasks, OraclePolicy(), pool, settings, concurrency=2)
+    return [t.env_score for t in trajectories]
+
+
+def _failures(tasks: list[TaskConfig], scores: list[float | None]) -> list[str]:
+    return [f"{t.intent_template_id}: {t.intent} -> {s}" for t, s in zip(tasks, scores, strict=True) if s != 1.0]
+
+
+@pytest.mark.browser
+def test_oracle_scores_one_on_a_sample_through_the_browser(sandbox: Settings) -> None:
+    suite = build_suite(0)
+    tasks = [next(c for c in suite["test"] + suite["train"] if c.intent_template_id == tid) for tid in FAST_TEMPLATES]
+    scores = asyncio.run(_run_oracle(tasks, sandbox))
+    assert not _failures(tasks, scores)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.timeout(1800)  # 165 episodes, ~750 steps: ~12 minutes on 2 busy cores
+def test_oracle_passes_every_test_split_task(sandbox: Settings) -> None:
+    tasks = build_suite(0)["test"]
+    scores = asyncio.run(_run_oracle(tasks, sandbox))
+    assert not _failures(tasks, scores)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.timeout(4 * 3600)  # ~2,000 episodes, ~9,000 steps
+def test_oracle_passes_the_whole_suite(sandbox: Settings) -> None:
+    suite = build_suite(0)
+    tasks = suite["train"] + suite["test"]
+    scores = asyncio.run(_run_oracle(tasks, sandbox))
+    assert not _failures(tasks, scores)

@@ -1,0 +1,65 @@
+"""``webrl sites``: the built-in sandbox websites (serve, build their databases, list them)."""
+
+from __future__ import annotations
+
+import typer
+
+from webrl.config import SANDBOX_PORTS, get_settings
+
+
+def register(app: typer.Typer) -> None:
+    sites = typer.Typer(help="The built-in sandbox websites.", no_args_is_help=True)
+
+    @sites.command("serve")
+    def serve(
+        port_offset: int = typer.Option(0, help="Added to every default port (config.SANDBOX_PORTS)."),
+        only: list[str] = typer.Option(None, "--site", help="Serve only these sites (repeatable)."),
+    ) -> None:
+        """Serve every sandbox site on its default port and print the URLs the placeholders resolve to."""
+        from webrl.config import SITE_PLACEHOLDERS
+        from webrl.sandbox.server import running_sandbox
+        from webrl.sandbox.sites import SITES
+
+        names = only or list(SITES)
+        unknown = sorted(set(names) - set(SITES))
+        if unknown:
+            raise typer.BadParameter(f"unknown sites {unknown}; present: {list(SITES)}", param_hint="--site")
+        settings = get_settings()
+        settings.ensure_dirs()
+        ports = {site: SANDBOX_PORTS[site] + port_offset for site in names}
+        with running_sandbox(settings, ports, names) as served:
+            for site in names:
+                typer.echo(f"{SITE_PLACEHOLDERS[site]:<20} {served.site_url(site)}")
+            typer.echo("serving; Ctrl-C stops")
+            _wait_forever()
+
+    @sites.command("build")
+    def build() -> None:
+        """Build the template databases for WEBRL_SEED (once; episodes copy them)."""
+        from webrl.sandbox.server import make_store
+
+        settings = get_settings()
+        store = make_store(settings)
+        for db in store.builders:
+            typer.echo(f"{db}: {store.template_path(db)}")
+
+    @sites.command("list")
+    def list_sites() -> None:
+        """The sandbox sites present, their database and default URL."""
+        from webrl.sandbox.sites import SITES
+
+        settings = get_settings()
+        for spec in SITES.values():
+            typer.echo(f"{spec.name:<16} db={spec.db:<8} {settings.site_url(spec.name)}")
+
+    app.add_typer(sites, name="sites")
+
+
+def _wait_forever() -> None:
+    import time
+
+    try:
+        while True:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        typer.echo("stopped")

@@ -1,0 +1,66 @@
+"""``webrl tasks``: the sandbox task suite (export as WebArena JSON, load into the database, stats)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import typer
+
+from webrl.config import get_settings
+
+SPLITS = ("train", "test")
+
+
+def _check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise typer.BadParameter(f"split must be one of {list(SPLITS)}, got {split!r}", param_hint="--split")
+    return split
+
+
+def register(app: typer.Typer) -> None:
+    tasks = typer.Typer(help="The sandbox task suite (WebArena JSON).", no_args_is_help=True)
+
+    @tasks.command("export")
+    def export(
+        split: str = typer.Option("test", help="train or test."),
+        out: Path | None = typer.Option(None, help="Write here (default: stdout)."),
+        seed: int | None = typer.Option(None, help="Suite seed (default: WEBRL_SEED)."),
+    ) -> None:
+        """Write a split as a JSON list of WebArena task configs (placeholder URLs, like test.raw.json)."""
+        from webrl.sandbox.tasks.suite import build_suite
+
+        _check_split(split)
+        configs = build_suite(get_settings().seed if seed is None else seed)[split]
+        text = json.dumps([c.to_json() for c in configs], indent=2, ensure_ascii=False)
+        if out is None:
+            typer.echo(text)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text + "\n")
+            typer.echo(f"wrote {len(configs)} {split} tasks to {out}", err=True)
+
+    @tasks.command("load")
+    def load(seed: int | None = typer.Option(None, help="Suite seed (default: WEBRL_SEED).")) -> None:
+        """Upsert both splits into the database: train as origin 'seed', test as origin 'test'."""
+        from webrl.sandbox.tasks.suite import load_suite
+
+        counts = load_suite(get_settings(), get_settings().seed if seed is None else seed)
+        typer.echo(" ".join(f"{split}={n}" for split, n in counts.items()))
+
+    @tasks.command("stats")
+    def stats(seed: int | None = typer.Option(None, help="Suite seed (default: WEBRL_SEED).")) -> None:
+        """Tasks per split, site, kind and template."""
+        from webrl.sandbox.tasks.suite import build_suite, template_by_id
+
+        suite = build_suite(get_settings().seed if seed is None else seed)
+        kinds = {t.id: t.kind for t in template_by_id().values()}
+        for split, configs in suite.items():
+            by_site = Counter(c.site for c in configs)
+            by_kind = Counter(kinds[c.intent_template_id] for c in configs)
+            n_templates = len({c.intent_template_id for c in configs})
+            typer.echo(f"{split}: {len(configs)} tasks, {n_templates} templates; sites {dict(by_site)}; "
+                       f"kinds {dict(by_kind)}")
+
+    app.add_typer(tasks, name="tasks")

@@ -1,0 +1,312 @@
+"""Oracle solvers: scripted policies that read the observation and emit WebRL actions.
+
+The observation is WebRL's simplified HTML, where each interactive element carries an integer ``id``
+attribute and keeps its text and its ``placeholder``/``title``/``value`` attributes. :class:`ObservedPage`
+parses it; the helpers below (:func:`click`, :func:`type_text`, :func:`search`, :func:`select`,
+:func:`answer`, ...) find the element whose text or label matches and format the action, raising
+:class:`OracleStuck` when nothing matches.
+
+A template's solver is a generator (see :mod:`webrl.sandbox.tasks.base`). :class:`OraclePolicy` implements
+:class:`webrl.policy.Policy`: for each request it finds the solver by ``task.intent_template_id``, replays it
+over the episode's earlier observations (so it keeps no state between calls and many episodes can run at
+once) and returns its next action. With ``corrupt > 0`` each step is, with that probability, replaced by a
+random valid action on the page (negative data for the ORM); the draw is seeded by (seed, task, step).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from webrl.actions import format_action
+from webrl.policy import PolicyRequest, PolicyResponse
+from webrl.schemas import Action, ActionType, Observation, Step, TaskConfig
+
+ORACLE_VERSION = "oracle"
+_SPACE = re.compile(r"\s+")
+_VOID = {"input", "img", "br", "hr", "meta", "link", "area", "base", "col", "source", "wbr"}
+_FORM_FIELDS = ("input", "textarea", "select")
+
+
+class OracleStuck(RuntimeError):
+    """The page does not offer what the solver expected (it was led astray, e.g. by a corrupted step)."""
+
+
+def norm(text: str | None) -> str:
+    return _SPACE.sub(" ", text or "").strip().lower()
+
+
+@dataclass
+class Element:
+    """One element of the observation with an integer id."""
+
+    id: str
+    tag: str
+    attrs: dict[str, str]
+    text: str = ""
+    options: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """What a person would read on it: its text, else placeholder, title, value."""
+        for value in (self.text, self.attrs.get("placeholder"), self.attrs.get("title"),
+                      self.attrs.get("value"), self.attrs.get("data-text")):
+            if value and value.strip():
+                return _SPACE.sub(" ", value).strip()
+        return ""
+
+    def names(self) -> list[str]:
+        return [norm(v) for v in (self.text, self.attrs.get("placeholder"), self.attrs.get("title"),
+                                  self.attrs.get("value"), self.attrs.get("data-text")) if v and v.strip()]
+
+
+class _Parser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list[Element] = []
+        self.open: list[tuple[str, Element | None]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {k: v or "" for k, v in attrs}
+        element = None
+        if values.get("id", "").strip().isdigit():
+            element = Element(values["id"].strip(), tag, values)
+            self.elements.append(element)
+        if tag == "option" and self._innermost("select") is not None:
+            self.open.append((tag, Element("", "option", values)))
+            return
+        if tag not in _VOID:
+            self.open.append((tag, element))
+
+    def _innermost(self, tag: str) -> Element | None:
+        for t, el in reversed(self.open):
+            if t == tag and el is not None:
+                return el
+        return None
+
+    def handle_endtag(self, tag: str) -> None:
+        for i in range(len(self.open) - 1, -1, -1):
+            if self.open[i][0] == tag:
+                closed = self.open[i][1]
+                del self.open[i:]
+                if tag == "option" and closed is not None:
+                    select = self._innermost("select")
+                    if select is not None:
+                        select.options.append(_SPACE.sub(" ", closed.text).strip())
+                return
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        for _, el in self.open:
+            if el is not None:
+                el.text += data
+
+
+class ObservedPage:
+    """An observation, parsed: its elements with ids, its text, its URL."""
+
+    def __init__(self, observation: Observation | str, url: str = "") -> None:
+        if isinstance(observation, Observation):
+            html, self.url = observation.html, observation.url
+        else:
+            html, self.url = observation, url
+        parser = _Parser()
+        parser.feed(html)
+        parser.close()
+        self.elements = parser.elements
+        self.text = _SPACE.sub(" ", " ".join(parser.text)).strip()
+
+    def find(self, label: str, tags: tuple[str, ...] | None = None, exact: bool = False) -> Element:
+        """The first element whose text/placeholder/title/value matches ``label``: exact (case-insensitive)
+        matches first, then prefix, then substring (unless ``exact``)."""
+        want = norm(label)
+        candidates = [e for e in self.elements if tags is None or e.tag in tags]
+        tiers = [lambda n: n == want] + ([] if exact else [lambda n: n.startswith(want), lambda n: want in n])
+        for matches in tiers:
+            for element in candidates:
+                if any(matches(n) for n in element.names()):
+                    return element
+        where = f" among <{'|'.join(tags)}>" if tags else ""
+        raise OracleStuck(f"no element labelled {label!r}{where} on {self.url or 'the page'}")
+
+    def has(self, label: str, tags: tuple[str, ...] | None = None, exact: bool = False) -> bool:
+        try:
+            self.find(label, tags, exact)
+        except OracleStuck:
+            return False
+        return True
+
+    def field(self, label: str) -> Element:
+        """A form field by placeholder/title (inputs, text areas, selects)."""
+        return self.find(label, _FORM_FIELDS)
+
+    def select_with_option(self, option: str) -> Element:
+        for element in self.elements:
+            if element.tag == "select" and any(norm(o) == norm(option) for o in element.options):
+                return element
+        raise OracleStuck(f"no dropdown offers {option!r} on {self.url or 'the page'}")
+
+    def search_text(self, pattern: str, group: int = 1) -> str:
+        """The first regex match in the page text (group ``group``); raises :class:`OracleStuck`."""
+        match = re.search(pattern, self.text)
+        if match is None:
+            raise OracleStuck(f"pattern {pattern!r} not on {self.url or 'the page'}")
+        return match.group(group)
+
+
+# Action helpers: each takes the current observation and returns WebRL action text. -----------------------
+
+def _page(obs: Observation | ObservedPage) -> ObservedPage:
+    return obs if isinstance(obs, ObservedPage) else ObservedPage(obs)
+
+
+def _fmt(kind: ActionType, **kwargs: str) -> str:
+    return format_action(Action(type=kind, **kwargs))
+
+
+def click(obs: Observation | ObservedPage, label: str, tags: tuple[str, ...] | None = None,
+          exact: bool = False) -> str:
+    return _fmt(ActionType.CLICK, element=_page(obs).find(label, tags, exact).id)
+
+
+def type_text(obs: Observation | ObservedPage, field_label: str, text: str) -> str:
+    return _fmt(ActionType.TYPE, argument=text, element=_page(obs).field(field_label).id)
+
+
+def search(obs: Observation | ObservedPage, field_label: str, text: str) -> str:
+    """Type into a field and press Enter (WebRL's Search)."""
+    return _fmt(ActionType.SEARCH, argument=text, element=_page(obs).field(field_label).id)
+
+
+def select(obs: Observation | ObservedPage, option: str, field_label: str | None = None) -> str:
+    page = _page(obs)
+    element = page.field(field_label) if field_label else page.select_with_option(option)
+    return _fmt(ActionType.SELECT, argument=option, element=element.id)
+
+
+def press_enter() -> str:
+    return _fmt(ActionType.PRESS_ENTER)
+
+
+def scroll_down() -> str:
+    return _fmt(ActionType.SCROLL_DOWN)
+
+
+def go_back() -> str:
+    return _fmt(ActionType.GO_BACKWARD)
+
+
+def answer(message: str) -> str:
+    return _fmt(ActionType.EXIT, message=message)
+
+
+# Generator steps: scroll until the target shows, then act. Use with ``obs = yield from do_click(obs, ...)``.
+
+MAX_SCROLLS = 4  # the episode loop stops after 5 identical actions in a row (WebArena early_stop)
+
+
+def locate(obs: Observation, label: str, tags: tuple[str, ...] | None = None, exact: bool = False
+           ) -> Generator[str, Observation, tuple[Observation, Element]]:
+    """Scroll down (at most :data:`MAX_SCROLLS` times) until an element labelled ``label`` shows."""
+    for _ in range(MAX_SCROLLS):
+        page = ObservedPage(obs)
+        if page.has(label, tags, exact):
+            return obs, page.find(label, tags, exact)
+        obs = yield scroll_down()
+    return obs, ObservedPage(obs).find(label, tags, exact)
+
+
+def do_click(obs: Observation, label: str, tags: tuple[str, ...] | None = None, exact: bool = False
+             ) -> Generator[str, Observation, Observation]:
+    obs, element = yield from locate(obs, label, tags, exact)
+    return (yield _fmt(ActionType.CLICK, element=element.id))
+
+
+def do_type(obs: Observation, field_label: str, text: str, enter: bool = False
+            ) -> Generator[str, Observation, Observation]:
+    """Type into the field labelled ``field_label`` (WebRL's Search when ``enter``)."""
+    obs, element = yield from locate(obs, field_label, _FORM_FIELDS)
+    kind = ActionType.SEARCH if enter else ActionType.TYPE
+    return (yield _fmt(kind, argument=text, element=element.id))
+
+
+def do_select(obs: Observation, field_label: str, option: str) -> Generator[str, Observation, Observation]:
+    obs, element = yield from locate(obs, field_label, ("select",))
+    return (yield _fmt(ActionType.SELECT, argument=option, element=element.id))
+
+
+def read(obs: Observation, pattern: str, group: int = 1) -> Generator[str, Observation, str]:
+    """Scroll until ``pattern`` matches the page text; return the group."""
+    for _ in range(MAX_SCROLLS):
+        if re.search(pattern, ObservedPage(obs).text):
+            break
+        obs = yield scroll_down()
+    return ObservedPage(obs).search_text(pattern, group)
+
+
+# The policy --------------------------------------------------------------------------------------------
+
+def _step_rng(seed: int, task: TaskConfig, step: int) -> random.Random:
+    digest = hashlib.sha256(f"{seed}:{task.task_id}:{task.intent}:{step}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def random_action(obs: Observation, rng: random.Random) -> str:
+    """A random valid action on this page: click or type into a random element, scroll, or go back."""
+    page = ObservedPage(obs)
+    roll = rng.random()
+    fields = [e for e in page.elements if e.tag in ("input", "textarea")]
+    if page.elements and roll < 0.6:
+        return _fmt(ActionType.CLICK, element=rng.choice(page.elements).id)
+    if fields and roll < 0.75:
+        word = rng.choice(["shoes", "blue", "order", "gift", "review", "12", "hello"])
+        return _fmt(ActionType.TYPE, argument=word, element=rng.choice(fields).id)
+    return rng.choice([scroll_down(), go_back(), _fmt(ActionType.SCROLL_UP)])
+
+
+def next_oracle_action(task: TaskConfig, history: list[Step], observation: Observation) -> str:
+    """Replay the task's solver over ``history`` and return its action for ``observation``."""
+    from webrl.sandbox.tasks.suite import template_by_id
+
+    template = template_by_id().get(task.intent_template_id) if task.intent_template_id is not None else None
+    if template is None:
+        return answer(f"no oracle for intent_template_id {task.intent_template_id}")
+    script = template.solver(task)
+    try:
+        next(script)
+        for step in history:
+            script.send(step.observation)
+        action = script.send(observation)
+    except OracleStuck as exc:
+        return answer(f"stuck: {exc}")
+    except StopIteration:
+        return answer("")
+    finally:
+        script.close()
+    return action if action is not None else answer("")
+
+
+class OraclePolicy:
+    """The scripted policy over every sandbox template (see the module docstring)."""
+
+    def __init__(self, corrupt: float = 0.0, seed: int = 0) -> None:
+        if not 0.0 <= corrupt <= 1.0:
+            raise ValueError(f"corrupt must lie in [0, 1], got {corrupt}")
+        self.corrupt = corrupt
+        self.seed = seed
+
+    async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
+        return [self._one(r) for r in requests]
+
+    def _one(self, request: PolicyRequest) -> PolicyResponse:
+        rng = _step_rng(self.seed, request.task, len(request.history))
+        if self.corrupt and rng.random() < self.corrupt:
+            text = random_action(request.observation, rng)
+        else:
+            text = next_oracle_action(request.task, request.history, request.observation)
+        return PolicyResponse(response=text, version=ORACLE_VERSION)
