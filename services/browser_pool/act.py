@@ -69,8 +69,9 @@ async def _type(page: Page, action: Action, elements: ElementMap) -> None:
     info = elements[action.element or ""]
     if info.tag not in FILLABLE_TAGS and not await loc.evaluate("el => el.isContentEditable"):
         raise ActionError(f"element {action.element} is a <{info.tag}>, not a text field")
-    await loc.fill("", timeout=ACTION_TIMEOUT_MS)
-    await loc.press_sequentially(action.argument or "", timeout=ACTION_TIMEOUT_MS)
+    # fill() clears the field, then enters the whole text with one input event: key-by-key typing costs a
+    # round trip per character and timed out on long queries under load.
+    await loc.fill(action.argument or "", timeout=ACTION_TIMEOUT_MS)
 
 
 async def _search(page: Page, action: Action, elements: ElementMap) -> None:
