@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: demo test lint setup chromium bench clean
+.PHONY: demo test test-exhaustive lint setup chromium bench clean
 
 demo: setup
 	$(PY) -m webrl.demo
@@ -12,6 +12,9 @@ demo: setup
 test: setup
 	.venv/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test-exhaustive: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m exhaustive --run-exhaustive
 
 lint: setup
 	.venv/bin/ruff check .

@@ -19,6 +19,20 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "
 IN_CI = bool(os.environ.get("CI"))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-exhaustive", action="store_true",
+                     help="also run tests marked exhaustive (the oracle over the whole suite, about an hour)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-exhaustive"):
+        return
+    skip = pytest.mark.skip(reason="exhaustive: run with --run-exhaustive (make test-exhaustive)")
+    for item in items:
+        if "exhaustive" in item.keywords:
+            item.add_marker(skip)
+
+
 def _unavailable(what: str, exc: Exception) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required in CI but unreachable: {exc}")
