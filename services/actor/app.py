@@ -1,0 +1,174 @@
+"""The actor service's routes. ``uvicorn services.actor.app:app`` serves ``WEBRL_ACTOR_MODEL`` with
+``WEBRL_ACTOR_BACKEND``; with ``WEBRL_REDIS_URL`` set it hot-reloads actors published on ``webrl:checkpoints``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+
+from services.actor.agent import AgentRunError, resolve_run, run_agent
+from services.actor.engine import ActorEngine, EngineUnavailableError
+from services.actor.reload import CheckpointSubscriber
+from services.actor.schemas import (
+    AgentRunRequest,
+    AgentRunResponse,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    CompletionUsage,
+    GenerateDetails,
+    GenerateRequest,
+    GenerateResponse,
+    GenerateToken,
+    LogprobScore,
+    LogprobsRequest,
+    LogprobsResponse,
+)
+from webrl.checkpoints import CHANNEL
+from webrl.config import Settings, get_settings
+from webrl.models.actor_api import ActRequest, ActResponse
+from webrl.models.backends import Generation
+from webrl.service import create_app
+
+log = logging.getLogger("webrl.actor")
+
+
+def invalid(field: str, message: str) -> RequestValidationError:
+    """A 422 naming ``field`` (the service's error shape lists it under ``fields``)."""
+    return RequestValidationError([{"loc": ("body", field), "msg": message, "type": "value_error"}])
+
+
+def get_engine(request: Request) -> ActorEngine:
+    engine = getattr(request.app.state, "engine", None)
+    if engine is None:
+        raise HTTPException(status_code=503, detail="the actor model is not loaded yet")
+    return engine
+
+
+EngineDep = Annotated[ActorEngine, Depends(get_engine)]
+
+
+def _lifespan(settings: Settings, engine: ActorEngine | None, channel: str
+              ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.engine = engine or await asyncio.to_thread(ActorEngine.from_settings, settings)
+        subscriber = None
+        if settings.redis_url:
+            subscriber = CheckpointSubscriber(settings.redis_url, app.state.engine.reload,
+                                              lambda: app.state.engine.version, channel=channel)
+            subscriber.start()
+        app.state.subscriber = subscriber
+        try:
+            yield
+        finally:
+            if subscriber is not None:
+                subscriber.stop()
+            app.state.engine.close()
+
+    return lifespan
+
+
+def _add_actor_routes(app: FastAPI) -> None:
+    @app.post("/v1/act", response_model=ActResponse, tags=["actor"])
+    async def act(body: ActRequest, engine: EngineDep) -> ActResponse:
+        """A batch of observations to actions: raw text, parsed action or parse error, ids, log-probs."""
+        return await engine.act(body)
+
+    @app.post("/v1/logprobs", response_model=LogprobsResponse, tags=["actor"])
+    async def logprobs(body: LogprobsRequest, engine: EngineDep) -> LogprobsResponse:
+        """Log-probs of completions after prompts (perplexity filtering)."""
+        try:
+            results, version = await asyncio.to_thread(engine.logprobs,
+                                                       [(i.prompt, i.completion) for i in body.items])
+        except EngineUnavailableError as exc:
+            raise HTTPException(status_code=409, detail=str(exc)) from None
+        return LogprobsResponse(results=[LogprobScore(**vars(r)) for r in results], version=version)
+
+    @app.get("/v1/model", tags=["actor"])
+    def model(engine: EngineDep) -> dict:
+        """The serving checkpoint: version, backend, path, size."""
+        return engine.describe()
+
+    @app.post("/v1/agent/run", response_model=AgentRunResponse, tags=["agent"])
+    async def agent_run(body: AgentRunRequest, engine: EngineDep) -> AgentRunResponse:
+        """Run one episode through the browser pool service and return the trajectory and its evaluation."""
+        try:
+            task = resolve_run(body, engine.settings)
+        except AgentRunError as exc:
+            raise invalid(exc.field, str(exc)) from None
+        trajectory = await run_agent(task, engine, engine.settings, max_steps=body.max_steps,
+                                     temperature=body.temperature, evaluate=body.evaluate)
+        return AgentRunResponse(trajectory=trajectory, env_score=trajectory.env_score,
+                                version=trajectory.actor_version)
+
+
+def _logprobs_block(engine: ActorEngine, g: Generation, as_ids: bool) -> CompletionLogprobs:
+    tokens = [f"token_id:{t}" if as_ids else engine.tokenizer.decode([t]) for t in g.token_ids]
+    offsets, at = [], 0
+    for t in g.token_ids:
+        offsets.append(at)
+        at += len(engine.tokenizer.decode([t], skip_special_tokens=True))
+    top = [{tok: lp} for tok, lp in zip(tokens, g.logprobs, strict=True)]  # the sampled token only
+    return CompletionLogprobs(tokens=tokens, token_logprobs=g.logprobs, top_logprobs=top, text_offset=offsets)
+
+
+def _add_compat_routes(app: FastAPI) -> None:
+    @app.post("/v1/completions", response_model=CompletionResponse, tags=["compat"])
+    async def completions(body: CompletionRequest, engine: EngineDep) -> CompletionResponse:
+        """OpenAI-compatible completions (vLLM's ``return_tokens_as_token_ids`` honoured)."""
+        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        if not prompts or any(not p for p in prompts):
+            raise invalid("prompt", "needs at least one non-empty prompt")
+        generations, version = await engine.complete(prompts, body.max_tokens, body.temperature, body.seed)
+        choices = [CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason, token_ids=g.token_ids,
+                                    logprobs=_logprobs_block(engine, g, body.return_tokens_as_token_ids)
+                                    if body.logprobs is not None else None)
+                   for i, g in enumerate(generations)]
+        n_prompt = sum(engine.prompt_tokens(p) for p in prompts)
+        n_completion = sum(len(g.token_ids) for g in generations)
+        return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()),
+                                  model=body.model or version, choices=choices, system_fingerprint=version,
+                                  usage=CompletionUsage(prompt_tokens=n_prompt, completion_tokens=n_completion,
+                                                        total_tokens=n_prompt + n_completion))
+
+    @app.post("/generate", response_model=GenerateResponse, response_model_exclude_none=True, tags=["compat"])
+    async def generate(body: GenerateRequest, engine: EngineDep) -> GenerateResponse:
+        """TGI-compatible ``/generate`` (``details`` gives each token's id and log-prob)."""
+        params = body.parameters
+        temperature = (params.temperature or 1.0) if params.do_sample else 0.0
+        generations, _ = await engine.complete([body.inputs], params.max_new_tokens or 20, temperature, params.seed)
+        g = generations[0]
+        text = body.inputs + g.text if params.return_full_text else g.text
+        if not params.details:
+            return GenerateResponse(generated_text=text)
+        special = set(engine.tokenizer.all_special_ids)
+        tokens = [GenerateToken(id=t, text=engine.tokenizer.decode([t]), logprob=lp, special=t in special)
+                  for t, lp in zip(g.token_ids, g.logprobs, strict=True)]
+        finish = "eos_token" if g.finish_reason == "stop" else "length"
+        return GenerateResponse(generated_text=text, details=GenerateDetails(
+            finish_reason=finish, generated_tokens=len(tokens), seed=params.seed, tokens=tokens))
+
+
+def create_actor_app(settings: Settings | None = None, *, engine: ActorEngine | None = None,
+                     channel: str = CHANNEL) -> FastAPI:
+    """The actor app. ``engine`` (tests, embedded use) skips loading from settings; ``channel`` is the
+    Redis channel of checkpoint events."""
+    settings = settings or get_settings()
+    app = create_app("actor", settings=settings, description="Policy inference, agent runs, hot reload.")
+    app.router.lifespan_context = _lifespan(settings, engine, channel)
+    _add_actor_routes(app)
+    _add_compat_routes(app)
+    return app
+
+
+app = create_actor_app()

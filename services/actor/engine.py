@@ -1,0 +1,201 @@
+"""The actor engine: the current backend, swapped atomically on hot reload without dropping requests.
+
+Every request leases the backend it starts with and keeps it to the end; a swap installs the new backend for
+later requests and closes the old one once its last lease is returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from webrl.actions import ActionParseError, parse_action
+from webrl.config import Settings
+from webrl.models.actor_api import ActRequest, ActResponse, ActResult
+from webrl.models.backends import Backend, Generation, make_backend
+from webrl.models.backends.local import LocalBackend
+from webrl.models.loading import load_tokenizer
+from webrl.models.policy import actor_prompt, prompt_budget
+
+log = logging.getLogger("webrl.actor")
+
+
+@dataclass
+class LogprobResult:
+    """lp = sum_t log pi(a_t | s, a_<t) over the completion tokens (end of turn included); n tokens."""
+
+    sum_logprob: float
+    n_tokens: int
+    mean_logprob: float
+    confidence: float  # 1 / perplexity = exp(lp / n): the replay filter's score (DESIGN.md step 4)
+    token_logprobs: list[float]
+
+
+class EngineUnavailableError(RuntimeError):
+    """The operation needs the local backend (a model in this process)."""
+
+
+class ActorEngine:
+    """Owns the serving backend; hands out leases; swaps checkpoints."""
+
+    def __init__(self, settings: Settings, backend: Backend, tokenizer: Any, *, path: str = "") -> None:
+        self.settings = settings
+        self._backend = backend
+        self.tokenizer = tokenizer
+        self.path = path
+        self._lock = threading.Lock()
+        self._leases: dict[int, int] = {}
+        self._retired: dict[int, Backend] = {}
+        self.reloads = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ActorEngine:
+        backend = make_backend(settings)
+        if isinstance(backend, LocalBackend):
+            return cls(settings, backend, backend.tokenizer, path=backend.path)
+        if not settings.actor_model or not Path(settings.actor_model).is_dir():
+            raise EngineUnavailableError("a remote backend still renders prompts with the model's chat template: "
+                                         "WEBRL_ACTOR_MODEL must be the local folder of the served model")
+        return cls(settings, backend, load_tokenizer(settings.actor_model, settings), path=settings.actor_model)
+
+    # Leases and swaps
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def version(self) -> str:
+        return self._backend.version
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return sum(self._leases.values())
+
+    @contextmanager
+    def lease(self) -> Iterator[Backend]:
+        """The current backend, kept alive (not closed by a swap) until the block ends."""
+        with self._lock:
+            backend = self._backend
+            self._leases[id(backend)] = self._leases.get(id(backend), 0) + 1
+        try:
+            yield backend
+        finally:
+            self._release(backend)
+
+    def _release(self, backend: Backend) -> None:
+        close = False
+        with self._lock:
+            key = id(backend)
+            self._leases[key] -= 1
+            if self._leases[key] == 0:
+                del self._leases[key]
+                close = self._retired.pop(key, None) is not None
+        if close:
+            backend.close()
+
+    def swap(self, backend: Backend, tokenizer: Any | None = None, path: str = "") -> str:
+        """Serve ``backend`` from now on; the old one closes when its last request finishes."""
+        with self._lock:
+            old, self._backend = self._backend, backend
+            if tokenizer is not None:
+                self.tokenizer = tokenizer
+            self.path = path or self.path
+            self.reloads += 1
+            idle = id(old) not in self._leases
+            if not idle:
+                self._retired[id(old)] = old
+        if idle:
+            old.close()
+        log.info("serving actor %s (was %s)", backend.version, old.version)
+        return backend.version
+
+    def reload(self, path: str, version: str | None = None) -> str:
+        """Load the checkpoint folder ``path`` with the local backend and swap it in."""
+        if not isinstance(self._backend, LocalBackend):
+            raise EngineUnavailableError("hot reload loads checkpoints into the local backend only")
+        backend = LocalBackend.from_path(path, self.settings, version=version)
+        return self.swap(backend, backend.tokenizer, path)
+
+    # Generation
+    async def complete(self, prompts: list[str], max_new_tokens: int, temperature: float,
+                       seed: int | None = None) -> tuple[list[Generation], str]:
+        """Complete raw prompts; returns the generations and the version that made them."""
+        with self.lease() as backend:
+            if isinstance(backend, LocalBackend):
+                futures = [asyncio.wrap_future(backend.submit(p, max_new_tokens, temperature, seed)) for p in prompts]
+                generations = list(await asyncio.gather(*futures))
+            else:
+                generations = await asyncio.to_thread(backend.generate, prompts, max_new_tokens, temperature,
+                                                      seed=seed)
+            return generations, backend.version
+
+    def prompt_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    async def act(self, request: ActRequest) -> ActResponse:
+        """One action per item: prompt through the chat template, generate, parse."""
+        settings = self.settings
+        max_new = request.max_new_tokens or settings.actor_max_new_tokens
+        temperature = settings.actor_temperature if request.temperature is None else request.temperature
+        max_positions = getattr(self._backend, "max_positions", None)
+        budget = prompt_budget(settings, max_positions, max_new)
+        tokenizer = self.tokenizer
+        prompts = [actor_prompt(tokenizer, item, budget) for item in request.batch]
+        generations, version = await self.complete(prompts, max_new, temperature, request.seed)
+        results = [self._result(g, p, version) for g, p in zip(generations, prompts, strict=True)]
+        return ActResponse(results=results, version=version)
+
+    def _result(self, generation: Generation, prompt: str, version: str) -> ActResult:
+        action, error = None, None
+        try:
+            action = parse_action(generation.text)
+        except ActionParseError as exc:
+            error = str(exc)
+        return ActResult(response=generation.text, action=action, parse_error=error, token_ids=generation.token_ids,
+                         logprobs=generation.logprobs, prompt_tokens=self.prompt_tokens(prompt), version=version)
+
+    # Scoring
+    def logprobs(self, pairs: list[tuple[str, str]]) -> tuple[list[LogprobResult], str]:
+        """Log-probs of each completion (end of turn appended) after its prompt, under the served model."""
+        from webrl.models.examples import collate, encode_example, pad_id_of
+        from webrl.models.logprobs import token_logprobs
+
+        with self.lease() as backend:
+            if not isinstance(backend, LocalBackend):
+                raise EngineUnavailableError("log-probs need the model in this process (the local backend)")
+            examples = [encode_example(backend.tokenizer, p, c, max_length=backend.max_positions) for p, c in pairs]
+            batch = {k: v.to(backend.model.device) for k, v in collate(examples, pad_id_of(backend.tokenizer)).items()}
+            with torch.no_grad():
+                per_token = token_logprobs(backend.model, batch["input_ids"], batch["attention_mask"],
+                                           batch["target_mask"])  # (B, T)
+            results = []
+            for row, example in zip(per_token.tolist(), examples, strict=True):
+                picked = [lp for lp, m in zip(row, example.target_mask, strict=False) if m]
+                total, n = float(sum(picked)), len(picked)
+                mean = total / max(n, 1)
+                results.append(LogprobResult(sum_logprob=total, n_tokens=n, mean_logprob=mean,
+                                             confidence=float(torch.exp(torch.tensor(mean))), token_logprobs=picked))
+            return results, backend.version
+
+    def describe(self) -> dict[str, Any]:
+        backend = self._backend
+        info: dict[str, Any] = {"version": backend.version, "backend": backend.name, "path": self.path,
+                                "reloads": self.reloads, "in_flight": self.in_flight}
+        if isinstance(backend, LocalBackend):
+            dtype = str(backend.model.dtype).removeprefix("torch.")
+            info.update(parameters=backend.model.num_parameters(), dtype=dtype, device=str(backend.model.device),
+                        max_positions=backend.max_positions,
+                        max_batch=backend.max_batch, model_type=backend.model.config.model_type)
+        return info
+
+    def close(self) -> None:
+        self._backend.close()

@@ -1,0 +1,91 @@
+"""Hot reload: listen on Redis ``webrl:checkpoints`` and swap in each newly published actor.
+
+Events are JSON ``{"role", "version", "path", "sha256"}`` (``webrl.checkpoints.CheckpointInfo.event``); only
+``role == "actor"`` events with a new version are loaded, and a folder whose files do not hash to the event's
+sha256 is refused (a half-copied or tampered checkpoint never serves).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+import redis
+
+from webrl.checkpoints import CHANNEL, folder_sha256
+
+log = logging.getLogger("webrl.actor.reload")
+
+POLL_SECONDS = 0.2  # how often the listener checks for a stop request between messages
+
+
+def parse_event(data: bytes | str) -> dict[str, str] | None:
+    """The event as a dict, or None when it is not a well-formed actor event."""
+    try:
+        event = json.loads(data)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    if not isinstance(event, dict) or event.get("role") != "actor":
+        return None
+    if not all(isinstance(event.get(k), str) and event.get(k) for k in ("version", "path", "sha256")):
+        return None
+    return event
+
+
+class CheckpointSubscriber:
+    """A daemon thread that calls ``on_actor(path, version)`` for each valid actor event."""
+
+    def __init__(self, redis_url: str, on_actor: Callable[[str, str], object],
+                 current_version: Callable[[], str], *, channel: str = CHANNEL) -> None:
+        self.redis_url = redis_url
+        self.on_actor = on_actor
+        self.current_version = current_version
+        self.channel = channel
+        self.loaded: list[str] = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="checkpoint-subscriber", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start listening; returns once subscribed (so no event published afterwards is missed)."""
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"could not subscribe to {self.channel} at {self.redis_url}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        client = redis.Redis.from_url(self.redis_url)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.channel)
+        pubsub.get_message(timeout=1.0)  # the subscribe confirmation
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                message = pubsub.get_message(timeout=POLL_SECONDS)
+                if message and message.get("type") == "message":
+                    self.handle(message["data"])
+        finally:
+            pubsub.close()
+            client.close()
+
+    def handle(self, data: bytes | str) -> bool:
+        """Load the event's checkpoint if it is a new, intact actor; True when it was swapped in."""
+        event = parse_event(data)
+        if event is None or event["version"] == self.current_version():
+            return False
+        if folder_sha256(event["path"]) != event["sha256"]:
+            log.error("refusing actor %s: %s does not hash to the announced sha256", event["version"], event["path"])
+            return False
+        try:
+            self.on_actor(event["path"], event["version"])
+        except Exception:
+            log.exception("hot reload of actor %s from %s failed; still serving %s", event["version"],
+                          event["path"], self.current_version())
+            return False
+        self.loaded.append(event["version"])
+        return True

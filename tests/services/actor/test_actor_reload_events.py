@@ -1,0 +1,38 @@
+"""Checkpoint events: which ones the subscriber acts on (no Redis needed for the parsing and the checks)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from services.actor.reload import CheckpointSubscriber, parse_event
+from webrl.checkpoints import publish_folder
+
+
+def test_parse_event_keeps_only_well_formed_actor_events() -> None:
+    good = {"role": "actor", "version": "v2", "path": "/x", "sha256": "ab"}
+    assert parse_event(json.dumps(good)) == good
+    assert parse_event(json.dumps({**good, "role": "critic"})) is None
+    assert parse_event(json.dumps({**good, "version": ""})) is None
+    assert parse_event(json.dumps({k: v for k, v in good.items() if k != "sha256"})) is None
+    assert parse_event(b"not json") is None and parse_event(json.dumps([1])) is None
+
+
+def test_handle_loads_new_intact_checkpoints_only(actor_model_dir: Path, tmp_path: Path) -> None:
+    info = publish_folder(lambda tmp: shutil.copytree(actor_model_dir, tmp, dirs_exist_ok=True),
+                          tmp_path / "v2", role="actor", version="v2")
+    loaded: list[tuple[str, str]] = []
+    current = ["v1"]
+    subscriber = CheckpointSubscriber("redis://unused", lambda p, v: loaded.append((p, v)), lambda: current[0])
+    assert not subscriber.handle(json.dumps({**info.event(), "sha256": "f" * 64}))  # tampered
+    assert subscriber.handle(json.dumps(info.event()))
+    assert loaded == [(info.path, "v2")] and subscriber.loaded == ["v2"]
+    current[0] = "v2"
+    assert not subscriber.handle(json.dumps(info.event()))  # already serving it
+
+    def failing(path: str, version: str) -> None:
+        raise RuntimeError("out of memory")
+
+    broken = CheckpointSubscriber("redis://unused", failing, lambda: "v1")
+    assert not broken.handle(json.dumps(info.event())) and broken.loaded == []

@@ -1,0 +1,108 @@
+"""The actor's own routes against a real tiny model: /v1/act, /v1/logprobs, /v1/model, 422s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.actor.app import create_actor_app
+from services.actor.engine import ActorEngine
+from webrl.config import Settings
+from webrl.models.backends.local import LocalBackend
+
+HTML = '<html> <a id="3"> Electronics </a> <a id="4"> Books </a> </html>'
+
+
+@pytest.fixture
+def client(actor_model_dir: Path, settings: Settings):
+    backend = LocalBackend.from_path(actor_model_dir, settings)
+    app = create_actor_app(settings, engine=ActorEngine(settings, backend, backend.tokenizer))
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def _item(intent: str = "Show me Electronics", history: list[str] | None = None) -> dict:
+    return {"intent": intent, "observation": {"html": HTML, "url": "http://127.0.0.1:7770/"},
+            "history": history or []}
+
+
+def test_act_returns_text_ids_logprobs_and_version(client) -> None:
+    reply = client.post("/v1/act", json={"batch": [_item(), _item(history=['do(action="Scroll Down")'])],
+                                         "max_new_tokens": 12})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["version"] == "actor-v1" and len(body["results"]) == 2
+    for result in body["results"]:
+        assert len(result["token_ids"]) == len(result["logprobs"]) > 0
+        assert result["version"] == "actor-v1" and result["prompt_tokens"] > 0
+        assert (result["action"] is None) != (result["parse_error"] is None)
+    again = client.post("/v1/act", json={"batch": [_item()], "max_new_tokens": 12}).json()
+    assert again["results"][0]["token_ids"] == body["results"][0]["token_ids"]  # greedy by default
+
+
+def test_logprobs_agree_with_generation(client) -> None:
+    from webrl.models.actor_api import ActItem
+    from webrl.models.policy import actor_prompt
+
+    result = client.post("/v1/act", json={"batch": [_item()], "max_new_tokens": 8}).json()["results"][0]
+    engine = client.app.state.engine
+    prompt = actor_prompt(engine.tokenizer, ActItem.model_validate(_item()), 1024)
+    scored = client.post("/v1/logprobs", json={"items": [{"prompt": prompt, "completion": result["response"]}]})
+    assert scored.status_code == 200, scored.text
+    score = scored.json()["results"][0]
+    assert score["n_tokens"] >= 1 and score["sum_logprob"] < 0 and 0 < score["confidence"] <= 1
+    if result["token_ids"] == engine.tokenizer(result["response"], add_special_tokens=False)["input_ids"]:
+        # no end of turn generated: the scored completion is the generated ids plus end of turn
+        assert score["token_logprobs"][:-1] == pytest.approx(result["logprobs"], abs=1e-3)
+
+
+def test_model_info(client) -> None:
+    info = client.get("/v1/model").json()
+    assert info["version"] == "actor-v1" and info["backend"] == "local"
+    assert info["parameters"] > 0 and info["model_type"] == "llama" and info["dtype"] == "float32"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"batch": []}, "batch"),
+    ({"batch": [_item()], "temperature": 5}, "temperature"),
+    ({"batch": [{"observation": {"html": HTML, "url": "u"}}]}, "batch.0.intent"),
+    ({"batch": [_item()], "max_new_tokens": 0}, "max_new_tokens"),
+])
+def test_bad_act_requests_name_the_field(client, body: dict, field: str) -> None:
+    reply = client.post("/v1/act", json=body)
+    assert reply.status_code == 422
+    assert field in [f["field"] for f in reply.json()["error"]["fields"]]
+
+
+def test_bad_compat_requests_name_the_field(client) -> None:
+    reply = client.post("/v1/completions", json={"prompt": "x", "max_tokens": -1})
+    assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "max_tokens"
+    reply = client.post("/generate", json={"inputs": "", "parameters": {"max_new_tokens": 4}})
+    assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "inputs"
+    reply = client.post("/v1/logprobs", json={"items": [{"completion": "x"}]})
+    assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "items.0.prompt"
+
+
+def test_agent_run_refuses_hosts_off_the_allow_list(client, settings: Settings) -> None:
+    from webrl.db.migrate import upgrade
+
+    upgrade(settings)
+    reply = client.post("/v1/agent/run", json={"intent": "Show me Electronics", "start_url": "http://example.com/"})
+    assert reply.status_code == 422
+    error = reply.json()["error"]
+    assert error["fields"][0]["field"] == "start_url" and "allow-list" in error["message"]
+    reply = client.post("/v1/agent/run", json={"intent": "Show me Electronics"})
+    assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "start_url"
+    reply = client.post("/v1/agent/run", json={"task_id": "sandbox/test/99999"})
+    assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "task_id"
+
+
+def test_served_by_uvicorn(actor_model_dir: Path, settings: Settings, serve) -> None:
+    backend = LocalBackend.from_path(actor_model_dir, settings)
+    served = serve(create_actor_app(settings, engine=ActorEngine(settings, backend, backend.tokenizer)))
+    assert httpx.get(f"{served.url}/healthz").json()["status"] == "ok"
+    assert httpx.get(f"{served.url}/v1/model").json()["version"] == "actor-v1"

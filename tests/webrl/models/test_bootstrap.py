@@ -1,0 +1,69 @@
+"""``webrl bootstrap`` with a tiny configuration: suite -> oracle demos in Chromium -> tokenizer -> Llama ->
+SFT through the trainer's task -> a published HF folder that loads and acts."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from webrl.config import Settings, get_settings
+from webrl.models.bootstrap import BootstrapConfig, demo_tasks, run_bootstrap, sandbox_ports
+
+pytestmark = pytest.mark.browser
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def free_sites(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings whose sandbox URLs are free ports (the workers read the same environment)."""
+    from webrl.sandbox.sites import SITES
+
+    for site in SITES:
+        monkeypatch.setenv(f"WEBRL_{site.upper()}_URL", f"http://127.0.0.1:{_free_port()}")
+    get_settings.cache_clear()
+    return get_settings()
+
+
+def test_demo_sample_is_deterministic_and_covers_templates() -> None:
+    from webrl.sandbox.tasks.suite import build_suite
+
+    train = build_suite(0)["train"]
+    a, b = demo_tasks(train, 2, seed=1), demo_tasks(train, 2, seed=1)
+    assert [t.task_id for t in a] == [t.task_id for t in b]
+    assert {t.intent_template_id for t in a} == {t.intent_template_id for t in train}
+    assert [t.task_id for t in a] != [t.task_id for t in demo_tasks(train, 2, seed=2)]
+
+
+def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None:
+    import asyncio
+
+    from webrl.models.policy import LocalModelPolicy
+    from webrl.policy import PolicyRequest
+    from webrl.schemas import Observation, TaskConfig
+
+    assert sandbox_ports(free_sites)["shopping"] == int(free_sites.shopping_url.rsplit(":", 1)[1])
+    stages: list[str] = []
+    config = BootstrapConfig(size="test", vocab_size=1024, demos_per_template=1, max_demos=3, epochs=1,
+                             sft_minutes=0.5, concurrency=2)
+    result = run_bootstrap(free_sites, config, stages.append)
+    assert stages == ["tasks", "demos", "tokenizer", "model", "sft", "eval"]
+    assert result.demos == 3 and result.demo_steps >= 3 and result.parameters > 0
+    path = Path(result.path)
+    assert path == free_sites.artifacts_dir / "models" / "actor-sft"
+    assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+    assert result.sft_metrics["examples"] >= 3
+    report = free_sites.artifacts_dir / "reports" / "bootstrap-test-seed0.json"
+    assert report.is_file()
+
+    policy = LocalModelPolicy(path, free_sites, max_new_tokens=8)
+    task = TaskConfig(task_id=0, sites=["shopping"], intent="Show me Electronics", start_url="http://x/")
+    request = PolicyRequest(task=task, intent=task.intent, observation=Observation(html='<a id="3">x</a>', url="u"))
+    [response] = asyncio.run(policy.act([request]))
+    assert response.version == result.version and len(response.token_ids) == len(response.logprobs) > 0

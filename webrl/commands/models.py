@@ -1,0 +1,75 @@
+"""``webrl bootstrap`` (build the tiny SFT actor from the sandbox) and ``webrl models`` (inspect folders)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from webrl.config import get_settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bootstrap")(bootstrap)
+    models = typer.Typer(help="Models: inspect Hugging Face folders.", no_args_is_help=True)
+    models.command("info")(info)
+    app.add_typer(models, name="models")
+
+
+def bootstrap(
+    size: str = typer.Option(None, help="Tiny model preset: test, small, base, large (default WEBRL_TINY_SIZE)."),
+    seed: int = typer.Option(None, help="Seed of suite, sample, init and SFT (default WEBRL_SEED)."),
+    demos_per_template: int = typer.Option(3, min=1, help="Train tasks per template the oracle demonstrates."),
+    sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default WEBRL_BOOTSTRAP_MINUTES"
+                                                          " minus the other stages' share)."),
+    epochs: int = typer.Option(30, min=1, help="SFT epochs (the time budget usually ends training first)."),
+    lr: float = typer.Option(2e-3, min=0.0, help="SFT learning rate."),
+    concurrency: int = typer.Option(4, min=1, help="Browser episodes at once."),
+    evaluate: bool = typer.Option(False, "--evaluate/--no-evaluate", help="Also measure success on the 165 test"
+                                                                         " tasks (several more minutes)."),
+    output: Path = typer.Option(None, help="Where to publish the actor (default <artifacts>/models/actor-sft)."),
+) -> None:
+    """Build the tiny CPU actor: tokenizer, Llama, oracle demonstrations, SFT -> artifacts/models/actor-sft."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from webrl.models.bootstrap import STAGES, BootstrapConfig, run_bootstrap
+    from webrl.models.tiny import SIZES
+
+    settings = get_settings()
+    size = size or settings.tiny_size
+    if size not in SIZES:
+        raise typer.BadParameter(f"unknown size {size!r}; expected one of {list(SIZES)}", param_hint="--size")
+    config = BootstrapConfig(seed=settings.seed if seed is None else seed, size=size,
+                             vocab_size=settings.tiny_vocab_size, demos_per_template=demos_per_template,
+                             epochs=epochs, lr=lr, concurrency=concurrency, evaluate=evaluate, output=output,
+                             sft_minutes=sft_minutes or settings.bootstrap_minutes / 2)
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())
+    with Progress(*columns) as progress:
+        bar = progress.add_task("bootstrap: tasks", total=len(STAGES))
+
+        def on_stage(stage: str) -> None:
+            following = STAGES[STAGES.index(stage) + 1] if stage != STAGES[-1] else "done"
+            progress.update(bar, advance=1, description=f"bootstrap: {following}")
+
+        result = run_bootstrap(settings, config, on_stage)
+    typer.echo(f"actor {result.version} ({result.parameters:,} parameters, {result.demos} demos, "
+               f"{result.demo_steps} steps) at {result.path}")
+    if result.test_success is not None:
+        typer.echo(f"test success {result.test_success:.3f} on {result.test_tasks} tasks")
+
+
+def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) -> None:
+    """Version, architecture, parameters and chat template of a local model folder."""
+    from webrl.models.bootstrap import count_parameters
+    from webrl.models.loading import ModelNotFoundError, checkpoint_version, load_tokenizer, resolve_model_dir
+
+    try:
+        folder = resolve_model_dir(path)
+    except ModelNotFoundError as exc:
+        raise typer.BadParameter(str(exc), param_hint="PATH") from None
+    tokenizer = load_tokenizer(folder, get_settings())
+    typer.echo(f"version: {checkpoint_version(folder)}")
+    typer.echo(f"parameters: {count_parameters(folder):,}")
+    typer.echo(f"vocabulary: {len(tokenizer)}; eos: {tokenizer.eos_token}; chat template: "
+               f"{'yes' if tokenizer.chat_template else 'no'}")

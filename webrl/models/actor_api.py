@@ -1,0 +1,40 @@
+"""The actor service's ``POST /v1/act`` records, shared by the service and :class:`ActorEndpointPolicy`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from webrl.schemas import Action, Observation
+
+MAX_ACT_BATCH = 256  # one request carries at most this many observations
+
+
+class ActItem(BaseModel):
+    """One episode's current step."""
+
+    intent: str = Field(min_length=1, description="The task intent.")
+    observation: Observation
+    history: list[str] = Field(default_factory=list, description="Earlier raw responses of this episode, oldest "
+                                                                  "first (their observations are elided).")
+
+
+class ActRequest(BaseModel):
+    batch: list[ActItem] = Field(min_length=1, max_length=MAX_ACT_BATCH)
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Default: WEBRL_ACTOR_TEMPERATURE.")
+    max_new_tokens: int | None = Field(None, ge=1, le=2048, description="Default: WEBRL_ACTOR_MAX_NEW_TOKENS.")
+    seed: int | None = None
+
+
+class ActResult(BaseModel):
+    response: str = Field(description="The raw generated text.")
+    action: Action | None = None
+    parse_error: str | None = None
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    version: str = ""
+
+
+class ActResponse(BaseModel):
+    results: list[ActResult]
+    version: str = Field(description="Checkpoint version that produced every result of this batch.")

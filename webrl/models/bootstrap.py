@@ -1,0 +1,235 @@
+"""``webrl bootstrap``: build the tiny CPU actor from nothing but the sandbox.
+
+1. load the task suite into the database (train as origin ``seed``, the 165 test tasks as ``test``);
+2. with the sandbox sites running, roll the oracle out on a per-template sample of the train tasks
+   (``rollout.run``, purpose ``sft``, phase 0): the demonstrations;
+3. train the byte-level BPE tokenizer on the train intents, the pages the oracle saw and the action grammar;
+4. build a randomly initialised ``LlamaForCausalLM`` of the configured size (``webrl.models.tiny.SIZES``);
+5. SFT it on the demonstrations (``train.sft``) and publish ``<artifacts>/models/actor-sft``;
+6. optionally evaluate it on the 165 test tasks (``rollout.run``, purpose ``eval``).
+
+Every stage goes through ``webrl.queue.dispatch``: in the embedded mode it runs here, in the distributed mode
+on the rollout and train workers. Deterministic for a seed (suite, sample, tokenizer, init, SFT order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from webrl.config import Settings
+from webrl.schemas import TaskConfig
+
+log = logging.getLogger("webrl.bootstrap")
+
+#: Stages reported to the progress callback, in order.
+STAGES = ("tasks", "demos", "tokenizer", "model", "sft", "eval")
+#: Tokens the SFT keeps for the completion after the prompt (``services.trainer.sft.COMPLETION_BUDGET``): the
+#: trainer cuts prompts to max_length - 256, so max_length = prompt budget + 256 trains on the served prompt.
+COMPLETION_BUDGET = 256
+
+
+@dataclass
+class BootstrapConfig:
+    """What ``webrl bootstrap`` builds. Defaults fit the 10-minute budget on the 2-core dev machine."""
+
+    seed: int = 0
+    """Seeds the suite, the demo sample, the model init and the SFT shuffle."""
+    size: str = "small"
+    """Tiny model preset (``webrl.models.tiny.SIZES``)."""
+    vocab_size: int = 4096
+    """BPE vocabulary; element ids 0..400 and the prompt's words take ~500 of it."""
+    demos_per_template: int = 3
+    """Train tasks per template the oracle demonstrates (all templates covered, few repeats)."""
+    max_demos: int | None = None
+    """Cap on the demonstrated tasks (smoke tests); None: every sampled task."""
+    epochs: int = 30
+    """SFT passes over the demonstrations; the wall-clock budget usually ends training first."""
+    lr: float = 2e-3
+    """AdamW learning rate; a model trained from scratch takes ~100x the 1e-5 used to fine-tune an 8B."""
+    batch_size: int = 16
+    sft_minutes: float = 5.0
+    """Wall-clock budget of the SFT stage."""
+    concurrency: int = 4
+    """Episodes the browser pool runs at once."""
+    evaluate: bool = False
+    """Also measure success on the 165 test tasks (several more minutes)."""
+    output: Path | None = None
+    """Where the SFT actor is published; default ``<artifacts>/models/actor-sft``."""
+
+
+@dataclass
+class BootstrapResult:
+    path: str
+    version: str
+    sha256: str
+    parameters: int
+    demos: int
+    demo_steps: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    sft_metrics: dict = field(default_factory=dict)
+    test_success: float | None = None
+    test_tasks: int = 0
+
+
+def sandbox_ports(settings: Settings) -> dict[str, int]:
+    """The ports the configured site URLs name, so the sandbox serves exactly where every worker looks."""
+    from webrl.sandbox.sites import SITES
+
+    ports = {}
+    for site in SITES:
+        parts = urlsplit(settings.site_url(site))
+        ports[site] = parts.port or (443 if parts.scheme == "https" else 80)
+    return ports
+
+
+def demo_tasks(train: list[TaskConfig], per_template: int, seed: int) -> list[TaskConfig]:
+    """A deterministic sample of ``per_template`` train tasks of each template."""
+    by_template: dict[object, list[TaskConfig]] = {}
+    for task in train:
+        by_template.setdefault(task.intent_template_id, []).append(task)
+    rng = random.Random(seed)
+    chosen: list[TaskConfig] = []
+    for template in sorted(by_template, key=str):
+        tasks = by_template[template]
+        chosen.extend(rng.sample(tasks, min(per_template, len(tasks))))
+    return chosen
+
+
+def _demo_corpus(settings: Settings, trajectory_ids: list[int]) -> tuple[list[str], int]:
+    """The pages the oracle saw (one document each) and the number of steps."""
+    from sqlalchemy import select
+
+    from webrl.db import models as m
+    from webrl.db.session import session_scope
+
+    with session_scope(settings) as session:
+        steps = session.scalars(select(m.Step).where(m.Step.trajectory_id.in_(trajectory_ids))
+                                .order_by(m.Step.trajectory_id, m.Step.index)).all()
+        pages = [s.observation.get("html", "") for s in steps]
+        responses = [s.response for s in steps]
+    return [*pages, *responses], len(steps)
+
+
+EVAL_CHUNK = 16  # test tasks per rollout job: finished chunks stay stored if a long evaluation is stopped
+
+
+def eval_attempt(version: str) -> int:
+    """Rollouts are idempotent per (task, phase, attempt): one attempt number per evaluated checkpoint."""
+    return int(hashlib.sha256(version.encode()).hexdigest()[:7], 16)
+
+
+def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: int = 4, seed: int = 0,
+                        on_chunk: Callable[[int, int], None] = lambda done, total: None) -> dict[str, float]:
+    """Success rate of the checkpoint at ``path`` on the suite's test tasks (``rollout.run``, purpose "eval",
+    phase 0, attempt from the checkpoint's version). The suite must be loaded and the sandbox running."""
+    from webrl.models.loading import checkpoint_version
+    from webrl.queue import dispatch
+    from webrl.sandbox.tasks.suite import build_suite, task_key
+
+    keys = [task_key("test", t) for t in build_suite(seed)["test"]]
+    attempt = eval_attempt(checkpoint_version(path))
+    scores: list[float] = []
+    for start in range(0, len(keys), EVAL_CHUNK):
+        chunk = keys[start:start + EVAL_CHUNK]
+        result = dispatch("rollout.run", {"task_keys": chunk, "phase": 0, "attempt": attempt, "purpose": "eval",
+                                          "policy": {"kind": "checkpoint", "path": str(path)},
+                                          "concurrency": concurrency})
+        scores.extend([float(result["mean_env_score"])] * len(chunk))
+        on_chunk(start + len(chunk), len(keys))
+    return {"success_rate": sum(scores) / len(scores), "tasks": len(keys)}
+
+
+def run_bootstrap(settings: Settings, config: BootstrapConfig,
+                  on_stage: Callable[[str], None] = lambda stage: None) -> BootstrapResult:
+    """Run every stage (module docstring); returns where the actor is and what it measured."""
+    from webrl.db.migrate import upgrade
+    from webrl.models.tiny import SIZES, build_tiny_folder
+    from webrl.queue import dispatch
+    from webrl.sandbox.server import running_sandbox
+    from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
+
+    if config.size not in SIZES:
+        raise ValueError(f"unknown size {config.size!r}; expected one of {list(SIZES)}")
+    settings.ensure_dirs()
+    if settings.torch_threads:  # the embedded SFT runs in this process
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
+    assert settings.artifacts_dir is not None
+    models_dir = settings.artifacts_dir / "models"
+    output = config.output or models_dir / "actor-sft"
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def done(stage: str) -> None:
+        nonlocal clock
+        seconds[stage] = round(time.perf_counter() - clock, 2)
+        clock = time.perf_counter()
+        on_stage(stage)
+
+    upgrade(settings)
+    load_suite(settings, config.seed)
+    suite = build_suite(config.seed)
+    demos = demo_tasks(suite["train"], config.demos_per_template, config.seed)[:config.max_demos]
+    done("tasks")
+    with running_sandbox(settings, sandbox_ports(settings)):
+        rollout = dispatch("rollout.run", {
+            "task_keys": [task_key("train", t) for t in demos], "phase": 0, "attempt": 0, "purpose": "sft",
+            "policy": {"kind": "oracle", "corrupt": 0.0, "seed": config.seed}, "concurrency": config.concurrency})
+        trajectory_ids = sorted(rollout["trajectory_ids"])
+        done("demos")
+        pages, n_steps = _demo_corpus(settings, trajectory_ids)
+        corpus = [*(t.intent for t in suite["train"]), *pages]
+        base = models_dir / f"actor-base-{config.size}-seed{config.seed}"
+        done("tokenizer")
+        build_tiny_folder(corpus, base, size=config.size, vocab_size=config.vocab_size, seed=config.seed)
+        done("model")
+        sft = dispatch("train.sft", {
+            "base": str(base), "output": str(output), "kind": "actor", "trajectory_ids": trajectory_ids,
+            "phase": 0, "purpose": "sft", "epochs": config.epochs, "lr": config.lr, "seed": config.seed,
+            "max_minutes": config.sft_minutes, "batch_size": config.batch_size,
+            "max_length": settings.actor_max_prompt_tokens + COMPLETION_BUDGET})
+        done("sft")
+        evaluation = (evaluate_checkpoint(settings, sft["path"], concurrency=config.concurrency, seed=config.seed)
+                      if config.evaluate else None)
+        done("eval")
+    result = BootstrapResult(path=sft["path"], version=sft["version"], sha256=sft.get("sha256", ""),
+                             parameters=count_parameters(sft["path"]), demos=len(trajectory_ids),
+                             demo_steps=n_steps, seconds=seconds, sft_metrics=sft.get("metrics", {}),
+                             test_success=evaluation["success_rate"] if evaluation else None,
+                             test_tasks=int(evaluation["tasks"]) if evaluation else 0)
+    _write_report(settings, config, result)
+    return result
+
+
+def count_parameters(path: str | Path) -> int:
+    """Parameters stored in a folder's safetensors (tied embeddings counted once)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            for key in handle.keys():  # noqa: SIM118  (safe_open is not iterable)
+                n = 1
+                for dim in handle.get_slice(key).get_shape():
+                    n *= dim
+                total += n
+    return total
+
+
+def _write_report(settings: Settings, config: BootstrapConfig, result: BootstrapResult) -> Path:
+    assert settings.artifacts_dir is not None
+    out = settings.artifacts_dir / "reports" / f"bootstrap-{config.size}-seed{config.seed}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+              "result": asdict(result)}
+    out.write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
+    return out

@@ -1,0 +1,184 @@
+"""WebRL's critic: a language-model backbone and two value heads (clipped double-Q style).
+
+Paper section 3.3 / WebRL's ``VLMDoubleCritic`` (webrl/models/critic.py) and ``WebRLTrainer`` (published code):
+
+- h = the backbone's last hidden state at the state's last token                      # (B, H)
+- head_k(h) = Linear(H, H) -> ReLU -> Linear(H, H) -> ReLU -> Linear(H, 2), k = 1, 2   # (B, 2)
+- V_k = softmax(head_k(h))[1]  (P(success));  V = min(V_1, V_2)
+- trained with cross-entropy towards y = 1[return > 0] on s and on s' (the trainer does that).
+
+The backbone starts from the SFT actor. WebRL reads position -1 of a right-padded batch, which is a pad token
+for all but the longest state; here h is taken at each sequence's last real token, so batching is exact.
+The critic's input is the actor prompt of the state (:func:`critic_prompt`), as in WebRL where the critic reads
+the same ``format_prompt`` text as the actor.
+
+A saved critic is a folder: the backbone as a Hugging Face model (``config.json`` + safetensors), the heads
+in :data:`HEADS_FILE`, their shape in :data:`CRITIC_CONFIG_FILE`, and the tokenizer when one is given.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+#: Files of a saved critic besides the backbone's own.
+HEADS_FILE = "critic_heads.safetensors"
+CRITIC_CONFIG_FILE = "critic_config.json"
+
+#: Std of the normal init of the heads' first two Linear layers, biases zero; the last Linear keeps torch's
+#: default init (``initializer_range = 0.2`` in WebRL's VLMDoubleCritic; published code, not in the paper).
+HEAD_INIT_STD = 0.2
+
+#: Classes of each head: index 1 = "the task will succeed" (V = softmax[1]).
+N_CLASSES = 2
+
+
+def value_head(hidden: int) -> nn.Sequential:
+    """Linear-ReLU-Linear-ReLU-Linear(2), initialised as WebRL does."""
+    head = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                         nn.Linear(hidden, N_CLASSES))
+    for layer in (head[0], head[2]):
+        nn.init.normal_(layer.weight, mean=0.0, std=HEAD_INIT_STD)
+        nn.init.zeros_(layer.bias)
+    return head
+
+
+def last_token_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, H) states -> (B, H) at each row's last position whose mask is 1 (left or right padding)."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # (T,)
+    last = (attention_mask.long() * positions).argmax(dim=1)  # (B,)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
+
+
+class CriticModel(nn.Module):
+    """Backbone (a Hugging Face base model, e.g. ``LlamaModel``) + two value heads."""
+
+    def __init__(self, backbone: nn.Module, head1: nn.Sequential | None = None,
+                 head2: nn.Sequential | None = None) -> None:
+        super().__init__()
+        self.backbone = backbone
+        hidden = int(backbone.config.hidden_size)
+        self.head1 = head1 if head1 is not None else value_head(hidden)
+        self.head2 = head2 if head2 is not None else value_head(hidden)
+        self.head1.to(next(backbone.parameters()).dtype)
+        self.head2.to(next(backbone.parameters()).dtype)
+
+    @property
+    def config(self) -> Any:
+        return self.backbone.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # Loading and saving
+    @classmethod
+    def from_backbone(cls, path: str | Path, *, seed: int = 0, dtype: torch.dtype | None = None) -> CriticModel:
+        """A fresh critic on the base model of a causal-LM folder (the SFT actor); heads seeded by ``seed``."""
+        from transformers import AutoModel
+
+        backbone = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            hidden = int(backbone.config.hidden_size)
+            return cls(backbone, value_head(hidden), value_head(hidden))
+        finally:
+            torch.random.set_rng_state(generator_state)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype | None = None) -> CriticModel:
+        """A critic saved by :meth:`save_pretrained`."""
+        from transformers import AutoModel
+
+        path = Path(path)
+        if not (path / HEADS_FILE).exists():
+            raise FileNotFoundError(f"{path} is not a saved critic: {HEADS_FILE} is missing")
+        backbone = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+        model = cls(backbone)
+        state = load_file(str(path / HEADS_FILE))
+        model.head1.load_state_dict({k.removeprefix("head1."): v for k, v in state.items() if k.startswith("head1.")})
+        model.head2.load_state_dict({k.removeprefix("head2."): v for k, v in state.items() if k.startswith("head2.")})
+        return model
+
+    def save_pretrained(self, path: str | Path, tokenizer: Any | None = None) -> Path:
+        """Write the backbone, the heads and (optionally) the tokenizer into ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.backbone.save_pretrained(str(path))
+        heads = {f"head1.{k}": v.detach().contiguous().cpu() for k, v in self.head1.state_dict().items()}
+        heads |= {f"head2.{k}": v.detach().contiguous().cpu() for k, v in self.head2.state_dict().items()}
+        save_file(heads, str(path / HEADS_FILE))
+        meta = {"kind": "webrl-double-critic", "hidden_size": int(self.config.hidden_size), "n_classes": N_CLASSES,
+                "value": "min(softmax(head1)[1], softmax(head2)[1])"}
+        (path / CRITIC_CONFIG_FILE).write_text(json.dumps(meta, indent=2))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(path))
+        return path
+
+    # Forward
+    def head_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Logits of both heads: shape (2, B, 2) (head, batch, class). The trainer's cross-entropy reads these."""
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        h = last_token_states(out.last_hidden_state, attention_mask)  # (B, H)
+        return torch.stack([self.head1(h), self.head2(h)])  # (2, B, 2)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.head_logits(input_ids, attention_mask)
+
+    def head_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """V_k = softmax(head_k)[1] for both heads: shape (2, B)."""
+        return torch.softmax(self.head_logits(input_ids, attention_mask).float(), dim=-1)[..., 1]
+
+    def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """V = min(V_1, V_2): shape (B,) (``torch.minimum(v1, v2)`` in WebRL's actor loss)."""
+        v = self.head_values(input_ids, attention_mask)  # (2, B)
+        return torch.minimum(v[0], v[1])
+
+
+def critic_prompt(tokenizer: Any, intent: str, observation: str, history: Sequence[Any] = (), *,
+                  max_tokens: int | None = None) -> str:
+    """The critic's input for a state: the actor prompt of that state (WebRL feeds the critic the actor's
+    ``format_prompt`` text; for a new task, round 0 on the site's start page)."""
+    from webrl.prompts.actor import render_actor_prompt
+
+    return render_actor_prompt(tokenizer, intent, list(history), observation, max_tokens=max_tokens)
+
+
+def encode_states(tokenizer: Any, texts: Sequence[str], device: torch.device | str = "cpu"
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (input_ids, attention_mask), both (B, T), of rendered critic prompts."""
+    encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    if any(len(ids) == 0 for ids in encoded):
+        raise ValueError("a critic prompt encodes to no tokens")
+    width = max(len(ids) for ids in encoded)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, ids in enumerate(encoded):
+        input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        mask[row, : len(ids)] = 1
+    return input_ids.to(device), mask.to(device)
+
+
+@torch.no_grad()
+def critic_values(model: CriticModel, tokenizer: Any, texts: Sequence[str], batch_size: int = 8) -> list[float]:
+    """V = min of the two heads for each rendered critic prompt, ``batch_size`` per forward pass."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    was_training = model.training
+    model.eval()
+    out: list[float] = []
+    try:
+        for start in range(0, len(texts), batch_size):
+            ids, mask = encode_states(tokenizer, texts[start:start + batch_size], model.device)
+            out.extend(model.values(ids, mask).tolist())
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,103 @@
+"""Load any Hugging Face causal LM folder (Llama-3.1-8B, GLM-4-9B, webrl-llama-3.1-8b, the tiny model).
+
+Only local folders: every ``from_pretrained`` call passes ``local_files_only=True`` (the ``HF_HUB_OFFLINE``
+behaviour without touching the environment), so a missing file is an error, never a download.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from webrl.config import Settings
+
+log = logging.getLogger(__name__)
+
+#: The manifest a published checkpoint folder holds (``webrl.checkpoints.MANIFEST_FILE``); its "version" names it.
+VERSION_FILE = "webrl_checkpoint.json"
+
+_DTYPES: dict[str, torch.dtype | str] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "auto": "auto",
+}
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model path is not a local Hugging Face folder (webrl never downloads)."""
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """The folder at ``path``; raises :class:`ModelNotFoundError` naming what is missing."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise ModelNotFoundError(f"model folder {folder} does not exist; webrl loads local folders only "
+                                 "(run `webrl bootstrap` for the tiny model, or download weights yourself)")
+    if not (folder / "config.json").is_file():
+        raise ModelNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
+    return folder
+
+
+def torch_dtype(settings: Settings) -> torch.dtype | str:
+    return _DTYPES[settings.dtype]
+
+
+def load_tokenizer(path: str | Path, settings: Settings) -> PreTrainedTokenizerBase:
+    """The folder's tokenizer, set up for batched generation: left padding, a pad token."""
+    folder = resolve_model_dir(path)
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True,
+                                              trust_remote_code=settings.trust_remote_code)
+    tokenizer.padding_side = "left"  # generation appends on the right; prompts line up on the left pad
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(path: str | Path, settings: Settings, *, train: bool = False
+                   ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load ``(model, tokenizer)`` from a local folder; dtype, device and CPU threads from ``settings``.
+
+    The model is in eval mode unless ``train``.
+    """
+    folder = resolve_model_dir(path)
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)  # process-wide: CPU inference and training share it
+    tokenizer = load_tokenizer(folder, settings)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(settings), local_files_only=True,
+                                                 trust_remote_code=settings.trust_remote_code)
+    model.to(settings.device)
+    model.train(train)
+    log.info("loaded %s (%s parameters, %s on %s)", folder, f"{model.num_parameters():,}", model.dtype,
+             settings.device)
+    return model, tokenizer
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Every id that ends a turn: the tokenizer's eos plus the generation config's (Llama-3.1 has three)."""
+    ids: list[int] = []
+    configured: Any = getattr(model.generation_config, "eos_token_id", None)
+    for value in ([configured] if isinstance(configured, int) else list(configured or [])):
+        ids.append(int(value))
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    return sorted(set(ids))
+
+
+def checkpoint_version(path: str | Path) -> str:
+    """The version a folder declares in :data:`VERSION_FILE`, else its folder name."""
+    folder = Path(path)
+    marker = folder / VERSION_FILE
+    if marker.is_file():
+        try:
+            version = json.loads(marker.read_text()).get("version")
+        except (json.JSONDecodeError, AttributeError):
+            version = None
+        if version:
+            return str(version)
+    return folder.name

@@ -1,0 +1,106 @@
+"""Policies backed by models: :class:`LocalModelPolicy` (a checkpoint folder in this process) and
+:class:`ActorEndpointPolicy` (an actor service's ``POST /v1/act``). Both implement
+:class:`webrl.policy.Policy`; the browser pool hands them one batch of requests per step."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from webrl.config import Settings
+from webrl.models.actor_api import ActItem, ActRequest, ActResponse
+from webrl.models.backends import Generation
+from webrl.models.backends.local import LocalBackend
+from webrl.policy import PolicyRequest, PolicyResponse
+from webrl.prompts.actor import WEBRL_SYSTEM_PROMPT, render_actor_prompt
+
+
+def prompt_budget(settings: Settings, max_positions: int | None, max_new_tokens: int) -> int:
+    """Prompt tokens allowed: the configured budget, within the model's context after the generation."""
+    budget = settings.actor_max_prompt_tokens
+    if max_positions:
+        budget = min(budget, max_positions - max_new_tokens)
+    return max(1, budget)
+
+
+def actor_prompt(tokenizer: Any, item: ActItem, budget: int) -> str:
+    """The chat-template actor prompt of one step, within ``budget`` tokens."""
+    return render_actor_prompt(tokenizer, item.intent, item.history, item.observation.html, max_tokens=budget,
+                               system=WEBRL_SYSTEM_PROMPT)
+
+
+def item_of(request: PolicyRequest) -> ActItem:
+    return ActItem(intent=request.intent, observation=request.observation,
+                   history=[step.response for step in request.history])
+
+
+#: Backends kept loaded across policies of the same folder (rollout jobs come in chunks of one checkpoint).
+_SHARED: OrderedDict[tuple[str, int, str, str], LocalBackend] = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+MAX_SHARED_BACKENDS = 2  # the actor and, during a phase, the previous one
+
+
+def shared_backend(path: str | Path, settings: Settings) -> LocalBackend:
+    """A loaded backend for ``path``, reused while the folder is unchanged (keyed by its config's mtime)."""
+    folder = Path(path).resolve()
+    key = (str(folder), (folder / "config.json").stat().st_mtime_ns, settings.dtype, settings.device)
+    with _SHARED_LOCK:
+        if key in _SHARED:
+            _SHARED.move_to_end(key)
+            return _SHARED[key]
+        backend = LocalBackend.from_path(folder, settings)
+        _SHARED[key] = backend
+        while len(_SHARED) > MAX_SHARED_BACKENDS:
+            _SHARED.popitem(last=False)[1].close()
+        return backend
+
+
+class LocalModelPolicy:
+    """The actor as a checkpoint folder loaded here (``{"kind": "checkpoint", "path": ...}``)."""
+
+    def __init__(self, path: str | Path, settings: Settings, *, temperature: float | None = None,
+                 max_new_tokens: int | None = None, backend: LocalBackend | None = None) -> None:
+        self.settings = settings
+        self.backend = backend or shared_backend(path, settings)
+        self.temperature = settings.actor_temperature if temperature is None else temperature
+        self.max_new_tokens = max_new_tokens or settings.actor_max_new_tokens
+        self.budget = prompt_budget(settings, self.backend.max_positions, self.max_new_tokens)
+
+    @property
+    def version(self) -> str:
+        return self.backend.version
+
+    async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
+        prompts = [actor_prompt(self.backend.tokenizer, item_of(r), self.budget) for r in requests]
+        futures = [asyncio.wrap_future(self.backend.submit(p, self.max_new_tokens, self.temperature))
+                   for p in prompts]
+        generations: list[Generation] = await asyncio.gather(*futures)
+        return [PolicyResponse(response=g.text, token_ids=g.token_ids, logprobs=g.logprobs, version=self.version)
+                for g in generations]
+
+class ActorEndpointPolicy:
+    """The actor behind an actor service (``{"kind": "endpoint", "url": ...}``): one ``/v1/act`` per batch."""
+
+    def __init__(self, url: str, settings: Settings, *, temperature: float | None = None,
+                 max_new_tokens: int | None = None, timeout: float = 300.0) -> None:
+        headers = {"Authorization": f"Bearer {settings.actor_api_key}"} if settings.actor_api_key else {}
+        self.url = url.rstrip("/") + "/v1/act"
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self._headers = headers
+        self._timeout = timeout
+
+    async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
+        body = ActRequest(batch=[item_of(r) for r in requests], temperature=self.temperature,
+                          max_new_tokens=self.max_new_tokens)
+        async with httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client:
+            reply = await client.post(self.url, json=body.model_dump(mode="json"))
+        reply.raise_for_status()
+        result = ActResponse.model_validate(reply.json())
+        return [PolicyResponse(response=r.response, token_ids=r.token_ids, logprobs=r.logprobs, version=r.version)
+                for r in result.results]

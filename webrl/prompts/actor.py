@@ -1,0 +1,168 @@
+"""The WebRL actor prompt, in two renderings.
+
+The prompt holds the intent, one round per earlier step (its observation elided to
+``** Simplified html **``, its response kept) and the current simplified HTML, cut to a context budget.
+
+- :func:`render_actor_prompt` renders :func:`build_actor_messages` through the model's own chat template,
+  so any Hugging Face chat model (Llama-3.1, GLM-4, the tiny model) gets its native layout.
+- :func:`render_llama3_webrl` writes the exact string the released WebRL Llama-3.1 checkpoints were trained
+  on: LLaMA-Factory's ``llama3_web`` template (``<|begin_of_text|>`` + system turn, then the user content
+  verbatim) around the policy prompt of WebRL's ``scripts/process_data.py`` ``format_prompt`` (published
+  code, not in the paper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from webrl.schemas import Step
+
+#: What earlier rounds show instead of their HTML (published WebRL/VAB-WebArena-Lite traces).
+ELIDED_HTML = "** Simplified html **"
+
+#: Characters of the Llama-3 prompt (history + HTML) WebRL allows: cutoff_len 16384 minus 512
+#: (``format_prompt`` in WebRL's scripts/process_data.py; published code, not in the paper).
+WEBRL_PROMPT_CHARS = 16384 - 512
+
+#: The system prompt of WebRL's released actor (VAB-WebArena-Lite ``webrl`` prompt), limited to the
+#: functions our action grammar accepts.
+WEBRL_SYSTEM_PROMPT = """# Setup
+You are a professional web browsing agent assistant that can fulfill user's high-level instructions. \
+Given Simplified html of the browsed webpage at each step, you plan operations in python-style pseudo code \
+using provided functions, or customize functions (if necessary) and then provide their implementations.
+# More details about the code
+Your code should be readable, simple, and only **ONE-LINE-OF-CODE** at a time, avoid using loop statement \
+and only use if-else control if necessary. Predefined functions are as follow:
+
+```
+def do(action, argument, element):
+\t\"\"\"A single browsing operation on the webpage.
+\tArgs:
+\t\t:param action: one of the actions from ["Click", "Type", "Search", "Hover", "Scroll Up", "Scroll Down", \
+"Press Enter", "Select Dropdown Option", "Go Backward", "Go Forward"].
+\t\t:param argument: optional. Only for "Type", "Search" and "Select Dropdown Option", indicating the \
+content to type in or the option to select. "Search" action is equivalent to "Type" action plus "Enter" \
+key press.
+\t\t:param element: optional. Only for "Click", "Type", "Search", "Select Dropdown Option", and "Hover". \
+Should be specific element id in the html.
+\tReturns:
+\t\tNone. The webpage will be updated after executing the action.
+\t\"\"\"
+
+def exit(message):
+\t\"\"\"Ending the browsing process if the assistant think it has fulfilled the goal.
+\tArgs:
+\t\t:param message: optional. If user's instruction is a question, return assistant's answer in the \
+message based on the browsing content.
+\tReturns:
+\t\tNone.
+\t\"\"\"
+```
+
+REMEMBER:
+- only **ONE-LINE-OF-CODE** at a time
+- Don't generate an operation element that you do not see in the html.
+- Use "# Element" to describe the element you choose in the html.
+- Use "# Note" to record information useful to answer the instruction if needed.
+- If you find yourself fallen into some sort of loop, try to use another method or change your action.
+- Your answer shouldn't be in a code snippet format. Just write the function name and its arguments."""
+
+_LLAMA3_BOS = "<|begin_of_text|>"
+_LLAMA3_TURN = "<|eot_id|><|start_header_id|>{role}<|end_header_id|>\n"
+
+
+def _responses(history: Sequence[Step | str]) -> list[str]:
+    return [h if isinstance(h, str) else h.response for h in history]
+
+
+def build_actor_messages(intent: str, history: Sequence[Step | str], observation: str,
+                         system: str | None = WEBRL_SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """Chat messages for one actor step (WebRL's chat layout).
+
+    Round 0's user turn carries ``Task Instruction: <intent>``; later rounds show :data:`ELIDED_HTML`
+    and keep the earlier response; the last user turn carries the current HTML. ``history`` is the
+    earlier steps (or their raw responses), oldest first.
+    """
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    responses = _responses(history)
+    for i, response in enumerate(responses):
+        shown = intent if i == 0 else ELIDED_HTML
+        messages.append({"role": "user", "content": _user_turn(intent, i, shown)})
+        messages.append({"role": "assistant", "content": response.strip()})
+    messages.append({"role": "user", "content": _user_turn(intent, len(responses), observation)})
+    return messages
+
+
+def _user_turn(intent: str, index: int, body: str) -> str:
+    if index == 0:
+        return f"Task Instruction: {intent}\n\nRound 0\n{body}"
+    return f"Round {index}\n{body}"
+
+
+def _apply_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _n_tokens(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def render_actor_prompt(tokenizer: Any, intent: str, history: Sequence[Step | str], observation: str, *,
+                        max_tokens: int | None = None, system: str | None = WEBRL_SYSTEM_PROMPT) -> str:
+    """The actor prompt through ``tokenizer``'s chat template, cut to ``max_tokens`` prompt tokens.
+
+    When the prompt is too long, the oldest rounds are dropped while even an empty HTML would not fit, then
+    the current HTML is cut from its end (the top of the page is kept) to the longest prefix that fits.
+    """
+    history = list(history)
+
+    def render(html: str) -> str:
+        return _apply_template(tokenizer, build_actor_messages(intent, history, html, system))
+
+    text = render(observation)
+    if max_tokens is None or _n_tokens(tokenizer, text) <= max_tokens:
+        return text
+    while history and _n_tokens(tokenizer, render("")) > max_tokens:
+        history = history[1:]
+    low, high = 0, len(observation)  # longest fitting prefix: binary search over characters
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _n_tokens(tokenizer, render(observation[:mid])) <= max_tokens:
+            low = mid
+        else:
+            high = mid - 1
+    return render(observation[:low])
+
+
+def render_llama3_webrl(intent: str, history: Sequence[Step | str], observation: str, *,
+                        max_chars: int = WEBRL_PROMPT_CHARS, system: str | None = WEBRL_SYSTEM_PROMPT) -> str:
+    """The exact Llama-3 prompt of the released WebRL checkpoints.
+
+    ``<|begin_of_text|>`` and the system turn (LLaMA-Factory ``llama3_web``), then ``format_prompt`` of
+    WebRL's ``process_data.py``::
+
+        Task Instruction: {intent}\\n\\n
+        Round {i}\\n\\n<|eot_id|><|start_header_id|>user<|end_header_id|>\\n{intent or ** Simplified html **}
+        \\n\\n<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n{response_i}\\n\\n   (per earlier round)
+        Round {n}\\n\\n<|eot_id|><|start_header_id|>user<|end_header_id|>\\n{html}\\n\\n
+        <|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n
+
+    The HTML is cut so that history + HTML stay within ``max_chars`` characters, as WebRL does.
+    """
+    responses = _responses(history)
+    rounds = []
+    for i, response in enumerate(responses):
+        shown = intent if i == 0 else ELIDED_HTML
+        rounds.append(f"Round {i}\n\n{_LLAMA3_TURN.format(role='user')}{shown}\n\n"
+                      f"{_LLAMA3_TURN.format(role='assistant')}{response}\n\n")
+    past = "".join(rounds)
+    html = observation
+    if len(past) + len(html) > max_chars:
+        html = html[: max(0, max_chars - len(past))]
+    current = (f"Round {len(responses)}\n\n{_LLAMA3_TURN.format(role='user')}{html}\n\n"
+               f"{_LLAMA3_TURN.format(role='assistant')}")
+    head = _LLAMA3_BOS
+    if system:
+        head += f"<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>"
+    return f"{head}Task Instruction: {intent}\n\n{past}{current}"
