@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "webrl.commands.models",
     "webrl.commands.serve",
     "webrl.commands.train",
+    "webrl.commands.judges",
 ]
 
 

@@ -14,28 +14,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from webrl.config import SANDBOX_PORTS, Settings, get_settings
+from webrl.config import Settings, get_settings
 
 console = Console()
 log = logging.getLogger(__name__)
 
 
-def uses_builtin_sandbox(settings: Settings) -> bool:
-    """True when no site URL is configured: the placeholders resolve to the built-in sandbox."""
-    return not any(getattr(settings, f"{site}_url") for site in SANDBOX_PORTS)
-
-
 @contextlib.contextmanager
 def sandbox_if_needed(settings: Settings) -> Iterator[None]:
-    """In the embedded mode with the built-in sites, serve them here (on their default ports) while we run."""
-    if not (settings.eager and uses_builtin_sandbox(settings)):
+    """In the embedded mode, serve the sandbox sites in this process, on the ports the site URLs name
+    (the defaults, or local ports a user configured), while we run. Remote sites are left alone."""
+    from webrl.sandbox.server import running_sandbox, sandbox_ports, sites_are_local
+
+    if not (settings.eager and sites_are_local(settings)):
         yield
         return
-    from webrl.sandbox.server import running_sandbox
-    from webrl.sandbox.sites import SITES
-
-    ports = {site: SANDBOX_PORTS[site] for site in SITES}
-    with running_sandbox(settings, ports=ports):
+    with running_sandbox(settings, ports=sandbox_ports(settings)):
         yield
 
 

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from webrl.config import Settings
 from webrl.schemas import TaskConfig
@@ -77,17 +76,6 @@ class BootstrapResult:
     sft_metrics: dict = field(default_factory=dict)
     test_success: float | None = None
     test_tasks: int = 0
-
-
-def sandbox_ports(settings: Settings) -> dict[str, int]:
-    """The ports the configured site URLs name, so the sandbox serves exactly where every worker looks."""
-    from webrl.sandbox.sites import SITES
-
-    ports = {}
-    for site in SITES:
-        parts = urlsplit(settings.site_url(site))
-        ports[site] = parts.port or (443 if parts.scheme == "https" else 80)
-    return ports
 
 
 def demo_tasks(train: list[TaskConfig], per_template: int, seed: int) -> list[TaskConfig]:
@@ -153,7 +141,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
     from webrl.db.migrate import upgrade
     from webrl.models.tiny import SIZES, build_tiny_folder
     from webrl.queue import dispatch
-    from webrl.sandbox.server import running_sandbox
+    from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
 
     if config.size not in SIZES:

@@ -70,6 +70,24 @@ def _wait_started(running: list[_Running]) -> None:
             time.sleep(0.01)
 
 
+def sandbox_ports(settings: Settings) -> dict[str, int]:
+    """The ports the configured site URLs name, so the sandbox serves exactly where every worker looks."""
+    from urllib.parse import urlsplit
+
+    ports = {}
+    for site in SITES:
+        parts = urlsplit(settings.site_url(site))
+        ports[site] = parts.port or (443 if parts.scheme == "https" else 80)
+    return ports
+
+
+def sites_are_local(settings: Settings) -> bool:
+    """True when every sandbox site URL points at this machine (so this process may serve them)."""
+    from urllib.parse import urlsplit
+
+    return all(urlsplit(settings.site_url(site)).hostname in {"127.0.0.1", "localhost"} for site in SITES)
+
+
 @contextmanager
 def running_sandbox(settings: Settings, ports: dict[str, int] | None = None,
                     sites: list[str] | None = None) -> Iterator[Settings]:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from webrl.config import Settings, get_settings
-from webrl.models.bootstrap import BootstrapConfig, demo_tasks, run_bootstrap, sandbox_ports
+from webrl.models.bootstrap import BootstrapConfig, demo_tasks, run_bootstrap
+from webrl.sandbox.server import sandbox_ports
 
 pytestmark = pytest.mark.browser
 
