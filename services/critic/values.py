@@ -1,0 +1,103 @@
+"""Critic values: V(s) = min of the two heads' P(success) for states (intent, observation, history).
+
+WebRL filters generated tasks by the critic's value of the task's first state: round 0 of the actor prompt on
+the site's start page (``filter_by_critic`` in WebRL's scripts/gen_task.py reads one stored page per site; keep
+the task when V lies in [0.05, 0.75]). :func:`start_observations` finds that page for a task in the database:
+the first observation of a stored episode of the same task, else of a task with the same start URL, else of any
+task on the same site.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.models.critic import CriticModel, critic_prompt, critic_values
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class State:
+    """What the critic reads: the task's intent, the page, and the responses of earlier steps."""
+
+    intent: str
+    observation: str
+    history: Sequence[str] = field(default_factory=tuple)
+
+
+class CriticScorer:
+    """A saved :class:`~webrl.models.critic.CriticModel` and its tokenizer, ready to value states."""
+
+    def __init__(self, path: str | Path, settings: Settings) -> None:
+        from webrl.models.loading import checkpoint_version, load_tokenizer, torch_dtype
+
+        dtype = torch_dtype(settings)
+        self.model = CriticModel.from_pretrained(path, dtype=None if dtype == "auto" else dtype)
+        self.model.to(settings.device)
+        self.model.eval()
+        self.tokenizer = load_tokenizer(path, settings)
+        self.version = checkpoint_version(path)
+        self.batch_size = settings.critic_batch_size
+        context = getattr(self.model.config, "max_position_embeddings", None) or settings.critic_max_prompt_tokens
+        self.max_tokens = min(settings.critic_max_prompt_tokens, int(context))
+
+    def prompts(self, states: Sequence[State]) -> list[str]:
+        return [critic_prompt(self.tokenizer, s.intent, s.observation, list(s.history), max_tokens=self.max_tokens)
+                for s in states]
+
+    def values(self, states: Sequence[State], batch_size: int | None = None) -> list[float]:
+        """V = min(V_1, V_2) per state."""
+        return critic_values(self.model, self.tokenizer, self.prompts(states), batch_size=batch_size or self.batch_size)
+
+
+class MissingStartPageError(LookupError):
+    def __init__(self, keys: Sequence[str]) -> None:
+        super().__init__(f"no stored start page for tasks {list(keys)}: run an episode on their site first "
+                         "or pass their observations")
+        self.keys = list(keys)
+
+
+def _first_observation(session: Session, *conditions: object) -> str | None:
+    query = (select(m.Step.observation).join(m.Trajectory, m.Step.trajectory_id == m.Trajectory.id)
+             .join(m.Task, m.Trajectory.task_id == m.Task.id).where(m.Step.index == 0, *conditions)
+             .order_by(m.Step.id.desc()).limit(1))
+    observation = session.scalar(query)
+    return str(observation.get("html", "")) if observation else None
+
+
+def start_observation(session: Session, task: m.Task) -> str | None:
+    """The start page of ``task`` from stored episodes: same task, else same start URL, else same site."""
+    start_url = (task.config or {}).get("start_url")
+    found = _first_observation(session, m.Task.id == task.id)
+    if found is None and start_url:
+        same_url = [t.id for t in session.scalars(select(m.Task).where(m.Task.site == task.site))
+                    if (t.config or {}).get("start_url") == start_url]
+        found = _first_observation(session, m.Task.id.in_(same_url)) if same_url else None
+    if found is None:
+        found = _first_observation(session, m.Task.site == task.site)
+    return found
+
+
+def start_observations(session: Session, tasks: Sequence[m.Task], given: dict[str, str] | None = None
+                       ) -> dict[str, str]:
+    """Task key -> start page HTML (``given`` first); raises naming every task without one."""
+    given = given or {}
+    pages: dict[str, str] = {}
+    missing = []
+    for task in tasks:
+        page = given.get(task.key) or start_observation(session, task)
+        if page is None:
+            missing.append(task.key)
+        else:
+            pages[task.key] = page
+    if missing:
+        raise MissingStartPageError(missing)
+    return pages

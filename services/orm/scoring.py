@@ -1,0 +1,204 @@
+"""ORM scoring: trajectories -> p = P(YES) and reward = 1[p >= threshold], with two backends.
+
+- :class:`LocalOrm`: a Hugging Face causal LM run here, prompts batched (``settings.orm_batch_size``), each
+  prompt cut to the model's context by shortening the observation only (:func:`webrl.prompts.orm.build_orm_prompt`).
+- :class:`OpenAIOrm`: an OpenAI-compatible server (vLLM, SGLang) serving the ORM; one ``/v1/completions`` call
+  with ``max_tokens=1`` and the top log-probs of the first generated position, from which YES and NO are read.
+
+:func:`score_stored` scores stored trajectories and keeps one ``orm_labels`` row per (trajectory, ORM version),
+so scoring twice costs nothing and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db.repository import load_trajectory, save_label
+from webrl.models.orm import orm_probabilities, reward_of, yes_no_token_ids
+from webrl.prompts.orm import NO, YES, build_orm_prompt, orm_inputs, orm_prompt_budget, render_llama3_orm
+from webrl.schemas import Trajectory
+
+log = logging.getLogger(__name__)
+
+#: Top log-probs asked of an OpenAI-compatible server at the answer position (vLLM's default cap is 20).
+TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The ORM's verdict on one trajectory."""
+
+    p: float  # P(YES) = softmax(logit_YES, logit_NO)[YES]
+    reward: float  # 1 if p >= threshold else 0
+    trajectory_id: int | None = None
+
+
+class OrmBackend(Protocol):
+    """Anything that turns trajectories into P(YES)."""
+
+    version: str
+
+    def probabilities(self, trajectories: Sequence[Trajectory]) -> list[float]: ...
+
+
+class LocalOrm:
+    """The ORM as a local transformers model (the tiny CPU model, or webrl-orm-llama-3.1-8b on a GPU)."""
+
+    def __init__(self, path: str | Path, settings: Settings) -> None:
+        from webrl.models.loading import checkpoint_version, load_causal_lm
+
+        self.model, self.tokenizer = load_causal_lm(path, settings)
+        self.version = checkpoint_version(path)
+        self.batch_size = settings.orm_batch_size
+        self.layout = settings.orm_layout
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_tokens = orm_prompt_budget(int(context), settings.orm_max_prompt_tokens) if context else \
+            settings.orm_max_prompt_tokens
+
+    def prompts(self, trajectories: Sequence[Trajectory]) -> list[str]:
+        return [build_orm_prompt(self.tokenizer, t, max_tokens=self.max_tokens, layout=self.layout)
+                for t in trajectories]
+
+    def probabilities(self, trajectories: Sequence[Trajectory], batch_size: int | None = None) -> list[float]:
+        return orm_probabilities(self.model, self.tokenizer, self.prompts(trajectories),
+                                 batch_size=batch_size or self.batch_size)
+
+
+def p_from_top_logprobs(top: dict[str, float], yes: str = YES, no: str = NO) -> float:
+    """p = e^{l_YES} / (e^{l_YES} + e^{l_NO}) from the top log-probs of the answer position.
+
+    An answer missing from the top-k has a log-prob at most the smallest one shown; that bound stands in for
+    it (the exact value is not returned by the server). Neither answer in the top-k is an error.
+    """
+    found_yes, found_no = top.get(yes), top.get(no)
+    if found_yes is None and found_no is None:
+        raise ValueError(f"neither {yes!r} nor {no!r} is among the server's top log-probs {sorted(top)[:10]}")
+    floor = min(top.values())
+    ly = found_yes if found_yes is not None else floor
+    ln = found_no if found_no is not None else floor
+    return 1.0 / (1.0 + math.exp(ln - ly))
+
+
+class OpenAIOrm:
+    """The ORM behind an OpenAI-compatible completions endpoint (e.g. vLLM serving webrl-orm-llama-3.1-8b).
+
+    Prompts are rendered here, as text: through ``tokenizer`` when one is given (so the observation is cut
+    to ``settings.orm_max_prompt_tokens``), else in WebRL's exact Llama-3 layout, uncut. The answers are read
+    as the served model's token texts: the text of the first token of YES and NO under ``tokenizer`` (just
+    ``YES`` and ``NO`` for Llama-3), so a model whose tokenizer splits them is judged by the same tokens the
+    local backend reads.
+    """
+
+    def __init__(self, endpoint: str, model: str, settings: Settings, tokenizer: Any | None = None,
+                 timeout_s: float = 120.0) -> None:
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=endpoint.rstrip("/"), api_key=settings.orm_api_key or "none",
+                             timeout=timeout_s, max_retries=2)
+        self.model = model
+        self.version = model
+        self.tokenizer = tokenizer
+        self.layout = settings.orm_layout
+        self.max_tokens = settings.orm_max_prompt_tokens
+        self.batch_size = settings.orm_batch_size
+        self.answers = (YES, NO)
+        if tokenizer is not None:
+            yes_id, no_id = yes_no_token_ids(tokenizer)
+            self.answers = (tokenizer.decode([yes_id]), tokenizer.decode([no_id]))
+
+    def prompts(self, trajectories: Sequence[Trajectory]) -> list[str]:
+        if self.tokenizer is not None:
+            return [build_orm_prompt(self.tokenizer, t, max_tokens=self.max_tokens, layout=self.layout)
+                    for t in trajectories]
+        return [render_llama3_orm(*orm_inputs(t)) for t in trajectories]
+
+    def probabilities(self, trajectories: Sequence[Trajectory]) -> list[float]:
+        prompts = self.prompts(trajectories)
+        out: list[float] = []
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = prompts[start:start + self.batch_size]
+            response = self.client.completions.create(model=self.model, prompt=chunk, max_tokens=1,
+                                                      temperature=0.0, logprobs=TOP_LOGPROBS)
+            for choice in sorted(response.choices, key=lambda c: c.index):
+                if choice.logprobs is None or not choice.logprobs.top_logprobs:
+                    raise ValueError("the ORM server returned no log-probs; it must support `logprobs`")
+                out.append(p_from_top_logprobs(dict(choice.logprobs.top_logprobs[0]), *self.answers))
+        return out
+
+
+def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBackend:
+    """The configured ORM: ``path`` (or ``settings.orm_model``) locally, or the OpenAI-compatible endpoint."""
+    model = path or settings.orm_model
+    if settings.orm_backend == "openai":
+        if not settings.orm_endpoint or not model:
+            raise ValueError("the openai ORM backend needs WEBRL_ORM_ENDPOINT and WEBRL_ORM_MODEL")
+        tokenizer = None
+        if Path(model).is_dir():
+            from webrl.models.loading import load_tokenizer
+
+            tokenizer = load_tokenizer(model, settings)
+        return OpenAIOrm(settings.orm_endpoint, model, settings, tokenizer=tokenizer)
+    if not model:
+        raise ValueError("no ORM model: set WEBRL_ORM_MODEL to a model folder")
+    return LocalOrm(model, settings)
+
+
+def judge(backend: OrmBackend, trajectories: Sequence[Trajectory], threshold: float) -> list[Judgement]:
+    """p and reward for each trajectory."""
+    return [Judgement(p=p, reward=reward_of(p, threshold)) for p in backend.probabilities(trajectories)]
+
+
+class UnknownTrajectoriesError(LookupError):
+    def __init__(self, missing: Sequence[int]) -> None:
+        super().__init__(f"unknown trajectory ids: {list(missing)}")
+        self.missing = list(missing)
+
+
+def load_rows(session: Session, ids: Sequence[int]) -> list[m.Trajectory]:
+    """Stored trajectories in the order of ``ids``; raises naming the ids that do not exist."""
+    rows = session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_(list(ids)))).all()
+    by_id = {r.id: r for r in rows}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise UnknownTrajectoriesError(missing)
+    return [by_id[i] for i in ids]
+
+
+def score_stored(session: Session, backend: OrmBackend, ids: Sequence[int], threshold: float) -> list[Judgement]:
+    """Judge stored trajectories and store one label each under the backend's version (idempotent).
+
+    Trajectories already labelled by this ORM version keep their label and are not scored again; the rewards
+    returned use ``threshold`` (a stored label keeps the threshold it was made with).
+    """
+    rows = load_rows(session, ids)
+    existing = {
+        label.trajectory_id: label
+        for label in session.scalars(select(m.OrmLabel).where(m.OrmLabel.trajectory_id.in_(list(ids)),
+                                                               m.OrmLabel.orm_version == backend.version))
+    }
+    todo = [r for r in rows if r.id not in existing]
+    if todo:
+        probabilities = backend.probabilities([load_trajectory(r) for r in todo])
+        for row, p in zip(todo, probabilities, strict=True):
+            existing[row.id] = save_label(session, row.id, backend.version, p, threshold)
+        log.info("ORM %s scored %d trajectories (%d already labelled)", backend.version, len(todo),
+                 len(rows) - len(todo))
+    return [Judgement(p=existing[r.id].p_yes, reward=reward_of(existing[r.id].p_yes, threshold), trajectory_id=r.id)
+            for r in rows]
+
+
+def phase_trajectory_ids(session: Session, phase: int, purpose: str = "train") -> list[int]:
+    """Ids of a phase's trajectories, oldest first."""
+    return list(session.scalars(select(m.Trajectory.id).where(m.Trajectory.phase == phase,
+                                                              m.Trajectory.purpose == purpose)
+                                .order_by(m.Trajectory.id)))

@@ -1,0 +1,108 @@
+"""The critic service: V = min of two heads over HTTP, the ``critic.value`` task, bad requests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from services.critic.app import create_critic_app
+from services.critic.values import CriticScorer, MissingStartPageError, State
+from webrl.db import models as m
+from webrl.db.repository import save_trajectory, upsert_task
+from webrl.db.session import session_scope
+from webrl.models.critic import encode_states
+from webrl.queue import dispatch
+from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+
+STATES = [State("Add the blue kettle to the cart", '<div id="5">kettle</div>'),
+          State("Find the price of the kettle", '<div id="5">kettle</div><p>$12</p>',
+                ('do(action="Click", element="5")',))]
+
+
+@pytest.fixture
+def scorer(tiny_critic_dir, db_settings) -> CriticScorer:
+    return CriticScorer(tiny_critic_dir, db_settings)
+
+
+@pytest.fixture
+def client(scorer, db_settings) -> TestClient:
+    return TestClient(create_critic_app(db_settings, scorer=scorer))
+
+
+def test_value_is_the_min_of_the_two_heads(client, scorer) -> None:
+    body = {"states": [{"intent": s.intent, "observation": s.observation, "history": list(s.history)} for s in STATES]}
+    resp = client.post("/v1/critic/value", json=body)
+    assert resp.status_code == 200, resp.text
+    ids, mask = encode_states(scorer.tokenizer, scorer.prompts(STATES))
+    with torch.no_grad():
+        heads = torch.softmax(scorer.model.head_logits(ids, mask), dim=-1)[..., 1]  # (2, B)
+    assert resp.json()["values"] == pytest.approx(torch.minimum(heads[0], heads[1]).tolist(), abs=1e-5)
+    assert resp.json()["critic_version"] == scorer.version
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"states": []}, "states"),
+    ({}, "states"),
+    ({"states": [{"observation": "<p/>"}]}, "states.0.intent"),
+    ({"states": [{"intent": "", "observation": "<p/>"}]}, "states.0.intent"),
+    ({"states": [{"intent": "x", "observation": "<p/>", "history": "not a list"}]}, "states.0.history"),
+])
+def test_bad_requests_get_422(client, body, field) -> None:
+    resp = client.post("/v1/critic/value", json=body)
+    assert resp.status_code == 422
+    assert field in resp.json()["error"]["message"]
+
+
+def _store_task(settings, key: str, site: str, with_episode: bool) -> None:
+    config = TaskConfig(task_id=key, sites=[site], intent=f"Do {key}", start_url=f"__{site.upper()}__/")
+    with session_scope(settings) as session:
+        task = upsert_task(session, key, config, origin="generated", split="train")
+        if with_episode:
+            step = Step(index=0, observation=Observation(html='<div id="5">kettle</div>', url="http://s/"),
+                        response='exit(message="x")')
+            save_trajectory(session, task.id, 0, 0, Trajectory(task_id=key, intent=config.intent, steps=[step]))
+
+
+def test_critic_value_task_uses_stored_start_pages_and_stores_values(tiny_critic_dir, db_settings, scorer) -> None:
+    _store_task(db_settings, "seen", "shopping", with_episode=True)
+    _store_task(db_settings, "new", "shopping", with_episode=False)  # same site: the stored page stands in
+    result = dispatch("critic.value", {"task_keys": ["seen", "new"], "critic": str(tiny_critic_dir)})
+    page = '<div id="5">kettle</div>'
+    expected = scorer.values([State("Do seen", page), State("Do new", page)])
+    assert result["values"] == pytest.approx(expected, abs=1e-5)
+    assert result["by_key"]["new"] == pytest.approx(expected[1], abs=1e-5)
+    with session_scope(db_settings) as session:
+        assert len(session.scalars(select(m.CriticValue)).all()) == 2
+    dispatch("critic.value", {"task_keys": ["seen", "new"], "critic": str(tiny_critic_dir)})  # idempotent
+    with session_scope(db_settings) as session:
+        assert len(session.scalars(select(m.CriticValue)).all()) == 2
+
+
+def test_critic_value_task_names_tasks_without_a_start_page(tiny_critic_dir, db_settings) -> None:
+    _store_task(db_settings, "lonely", "gitlab", with_episode=False)
+    with pytest.raises(MissingStartPageError, match="lonely"):
+        dispatch("critic.value", {"task_keys": ["lonely"], "critic": str(tiny_critic_dir)})
+    result = dispatch("critic.value", {"task_keys": ["lonely"], "critic": str(tiny_critic_dir),
+                                       "observations": {"lonely": "<p>gitlab</p>"}})
+    assert 0.0 < result["by_key"]["lonely"] < 1.0
+
+
+def test_critic_value_task_takes_items_as_the_pipeline_sends_them(tiny_critic_dir, db_settings, scorer) -> None:
+    _store_task(db_settings, "observed", "reddit", with_episode=False)
+    items = [{"key": "observed", "intent": "Do observed", "observation": "<p>forum</p>"},
+             {"key": "not-stored", "intent": "Something else", "observation": "<p>other</p>"}]
+    result = dispatch("critic.value", {"critic": str(tiny_critic_dir), "items": items})
+    expected = scorer.values([State("Do observed", "<p>forum</p>"), State("Something else", "<p>other</p>")])
+    assert result["values"] == pytest.approx(expected, abs=1e-5)
+    with session_scope(db_settings) as session:
+        assert len(session.scalars(select(m.CriticValue)).all()) == 1  # only stored tasks keep a value
+    with pytest.raises(ValueError, match="items or task_keys"):
+        dispatch("critic.value", {"critic": str(tiny_critic_dir)})
+
+
+def test_an_unconfigured_critic_answers_503(db_settings) -> None:
+    client = TestClient(create_critic_app(db_settings))
+    resp = client.post("/v1/critic/value", json={"states": [{"intent": "x", "observation": "<p/>"}]})
+    assert resp.status_code == 503 and "WEBRL_CRITIC_MODEL" in resp.json()["error"]["message"]

@@ -1,0 +1,77 @@
+"""The critic: two heads on a real tiny backbone, V = min of the heads, save and load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from webrl.models.critic import CriticModel, critic_values, encode_states
+
+
+def _texts() -> list[str]:
+    return ["Task Instruction: Add the blue kettle to the cart <div id=\"5\">kettle</div>",
+            "Task Instruction: Find the price"]
+
+
+def test_head_shapes_and_architecture(tiny_llama3) -> None:
+    path, _, tokenizer = tiny_llama3
+    critic = CriticModel.from_backbone(path, seed=1)
+    for head in (critic.head1, critic.head2):
+        kinds = [type(layer).__name__ for layer in head]
+        assert kinds == ["Linear", "ReLU", "Linear", "ReLU", "Linear"]
+        assert head[4].out_features == 2 and head[0].in_features == critic.config.hidden_size
+    ids, mask = encode_states(tokenizer, _texts())
+    logits = critic.head_logits(ids, mask)
+    assert logits.shape == (2, 2, 2)
+
+
+def test_value_is_the_min_of_the_two_heads(tiny_llama3) -> None:
+    path, _, tokenizer = tiny_llama3
+    critic = CriticModel.from_backbone(path, seed=1)
+    ids, mask = encode_states(tokenizer, _texts())
+    with torch.no_grad():
+        logits = critic.head_logits(ids, mask)
+        v1 = torch.softmax(logits[0], dim=-1)[:, 1]
+        v2 = torch.softmax(logits[1], dim=-1)[:, 1]
+        values = critic.values(ids, mask)
+    assert not torch.allclose(v1, v2)  # two independently initialised heads
+    assert torch.allclose(values, torch.minimum(v1, v2))
+
+
+def test_batched_values_equal_single_values(tiny_llama3) -> None:
+    path, _, tokenizer = tiny_llama3
+    critic = CriticModel.from_backbone(path, seed=2)
+    texts = _texts()
+    single = [critic_values(critic, tokenizer, [t])[0] for t in texts]
+    assert critic_values(critic, tokenizer, texts, batch_size=2) == pytest.approx(single, abs=1e-5)
+
+
+def test_backbone_is_the_sft_model_and_round_trips(tiny_llama3, tmp_path) -> None:
+    path, model, tokenizer = tiny_llama3
+    critic = CriticModel.from_backbone(path, seed=3)
+    assert torch.equal(critic.backbone.embed_tokens.weight, model.model.embed_tokens.weight)
+    with torch.no_grad():
+        critic.head2[4].bias.add_(0.5)  # heads that differ from a fresh init must survive the round trip
+    critic.save_pretrained(tmp_path / "critic", tokenizer=tokenizer)
+    loaded = CriticModel.from_pretrained(tmp_path / "critic")
+    ids, mask = encode_states(tokenizer, _texts())
+    with torch.no_grad():
+        assert torch.allclose(critic.head_logits(ids, mask), loaded.head_logits(ids, mask), atol=1e-6)
+
+
+def test_heads_and_backbone_get_gradients(tiny_llama3) -> None:
+    path, _, tokenizer = tiny_llama3
+    critic = CriticModel.from_backbone(path, seed=4)
+    ids, mask = encode_states(tokenizer, _texts())
+    logits = critic.head_logits(ids, mask)  # (2, B, 2)
+    target = torch.tensor([1, 0])
+    loss = sum(torch.nn.functional.cross_entropy(logits[k], target) for k in range(2))
+    loss.backward()
+    assert critic.head1[0].weight.grad is not None and critic.head2[4].weight.grad is not None
+    assert critic.backbone.embed_tokens.weight.grad.abs().sum() > 0
+
+
+def test_loading_something_that_is_not_a_critic_fails(tiny_llama3) -> None:
+    path, _, _ = tiny_llama3
+    with pytest.raises(FileNotFoundError, match="critic_heads"):
+        CriticModel.from_pretrained(path)

@@ -1,0 +1,129 @@
+"""ORM training end to end on a small labelled set: the trainer's ``train.sft`` (kind "orm") from a tiny model,
+then ``orm.score`` on held-out trajectories; the trained ORM must beat the untrained one by a clear margin.
+Also the pieces of ``webrl train-orm``: policy specs, balancing, metrics, the calibration PNG."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from webrl.commands.judges import balance, measure, parse_policy
+from webrl.config import Settings
+from webrl.models.orm import calibration_bins, classification_metrics, expected_calibration_error, plot_calibration
+from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+
+ITEMS = ["kettle", "lamp", "chair", "table", "mug", "pillow", "clock", "vase", "rug", "fan", "desk", "shelf",
+         "towel", "plate", "bowl", "spoon", "knife", "fork", "pan", "pot"]
+#: The final pages differ in many tokens, as a confirmation page and an error page do.
+SUCCESS_PAGE = ('<html><h1 id="3">Thank you for your purchase</h1><div id="5">Your order is placed and confirmed; '
+                'we will email you when it ships</div></html>')
+FAILURE_PAGE = ('<html><h1 id="3">Something went wrong</h1><div id="5">Error: this product is out of stock, '
+                'nothing was charged, try again later</div></html>')
+
+
+def _trajectory(item: str, success: bool, rng: random.Random) -> Trajectory:
+    steps = [Step(index=0, observation=Observation(html='<input id="13"/>', url="http://s/"),
+                  response=f'do(action="Search", argument="{item}", element="13")')]
+    for k in range(rng.randint(0, 2)):
+        steps.append(Step(index=len(steps), observation=Observation(html=f'<a id="{20 + k}">{item}</a>', url="http://s/"),
+                          response=f'do(action="Click", element="{20 + k}")'))
+    steps.append(Step(index=len(steps), observation=Observation(html=SUCCESS_PAGE if success else FAILURE_PAGE,
+                                                                url="http://s/checkout"),
+                      response='exit(message="done")'))
+    return Trajectory(task_id=f"sandbox/orm/{item}-{int(success)}", intent=f"Buy the {item}", steps=steps,
+                      env_score=1.0 if success else 0.0)
+
+
+def _store(settings: Settings, trajectories: list[Trajectory]) -> list[int]:
+    from webrl.db.repository import save_trajectory, upsert_task
+    from webrl.db.session import session_scope
+
+    ids = []
+    with session_scope(settings) as session:
+        for traj in trajectories:
+            config = TaskConfig(task_id=traj.task_id, sites=["shopping"], intent=traj.intent, start_url="__SHOPPING__/")
+            task = upsert_task(session, traj.task_id, config, origin="seed", split="train")
+            ids.append(save_trajectory(session, task.id, 0, 1000, traj, purpose="orm").id)
+    return ids
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from webrl.models.tiny import build_tiny_llama, build_tokenizer, save_tiny
+
+    out = tmp_path_factory.mktemp("orm_base")
+    corpus = [SUCCESS_PAGE, FAILURE_PAGE, *[f"Buy the {i}" for i in ITEMS], *["YES NO"] * 10]
+    tokenizer = build_tokenizer(corpus, out, vocab_size=800)
+    return save_tiny(build_tiny_llama(tokenizer, "test", seed=0), tokenizer, out)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread: on a shared 2-core machine, two threads per tiny matmul spend their time waiting
+    (measured: 0.25 s vs 2.2 s per step of this test under load)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_short_orm_training_beats_the_untrained_model(settings, tiny_base, tmp_path, one_thread) -> None:
+    from webrl.db.migrate import upgrade
+    from webrl.queue import dispatch
+
+    upgrade(settings)
+    rng = random.Random(0)
+    train = [_trajectory(item, success, rng) for item in ITEMS[:12] for success in (True, False)]
+    test = [_trajectory(item, success, rng) for item in ITEMS[12:] for success in (True, False)]
+    train_ids, test_ids = _store(settings, train), _store(settings, test)
+    result = dispatch("train.sft", {"base": str(tiny_base), "output": str(tmp_path / "orm"), "kind": "orm",
+                                    "trajectory_ids": train_ids, "epochs": 20, "lr": 1e-2, "seed": 0,
+                                    "batch_size": 8})  # 60 steps: ~30 are not enough to leave chance
+    labels = {i: int(t.env_score >= 0.5) for i, t in zip(test_ids, test, strict=True)}
+    report = measure({"untrained": str(tiny_base), "trained": result["path"]}, labels, 0.5, tmp_path / "report")
+    untrained, trained = report["metrics"]["untrained"], report["metrics"]["trained"]
+    assert trained["accuracy"] >= 0.9, report
+    assert trained["accuracy"] >= untrained["accuracy"] + 0.3, report
+    assert trained["f1"] >= 0.9
+    assert Path(report["calibration_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_policy_specs() -> None:
+    assert parse_policy("oracle", "/sft", 3) == {"kind": "oracle", "corrupt": 0.0, "seed": 3}
+    assert parse_policy("oracle:0.4", "/sft", 3)["corrupt"] == 0.4
+    assert parse_policy("sft", "/sft", 0) == {"kind": "checkpoint", "path": "/sft"}
+    assert parse_policy("endpoint:http://a/", "/sft", 0) == {"kind": "endpoint", "url": "http://a/"}
+    for bad in ("oracle:2", "mystery", "checkpoint:"):
+        with pytest.raises(ValueError):
+            parse_policy(bad, "/sft", 0)
+
+
+def test_balance_downsamples_the_larger_class() -> None:
+    labels = {i: int(i < 3) for i in range(10)}  # 3 successes, 7 failures
+    chosen = balance(labels, seed=0)
+    assert sum(labels[i] for i in chosen) == 3 and len(chosen) == 6
+    assert chosen == balance(labels, seed=0)
+    with pytest.raises(ValueError, match="need both"):
+        balance({1: 1, 2: 1}, seed=0)
+
+
+def test_metrics_by_hand(tmp_path) -> None:
+    p = [0.9, 0.8, 0.3, 0.6, 0.1, 0.45]
+    y = [1, 1, 1, 0, 0, 0]
+    metrics = classification_metrics(p, y)  # predictions 1 1 0 1 0 0: tp 2, fp 1, fn 1, tn 2
+    assert (metrics["tp"], metrics["fp"], metrics["fn"], metrics["tn"]) == (2, 1, 1, 2)
+    assert metrics["accuracy"] == pytest.approx(4 / 6)
+    assert metrics["precision"] == pytest.approx(2 / 3) and metrics["recall"] == pytest.approx(2 / 3)
+    assert metrics["f1"] == pytest.approx(2 / 3)
+    bins = calibration_bins(p, y, n_bins=2)  # [0, .5): .3 .1 .45 (1 success); [.5, 1]: .9 .8 .6 (2 successes)
+    assert [b["n"] for b in bins] == [3, 3]
+    assert bins[0]["mean_p"] == pytest.approx(0.85 / 3) and bins[1]["success_rate"] == pytest.approx(2 / 3)
+    ece = 0.5 * abs(0.85 / 3 - 1 / 3) + 0.5 * abs(2.3 / 3 - 2 / 3)
+    assert expected_calibration_error(p, y, n_bins=2) == pytest.approx(ece)
+    png = plot_calibration({"orm": (p, y)}, tmp_path / "c.png")
+    assert Path(png).stat().st_size > 1000
