@@ -272,7 +272,12 @@ class Pipeline:
         return ids
 
     def _orm_version(self) -> str:
-        return Path(self.options.orm).name if self.options.orm else "env-evaluator"
+        """The version the ORM's labels are stored under (the one its folder declares)."""
+        if not self.options.orm:
+            return "env-evaluator"
+        from webrl.models.loading import checkpoint_version
+
+        return checkpoint_version(self.options.orm)
 
     def _label(self, trajectory_ids: list[int], label: str) -> dict[str, Any]:
         """Outcome rewards: the ORM's judgement (or, without an ORM, the sandbox evaluator's score)."""

@@ -1,0 +1,58 @@
+"""`webrl train --preset smoke` end to end in the embedded mode: one phase over about ten tasks with the
+tiny model, real Chromium, a real (tiny) ORM, critic and actor training, checkpoints, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db.session import session_scope
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+def _counts(settings: Settings) -> dict[str, int]:
+    with session_scope(settings) as s:
+        return {
+            "trajectories": s.scalar(select(func.count()).select_from(m.Trajectory)),
+            "steps": s.scalar(select(func.count()).select_from(m.Step)),
+            "labels": s.scalar(select(func.count()).select_from(m.OrmLabel)),
+            "generated": s.scalar(select(func.count()).select_from(m.Task).where(m.Task.origin == "generated")),
+            "checkpoints": s.scalar(select(func.count()).select_from(m.Checkpoint)),
+        }
+
+
+def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: Path) -> None:
+    from webrl.cli import app
+
+    args = ["train", "--preset", "smoke", "--run", "smoke", "--actor", str(tiny_actor), "--orm", str(tiny_actor)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+
+    counts = _counts(world)
+    assert counts["generated"] > 0  # the curriculum grew from phase 0's failures
+    assert counts["labels"] >= 16  # phase 0 seed rollouts + phase 1 rollouts, every one judged
+    assert counts["checkpoints"] == 2  # phase 1's actor and critic
+    with session_scope(world) as s:
+        phases = s.scalars(select(m.Phase).order_by(m.Phase.index)).all()
+        assert [(p.index, p.status) for p in phases] == [(0, "done"), (1, "done")]
+        assert phases[1].stages_done == ["generate", "filter", "rollout", "label", "train", "evaluate"]
+        metrics = phases[1].metrics
+        assert 0.0 <= metrics["evaluate.success"] <= 1.0 and metrics["evaluate.n"] == 8
+        assert Path(metrics["train.actor_path"], "model.safetensors").exists()
+        parents = {c.role: c.parent_version for c in s.scalars(select(m.Checkpoint))}
+        assert parents["actor"]  # lineage recorded
+
+    report = world.artifacts_dir / "reports" / "smoke"
+    lines = (report / "report.md").read_text().splitlines()
+    assert [line.split(" | ")[0] for line in lines if line.startswith(("| 0 |", "| 1 |"))] == ["| 0", "| 1"]
+    assert (report / "success_per_phase.png").stat().st_size > 1000
+
+    again = CliRunner().invoke(app, args)  # everything is done: resumes to the end without new work
+    assert again.exit_code == 0, again.output
+    assert _counts(world) == counts
