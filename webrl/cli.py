@@ -44,3 +44,7 @@ def _register_all() -> None:
 
 
 _register_all()
+
+
+if __name__ == "__main__":
+    app()
