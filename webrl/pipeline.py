@@ -177,8 +177,10 @@ class Pipeline:
         if not self.options.curriculum:
             return {"generated": 0}
         failed = self._failed_task_keys(index - 1)
+        # a phase without failures still evolves: from every task it attempted (published code: any seed set)
+        parents = failed or self._attempted_task_keys(index - 1)
         result = dispatch("taskgen.generate", {
-            "phase": index, "parent_keys": failed, "n": self.options.candidates_per_phase,
+            "phase": index, "parent_keys": parents, "n": self.options.candidates_per_phase,
             "generator": self.options.generator, "seed": self.options.seed * 1000 + index,
         })
         return {"failed_parents": len(failed), "generated": len(result["task_keys"]),
@@ -316,6 +318,10 @@ class Pipeline:
         by_site = success_by_site(self.settings, trajectory_ids)
         n, overall = by_site.pop("overall")
         return {"success": overall, "n": n, **{f"success_{site}": rate for site, (_, rate) in sorted(by_site.items())}}
+
+    def _attempted_task_keys(self, phase: int) -> list[str]:
+        with session_scope(self.settings) as s:
+            return sorted({t.task.key for t in repo.trajectories_for_phase(s, phase, purpose="train")})
 
     def _failed_task_keys(self, phase: int) -> list[str]:
         """Tasks whose phase trajectories got no reward: what the next phase's generator evolves."""
