@@ -49,7 +49,12 @@ class LoopConfig:
     weight_decay: float = 0.0
     """AdamW weight decay (WebRL: AdamW defaults in torch, 0.01; 0 keeps a frozen reference meaningful)."""
     warmup_steps: int = 0
-    """Linear warm-up steps, then a constant learning rate."""
+    """Linear warm-up steps, then a constant learning rate (or the cosine decay below)."""
+    decay_steps: int | None = None
+    """Cosine decay of the learning rate to ``min_lr_ratio`` x lr over this many steps after the warm-up
+    (nanoGPT's schedule); None: constant after the warm-up."""
+    min_lr_ratio: float = 0.1
+    """Floor of the cosine decay as a fraction of ``lr`` (nanoGPT: min_lr = lr / 10)."""
     seed: int = 0
     max_minutes: float | None = None
     """Stop after this wall-clock budget (None: no limit); the model trained so far is kept."""
@@ -102,8 +107,21 @@ def prepared_loader(accelerator: Accelerator, items: Sequence[Any], lengths: Seq
                                                        seed=seed))
 
 
-def _scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup_steps)))
+def lr_factor(step: int, warmup_steps: int, decay_steps: int | None = None, min_ratio: float = 0.1) -> float:
+    """Multiplier of the base lr at optimizer step ``step`` (0-based): linear warm-up over ``warmup_steps``,
+    then constant, or cosine from 1 to ``min_ratio`` over ``decay_steps`` (then held at ``min_ratio``):
+    f = min_ratio + (1 - min_ratio) * 0.5 * (1 + cos(pi * min(1, (step - warmup) / decay_steps)))."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if not decay_steps:
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, config: LoopConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
+        step, config.warmup_steps, config.decay_steps, config.min_lr_ratio))
 
 
 @dataclass
@@ -127,7 +145,7 @@ def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig
         plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = config.batch_size
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    scheduler = _scheduler(optimizer, config.warmup_steps)
+    scheduler = _scheduler(optimizer, config)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     return Prepared(model, optimizer, scheduler)
 

@@ -7,6 +7,9 @@ from pathlib import Path
 import typer
 
 from webrl.config import get_settings
+from webrl.models.bootstrap import BootstrapConfig
+
+_DEFAULT = BootstrapConfig()  # the CLI's defaults are the config's (each documented in BootstrapConfig)
 
 
 def register(app: typer.Typer) -> None:
@@ -19,12 +22,18 @@ def register(app: typer.Typer) -> None:
 def bootstrap(
     size: str = typer.Option(None, help="Tiny model preset: test, small, base, large (default WEBRL_TINY_SIZE)."),
     seed: int = typer.Option(None, help="Seed of suite, sample, init and SFT (default WEBRL_SEED)."),
-    demos_per_template: int = typer.Option(3, min=1, help="Train tasks per template the oracle demonstrates."),
+    demos_per_template: int = typer.Option(_DEFAULT.demos_per_template, min=1,
+                                           help="Train tasks per template the oracle demonstrates."),
     sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default WEBRL_BOOTSTRAP_MINUTES"
                                                           " minus the other stages' share)."),
-    epochs: int = typer.Option(30, min=1, help="SFT epochs (the time budget usually ends training first)."),
-    lr: float = typer.Option(2e-3, min=0.0, help="SFT learning rate."),
-    concurrency: int = typer.Option(4, min=1, help="Browser episodes at once."),
+    epochs: int = typer.Option(_DEFAULT.epochs, min=1, help="SFT epochs (the cosine schedule spans all of them;"
+                                                            " the time budget stops training earlier if it must)."),
+    lr: float = typer.Option(_DEFAULT.lr, min=0.0, help="SFT peak learning rate."),
+    warmup_steps: int = typer.Option(_DEFAULT.warmup_steps, min=0, help="Linear lr warm-up steps."),
+    cosine: bool = typer.Option(_DEFAULT.cosine, "--cosine/--constant-lr",
+                                help="Cosine-decay the lr to lr/10 over the planned SFT steps."),
+    batch_size: int = typer.Option(_DEFAULT.batch_size, min=1, help="SFT sequences per step."),
+    concurrency: int = typer.Option(_DEFAULT.concurrency, min=1, help="Browser episodes at once."),
     evaluate: bool = typer.Option(False, "--evaluate/--no-evaluate", help="Also measure success on the 165 test"
                                                                          " tasks (several more minutes)."),
     output: Path = typer.Option(None, help="Where to publish the actor (default <artifacts>/models/actor-sft)."),
@@ -41,7 +50,8 @@ def bootstrap(
         raise typer.BadParameter(f"unknown size {size!r}; expected one of {list(SIZES)}", param_hint="--size")
     config = BootstrapConfig(seed=settings.seed if seed is None else seed, size=size,
                              vocab_size=settings.tiny_vocab_size, demos_per_template=demos_per_template,
-                             epochs=epochs, lr=lr, concurrency=concurrency, evaluate=evaluate, output=output,
+                             epochs=epochs, lr=lr, warmup_steps=warmup_steps, cosine=cosine, batch_size=batch_size,
+                             concurrency=concurrency, evaluate=evaluate, output=output,
                              sft_minutes=sft_minutes or settings.bootstrap_minutes / 2)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
@@ -56,7 +66,8 @@ def bootstrap(
     typer.echo(f"actor {result.version} ({result.parameters:,} parameters, {result.demos} demos, "
                f"{result.demo_steps} steps) at {result.path}")
     if result.test_success is not None:
-        typer.echo(f"test success {result.test_success:.3f} on {result.test_tasks} tasks")
+        typer.echo(f"test success {result.test_success:.3f} on {result.test_tasks} tasks; by site: "
+                   + ", ".join(f"{site} {rate:.3f}" for site, rate in result.test_by_site.items()))
 
 
 def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) -> None:
