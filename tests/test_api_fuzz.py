@@ -20,11 +20,33 @@ from webrl.db.migrate import upgrade
 SERVICES_DIR = Path(__file__).resolve().parents[1] / "services"
 SERVICES = sorted(p.parent.name for p in SERVICES_DIR.glob("*/app.py"))
 
-# Services read settings once at import; give them a private embedded home before importing them.
-_HOME = tempfile.mkdtemp(prefix="webrl-fuzz-")
-os.environ["WEBRL_HOME"] = _HOME
+EXAMPLES = {"browser_pool": 6}  # each browser_pool example opens a real Chromium episode
+DEFAULT_EXAMPLES = 25
+CALL_TIMEOUT_S = 120  # a fuzzed request may start a browser or run a real (tiny) model on a busy CPU
+
+
+def _tiny_models(home: Path) -> dict[str, str]:
+    """A test-size Llama and a critic on it, so the model-backed routes really run (never a 503 for want
+    of a model)."""
+    from webrl.models.critic import CriticModel
+    from webrl.models.tiny import build_tiny_folder
+
+    corpus = ['do(action="Click", element="3")', "exit(message=\"42\")", "Show me the reviews of the mug",
+              "<html> <button id=\"1\"> Search </button> </html>", "YES", "NO"]
+    actor = build_tiny_folder(corpus * 8, home / "actor", size="test", vocab_size=300, seed=0)
+    critic = home / "critic"
+    from transformers import AutoTokenizer
+
+    CriticModel.from_backbone(actor).save_pretrained(critic, tokenizer=AutoTokenizer.from_pretrained(actor))
+    return {"WEBRL_ACTOR_MODEL": str(actor), "WEBRL_ORM_MODEL": str(actor), "WEBRL_CRITIC_MODEL": str(critic)}
+
+
+# Services read settings once at import; give them a private embedded home and tiny models first.
+_HOME = Path(tempfile.mkdtemp(prefix="webrl-fuzz-"))
+os.environ["WEBRL_HOME"] = str(_HOME)
 for _var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL", "WEBRL_API_KEY"):
     os.environ.pop(_var, None)
+os.environ.update(_tiny_models(_HOME))
 get_settings.cache_clear()
 upgrade(get_settings())
 
@@ -40,7 +62,7 @@ def test_service_openapi_survives_fuzzing(service: str) -> None:
     checks = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
     def run_operation(case: schemathesis.Case) -> None:
-        case.call_and_validate(checks=checks)
+        case.call_and_validate(checks=checks, timeout=CALL_TIMEOUT_S)
 
     failures = []
     for result in schema.get_all_operations():
@@ -49,7 +71,8 @@ def test_service_openapi_survives_fuzzing(service: str) -> None:
             continue
         test = operation.as_strategy()
         try:
-            settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)(
+            settings(max_examples=EXAMPLES.get(service, DEFAULT_EXAMPLES), deadline=None,
+                     suppress_health_check=list(HealthCheck), database=None)(
                 _given(test, run_operation)
             )()
         except Exception as exc:  # collect all operations' failures, report together

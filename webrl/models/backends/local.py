@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 _STOP = object()  # sentinel that ends the worker thread
 
 
+MIN_SAMPLING_TEMPERATURE = 1e-4  # below this logits / T overflows to inf: decode greedily instead
+
 @dataclass
 class _Request:
     prompt: str
@@ -150,7 +152,7 @@ class LocalBackend:
     @torch.no_grad()
     def generate_batch(self, prompts: list[str], max_new_tokens: int, temperature: float, *,
                        seed: int | None = None) -> list[Generation]:
-        """Decode ``prompts`` as one batch, right now (no queue). Greedy when ``temperature`` is 0."""
+        """Decode ``prompts`` as one batch, right now (no queue). Greedy when ``temperature`` is (nearly) 0."""
         self.batches_run += 1
         input_ids, attention_mask = self._encode(prompts, max_new_tokens)
         generator = torch.Generator(device=input_ids.device).manual_seed(seed) if seed is not None else None
@@ -165,7 +167,7 @@ class LocalBackend:
         logps: list[torch.Tensor] = []
         for _ in range(max_new_tokens):
             logp = torch.log_softmax(logits, dim=-1)  # (B, V) the model's distribution, temperature 1
-            if temperature > 0:
+            if temperature >= MIN_SAMPLING_TEMPERATURE:
                 probs = torch.softmax(logits / temperature, dim=-1)
                 chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
             else:
