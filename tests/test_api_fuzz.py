@@ -4,8 +4,6 @@ that violates its own schema. A service joins by existing: every `services/<name
 from __future__ import annotations
 
 import importlib
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,24 +39,31 @@ def _tiny_models(home: Path) -> dict[str, str]:
     return {"WEBRL_ACTOR_MODEL": str(actor), "WEBRL_ORM_MODEL": str(actor), "WEBRL_CRITIC_MODEL": str(critic)}
 
 
-# Services read settings once at import; give them a private embedded home and tiny models first.
-_HOME = Path(tempfile.mkdtemp(prefix="webrl-fuzz-"))
-os.environ["WEBRL_HOME"] = str(_HOME)
-for _var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL", "WEBRL_API_KEY"):
-    os.environ.pop(_var, None)
-os.environ.update(_tiny_models(_HOME))
-get_settings.cache_clear()
-upgrade(get_settings())
+@pytest.fixture(scope="module")
+def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A private embedded home with tiny models (built once for the module)."""
+    home = tmp_path_factory.mktemp("fuzz-home")
+    return {"WEBRL_HOME": str(home), **_tiny_models(home)}
 
 
-def _schema(service: str) -> schemathesis.BaseSchema:
-    app = importlib.import_module(f"services.{service}.app").app
-    return schemathesis.openapi.from_asgi("/openapi.json", app)
+@pytest.fixture
+def service_app(request: pytest.FixtureRequest, fuzz_env: dict[str, str], monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The service's app rebuilt under the fuzz settings (services read settings when their module loads)."""
+    for var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL", "WEBRL_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in fuzz_env.items():
+        monkeypatch.setenv(var, value)
+    get_settings.cache_clear()
+    upgrade(get_settings())
+    module = importlib.reload(importlib.import_module(f"services.{request.param}.app"))
+    yield module.app
+    get_settings.cache_clear()
 
 
-@pytest.mark.parametrize("service", SERVICES)
-def test_service_openapi_survives_fuzzing(service: str) -> None:
-    schema = _schema(service)
+@pytest.mark.parametrize("service_app", SERVICES, indirect=True)
+def test_service_openapi_survives_fuzzing(service_app, request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
+    service = request.node.callspec.params["service_app"]
+    schema = schemathesis.openapi.from_asgi("/openapi.json", service_app)
     checks = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
     def run_operation(case: schemathesis.Case) -> None:

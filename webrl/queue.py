@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from celery import Celery
 from celery.signals import worker_init
+from kombu import pools as kombu_pools
 
 from webrl.config import Settings, get_settings
 
@@ -104,12 +105,14 @@ def configure(settings: Settings) -> Celery:
     celery_app.conf.update(fresh.conf)
     celery_app.conf.broker_url = settings.broker_url or "memory://"
     celery_app.conf.result_backend = settings.result_backend
-    # Celery caches the result backend (per thread) and the producer pool on first use; drop both so the
-    # next call connects to the new URLs.
+    # Celery caches the result backend (per thread), the connection pool and the producer pool built on it
+    # on first use; drop all three so the next call connects to the new URLs.
     celery_app._local.__dict__.pop("backend", None)
     if celery_app._pool is not None:
         celery_app._pool.force_close_all()
         celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+    kombu_pools.reset()  # kombu's process-wide producer pools are keyed by connection: drop the closed ones
     return celery_app
 
 
