@@ -137,7 +137,7 @@ class Settings(BaseSettings):
     browser_step_timeout_s: float = Field(60.0, gt=0, description="Limit on one step (action + observation).")
     browser_episode_timeout_s: float = Field(900.0, gt=0, description="Limit on one whole episode.")
 
-    log_level: str = "INFO"
+    log_level: str = Field("WARNING", description="Log level of the CLI (its progress bars carry the news); -v: DEBUG.")
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
