@@ -12,8 +12,9 @@ from urllib.parse import urlsplit
 
 from webrl.actions import parse_action
 from webrl.config import SITE_PLACEHOLDERS, Settings
+from webrl.early_stop import MAX_STEPS, EarlyStop
 from webrl.models.actor_api import ActItem, ActRequest
-from webrl.schemas import Action, Observation, Step, TaskConfig, Trajectory, resolve_placeholders
+from webrl.schemas import Observation, Step, TaskConfig, Trajectory, resolve_placeholders
 
 
 class AgentRunError(ValueError):
@@ -73,8 +74,6 @@ def resolve_run(body, settings: Settings) -> TaskConfig:  # body: services.actor
 
 
 # The episode loop ------------------------------------------------------------------------------------------
-MAX_PARSE_FAILURES = 5  # WebArena early_stop parsing_failure_th, as WebRL runs it (DESIGN.md step 2)
-MAX_REPEATED_ACTIONS = 5  # WebArena early_stop repeating_action_failure_th, as WebRL runs it
 POOL_TIMEOUT_S = 120.0  # one browser pool call (opening an episode logs in and loads the start page)
 
 
@@ -110,21 +109,9 @@ class BrowserPoolClient:
         await self.http.aclose()
 
 
-def _stop_reason(action: Action | None, streak: list[str | None]) -> str | None:
-    """WebArena's early stop: too many unparsable responses, or the same action too often, in a row."""
-    streak.append(action.format() if action else None)
-    last = streak[-MAX_PARSE_FAILURES:]
-    if action is None and len(last) == MAX_PARSE_FAILURES and all(a is None for a in last):
-        return "parse_failures"
-    same = streak[-MAX_REPEATED_ACTIONS:]
-    if action is not None and len(same) == MAX_REPEATED_ACTIONS and len(set(same)) == 1:
-        return "repeated_action"
-    return None
-
-
 async def _episode(pool: BrowserPoolClient, episode_id: str, obs: Observation, task: TaskConfig, engine,
                    traj: Trajectory, max_steps: int, temperature: float | None) -> Observation:
-    streak: list[str | None] = []
+    early_stop = EarlyStop()
     traj.stop_reason = "max_steps"
     for index in range(max_steps):
         item = ActItem(intent=task.intent, observation=obs, history=[s.response for s in traj.steps])
@@ -139,14 +126,14 @@ async def _episode(pool: BrowserPoolClient, episode_id: str, obs: Observation, t
         if outcome.get("done"):
             traj.answer, traj.stop_reason = outcome.get("answer"), "exit"
             break
-        stop = _stop_reason(action, streak)
+        stop = early_stop.update(action)
         if stop:
             traj.stop_reason = stop
             break
     return obs
 
 
-async def run_agent(task: TaskConfig, engine, settings: Settings, *, max_steps: int = 30,
+async def run_agent(task: TaskConfig, engine, settings: Settings, *, max_steps: int = MAX_STEPS,
                     temperature: float | None = None, evaluate: bool = True) -> Trajectory:
     """Run the served actor on ``task`` in a browser pool episode; the trajectory carries the env score."""
     traj = Trajectory(task_id=str(task.task_id), intent=task.intent, actor_version=engine.version)

@@ -29,15 +29,13 @@ from services.browser_pool.pool import BrowserPool, BrowserSlot
 from services.browser_pool.safety import AllowList
 from webrl.actions import ActionParseError, parse_action
 from webrl.config import SITE_PLACEHOLDERS, Settings
+from webrl.early_stop import MAX_STEPS, EarlyStop
 from webrl.policy import Policy, PolicyRequest, PolicyResponse
 from webrl.schemas import Action, ActionType, Observation, Step, TaskConfig, Trajectory
 
 log = logging.getLogger(__name__)
 
 VIEWPORT = {"width": 1280, "height": 720}  # WebArena's viewport (browser_env default)
-MAX_STEPS = 30  # WebRL: at most 30 actions per episode
-MAX_PARSE_FAILURES = 5  # WebArena early_stop parsing_failure_th, as WebRL runs it
-MAX_REPEATED_ACTIONS = 5  # WebArena early_stop repeating_action_failure_th, as WebRL runs it
 GOTO_TIMEOUT_MS = 30_000  # opening a start URL
 BATCH_WAIT_S = 0.05  # run_batch: how long a ready episode waits for the others before its batch goes alone
 POPUP_WAIT_S = 5.0  # a page that opened a tab: wait this long at most for the tab to show up
@@ -337,29 +335,10 @@ class BrowserEpisode:
 Decide = Callable[[PolicyRequest], Awaitable[PolicyResponse]]
 
 
-@dataclass
-class _Streaks:
-    """Consecutive parse failures and identical actions (WebArena early_stop)."""
-
-    parse_failures: int = 0
-    repeats: int = 0
-    last: str | None = None
-
-    def update(self, action: Action | None) -> str | None:
-        if action is None:
-            self.parse_failures, self.repeats, self.last = self.parse_failures + 1, 0, None
-            return "parse_failures" if self.parse_failures >= MAX_PARSE_FAILURES else None
-        text = action.format()
-        self.parse_failures = 0
-        self.repeats = self.repeats + 1 if text == self.last else 1
-        self.last = text
-        return "repeated_action" if self.repeats >= MAX_REPEATED_ACTIONS else None
-
-
 async def _loop(episode: BrowserEpisode, task: TaskConfig, decide: Decide, traj: Trajectory, max_steps: int) -> None:
     """Policy -> action -> observation, until a stop condition; fills ``traj``."""
     assert episode.observation is not None
-    obs, streaks = episode.observation, _Streaks()
+    obs, streaks = episode.observation, EarlyStop()
     traj.stop_reason = "max_steps"
     for index in range(max_steps):
         request = PolicyRequest(task=episode.task, intent=task.intent, observation=obs, history=list(traj.steps))

@@ -14,11 +14,12 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.browser_pool.episode import MAX_STEPS, run_batch
+from services.browser_pool.episode import run_batch
 from services.browser_pool.pool import BrowserPool
 from webrl.config import Settings
 from webrl.db import repository
 from webrl.db.session import session_scope
+from webrl.early_stop import MAX_STEPS
 from webrl.policy import policy_from_spec
 from webrl.schemas import TaskConfig, Trajectory
 

@@ -1,0 +1,23 @@
+"""WebArena's early stop, counted by hand."""
+
+from webrl.actions import parse_action
+from webrl.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, EarlyStop
+
+CLICK = parse_action('do(action="Click", element="3")')
+OTHER = parse_action('do(action="Click", element="4")')
+
+
+def test_five_unparsable_in_a_row_stop_and_a_good_action_resets_the_count() -> None:
+    stop = EarlyStop()
+    assert [stop.update(None) for _ in range(MAX_PARSE_FAILURES - 1)] == [None] * 4
+    assert stop.update(CLICK) is None
+    assert [stop.update(None) for _ in range(MAX_PARSE_FAILURES - 1)] == [None] * 4
+    assert stop.update(None) == "parse_failures"
+
+
+def test_five_identical_actions_in_a_row_stop_and_a_different_one_resets() -> None:
+    stop = EarlyStop()
+    assert [stop.update(CLICK) for _ in range(MAX_REPEATED_ACTIONS - 1)] == [None] * 4
+    assert stop.update(OTHER) is None
+    assert [stop.update(CLICK) for _ in range(MAX_REPEATED_ACTIONS - 1)] == [None] * 4
+    assert stop.update(CLICK) == "repeated_action"

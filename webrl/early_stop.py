@@ -1,0 +1,33 @@
+"""WebArena's early stop, as WebRL runs its episodes (DESIGN.md step 2): at most 30 steps, and stop after 5
+unparsable responses or 5 identical actions in a row. Shared by the browser pool's episode loop and the
+actor's agent runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webrl.schemas import Action
+
+MAX_STEPS = 30  # WebRL: at most 30 actions per episode
+MAX_PARSE_FAILURES = 5  # WebArena early_stop parsing_failure_th, as WebRL runs it
+MAX_REPEATED_ACTIONS = 5  # WebArena early_stop repeating_action_failure_th, as WebRL runs it
+
+
+@dataclass
+class EarlyStop:
+    """Counts consecutive parse failures and identical actions; :meth:`update` says why to stop, if so."""
+
+    parse_failures: int = 0
+    repeats: int = 0
+    last: str | None = None
+
+    def update(self, action: Action | None) -> str | None:
+        """Feed the step's parsed action (None when unparsable); returns a stop reason or None."""
+        if action is None:
+            self.parse_failures, self.repeats, self.last = self.parse_failures + 1, 0, None
+            return "parse_failures" if self.parse_failures >= MAX_PARSE_FAILURES else None
+        text = action.format()
+        self.parse_failures = 0
+        self.repeats = self.repeats + 1 if text == self.last else 1
+        self.last = text
+        return "repeated_action" if self.repeats >= MAX_REPEATED_ACTIONS else None
