@@ -113,6 +113,14 @@ class SiteContext:
                             httponly=True, samesite="lax", path="/")
         return response
 
+    def login_attempt(self, request: Request, row: Any, password: str, next_url: str,
+                      error: str) -> RedirectResponse | HTMLResponse:
+        """Log the user of ``row`` (a users row with username and password_sha256, or None) in when the password
+        matches, redirecting to ``next_url`` (same-site paths only); else the login page again with ``error``."""
+        if row is None or not auth.check_password(password, row["password_sha256"]):
+            return self.render(request, "login.html", next=next_url, error=error, status_code=422)
+        return self.login_response(row["username"], next_url if next_url.startswith("/") else "/")
+
     def logout_response(self, redirect_to: str = "/") -> RedirectResponse:
         response = RedirectResponse(redirect_to, status_code=303)
         response.delete_cookie(auth.session_cookie_name(self.name), path="/")

@@ -18,7 +18,6 @@ from urllib.parse import urlencode
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from webrl.sandbox.auth import check_password
 from webrl.sandbox.site import SiteContext
 from webrl.sandbox.sites.gitlab.seed import ACCESS_LEVELS
 
@@ -449,10 +448,7 @@ def _add_login_routes(app: FastAPI, ctx: SiteContext) -> None:
     def login(request: Request, username: Annotated[str, Form()], password: Annotated[str, Form()],
               next: Annotated[str, Form()] = "/") -> RedirectResponse | HTMLResponse:
         row = _user_row(ctx.db(request), username)
-        if row is None or not check_password(password, row["password_sha256"]):
-            return ctx.render(request, "login.html", next=next, error="Invalid login or password.",
-                              status_code=422)
-        return ctx.login_response(row["username"], next if next.startswith("/") else "/")
+        return ctx.login_attempt(request, row, password, next, error="Invalid login or password.")
 
     @app.post("/users/sign_out")
     def logout(request: Request) -> RedirectResponse:

@@ -16,7 +16,6 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from webrl.sandbox.auth import check_password
 from webrl.sandbox.site import SiteContext
 from webrl.sandbox.sites.reddit.seed import slugify
 
@@ -371,10 +370,7 @@ def _add_login_routes(app: FastAPI, ctx: SiteContext) -> None:
               next: Annotated[str, Form()] = "/") -> RedirectResponse | HTMLResponse:
         row = ctx.db(request).execute("SELECT username, password_sha256 FROM users WHERE username = ?",
                                       (username,)).fetchone()
-        if row is None or not check_password(password, row["password_sha256"]):
-            return ctx.render(request, "login.html", next=next, error="Invalid username or password.",
-                              status_code=422)
-        return ctx.login_response(row["username"], next if next.startswith("/") else "/")
+        return ctx.login_attempt(request, row, password, next, error="Invalid username or password.")
 
     @app.post("/logout")
     def logout(request: Request) -> RedirectResponse:
