@@ -25,13 +25,14 @@ from webrl.schemas import Trajectory
 from webrl.service import create_app
 
 MAX_ITEMS = 256  # trajectories per request: bounds one request's memory and latency
+DB_MAX_ID = 2**63 - 1  # a database id is a signed 64-bit integer (SQLite and Postgres BIGINT)
 
 
 class ScoreRequest(BaseModel):
     """Either full trajectories (judged, not stored) or ids of stored ones (judged, labels stored)."""
 
     trajectories: list[Trajectory] | None = Field(None, max_length=MAX_ITEMS)
-    trajectory_ids: list[int] | None = Field(None, max_length=MAX_ITEMS)
+    trajectory_ids: list[Annotated[int, Field(ge=1, le=DB_MAX_ID)]] | None = Field(None, max_length=MAX_ITEMS)
     threshold: float | None = Field(None, ge=0.0, le=1.0, description="Default: WEBRL_ORM_THRESHOLD (0.5).")
 
     @model_validator(mode="after")
