@@ -95,13 +95,14 @@ def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int
 
 def orm_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int) -> list[EncodedExample]:
     """Every trajectory with an env score: ORM prompt -> "YES" if it succeeded else "NO"."""
-    from webrl.prompts.orm import NO, YES, build_orm_prompt
+    from webrl.prompts.orm import NO, YES, build_orm_prompt, orm_prompt_budget
 
+    budget = orm_prompt_budget(max_length)  # the ORM service cuts prompts to the same budget when it scores
     out = []
     for row in rows:
         if row.env_score is None:
             continue
-        text = build_orm_prompt(tokenizer, load_trajectory(row), max_tokens=max_length - COMPLETION_BUDGET)
+        text = build_orm_prompt(tokenizer, load_trajectory(row), max_tokens=budget)
         answer = YES if row.env_score >= SUCCESS_SCORE else NO
         out.append(encode_example(tokenizer, text, answer, max_length=max_length))
     return out

@@ -158,9 +158,9 @@ def local_processes(project: dict[str, Any], *, database_url: str, broker_url: s
 
     ``replaced`` services (the databases) are not started: ``WEBRL_DATABASE_URL`` and ``WEBRL_BROKER_URL``
     point at the caller's. Every ``host:port`` of a compose service that appears in an environment value
-    or a ``--port`` becomes ``127.0.0.1:<free_port()>``; ``webrl sites serve`` listens on
-    ``config.SANDBOX_PORTS`` plus ``--port-offset``, so it gets ``--port-offset <free_offset(ports)>`` and
-    its URLs move by that offset. Container paths under ``/var/lib/webrl`` move under ``home``; ``0.0.0.0``
+    or a ``--port`` becomes ``127.0.0.1:<free_port()>``; the sandbox sites' ports move by one free offset
+    (``free_offset``), and ``webrl sites serve`` listens where its rewritten ``WEBRL_<SITE>_URL`` values say.
+    Container paths under ``/var/lib/webrl`` move under ``home``; ``0.0.0.0``
     binds become ``127.0.0.1``. Commands are otherwise compose's, unchanged.
     """
     from webrl.config import SANDBOX_PORTS
@@ -189,8 +189,6 @@ def local_processes(project: dict[str, Any], *, database_url: str, broker_url: s
         if port is not None:
             command[command.index("--port") + 1] = str(ports[(name, port)])
         command = ["127.0.0.1" if part == "0.0.0.0" else part for part in command]
-        if name in offsets:
-            command += ["--port-offset", str(offsets[name])]
         env = {}
         for key, value in environment_of(svc).items():
             if key == "WEBRL_DATABASE_URL":

@@ -6,7 +6,7 @@ on the sandbox sites.
 
 What differs from compose, and only that: compose DNS names and ports become 127.0.0.1 and free ports,
 container paths move under a temporary home (where a freshly built tiny model stands in for the SFT actor
-that ``webrl bootstrap`` writes), and the sandbox sites get ``--port-offset``.
+that ``webrl bootstrap`` writes), and the sandbox sites move to free ports through their ``WEBRL_<SITE>_URL``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _free_port() -> int:
 
 
 def _free_offset(ports: list[int]) -> int:
-    """An offset that frees every one of ``ports`` (for ``webrl sites serve --port-offset``)."""
+    """An offset that frees every one of ``ports`` (the sandbox sites move by it)."""
     import random
 
     rng = random.Random()

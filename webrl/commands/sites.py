@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from webrl.config import SANDBOX_PORTS, get_settings
+from webrl.config import get_settings
 
 
 def register(app: typer.Typer) -> None:
@@ -12,12 +12,14 @@ def register(app: typer.Typer) -> None:
 
     @sites.command("serve")
     def serve(
-        port_offset: int = typer.Option(0, help="Added to every default port (config.SANDBOX_PORTS)."),
+        port_offset: int = typer.Option(0, help="Added to every site's port (from WEBRL_<SITE>_URL, else "
+                                        "config.SANDBOX_PORTS)."),
         only: list[str] = typer.Option(None, "--site", help="Serve only these sites (repeatable)."),
     ) -> None:
-        """Serve every sandbox site on its default port and print the URLs the placeholders resolve to."""
+        """Serve every sandbox site on the port its WEBRL_<SITE>_URL names (default config.SANDBOX_PORTS), so the
+        workers that read the same settings find it; print the URLs the placeholders resolve to."""
         from webrl.config import SITE_PLACEHOLDERS
-        from webrl.sandbox.server import running_sandbox
+        from webrl.sandbox.server import running_sandbox, sandbox_ports
         from webrl.sandbox.sites import SITES
 
         names = only or list(SITES)
@@ -26,7 +28,8 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"unknown sites {unknown}; present: {list(SITES)}", param_hint="--site")
         settings = get_settings()
         settings.ensure_dirs()
-        ports = {site: SANDBOX_PORTS[site] + port_offset for site in names}
+        configured = sandbox_ports(settings)
+        ports = {site: configured[site] + port_offset for site in names}
         with running_sandbox(settings, ports, names) as served:
             for site in names:
                 typer.echo(f"{SITE_PLACEHOLDERS[site]:<20} {served.site_url(site)}")

@@ -115,6 +115,7 @@ def _demo_corpus(settings: Settings, trajectory_ids: list[int]) -> tuple[list[st
     return [*pages, *responses], len(steps)
 
 
+DEMO_CHUNK = 32  # oracle demonstrations per rollout job, stored when the job ends
 EVAL_CHUNK = 16  # test tasks per rollout job: finished chunks stay stored if a long evaluation is stopped
 
 
@@ -200,10 +201,15 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
     demos = demo_tasks(suite["train"], config.demos_per_template, config.seed)[:config.max_demos]
     done("tasks")
     with running_sandbox(settings, sandbox_ports(settings)):
-        rollout = dispatch("rollout.run", {
-            "task_keys": [task_key("train", t) for t in demos], "phase": 0, "attempt": 0, "purpose": "sft",
-            "policy": {"kind": "oracle", "corrupt": 0.0, "seed": config.seed}, "concurrency": config.concurrency})
-        trajectory_ids = sorted(rollout["trajectory_ids"])
+        keys = [task_key("train", t) for t in demos]
+        trajectory_ids = []
+        for start in range(0, len(keys), DEMO_CHUNK):  # stored chunk by chunk: a rerun skips finished ones
+            rollout = dispatch("rollout.run", {
+                "task_keys": keys[start:start + DEMO_CHUNK], "phase": 0, "attempt": 0, "purpose": "sft",
+                "policy": {"kind": "oracle", "corrupt": 0.0, "seed": config.seed},
+                "concurrency": config.concurrency})
+            trajectory_ids.extend(rollout["trajectory_ids"])
+        trajectory_ids.sort()
         done("demos")
         pages, n_steps = _demo_corpus(settings, trajectory_ids)
         corpus = [*(t.intent for t in suite["train"]), *pages]

@@ -84,8 +84,8 @@ def grammar_corpus(seed: int = 0) -> list[str]:
                 lines.append(Action(type=kind).format())
     ids = " ".join(f'id="{n}"' for n in range(MAX_SINGLE_TOKEN_ID + 1))
     lines.extend([ids] * ID_REPEATS)
-    skeleton = "Task Instruction: Round user assistant system ** Simplified html ** # Element: # Note:"
-    lines.extend([skeleton] * ID_REPEATS)  # the prompt's own words, so they are whole tokens too
+    skeleton = "Task Instruction: Round user assistant system ** Simplified html ** # Element: # Note: YES NO"
+    lines.extend([skeleton] * ID_REPEATS)  # the prompts' own words and the ORM's answers: whole tokens too
     return lines
 
 

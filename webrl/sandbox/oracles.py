@@ -59,6 +59,16 @@ class Element:
                 return _SPACE.sub(" ", value).strip()
         return ""
 
+    @property
+    def description(self) -> str:
+        """How an ``# Element:`` line names it: a form field by its placeholder or title (a select's text is
+        all its options), anything else by its label."""
+        if self.tag in _FORM_FIELDS:
+            for value in (self.attrs.get("placeholder"), self.attrs.get("title")):
+                if value and value.strip():
+                    return _SPACE.sub(" ", value).strip()
+        return self.label
+
     def names(self) -> list[str]:
         return [norm(v) for v in (self.text, self.attrs.get("placeholder"), self.attrs.get("title"),
                                   self.attrs.get("value"), self.attrs.get("data-text")) if v and v.strip()]
@@ -165,28 +175,38 @@ def _page(obs: Observation | ObservedPage) -> ObservedPage:
     return obs if isinstance(obs, ObservedPage) else ObservedPage(obs)
 
 
-def _fmt(kind: ActionType, **kwargs: str) -> str:
-    return format_action(Action(type=kind, **kwargs))
+#: Longest element description written after ``# Element:`` (a select's label is all its options).
+MAX_ELEMENT_NOTE = 60
+
+
+def _fmt(kind: ActionType, target: Element | None = None, **kwargs: str) -> str:
+    """The action; one on an element is preceded by WebRL's ``# Element: <what it reads>`` line, which names
+    the element before its id is written (WebRL's prompt asks for it; it helps a small model ground the id)."""
+    if target is None:
+        return format_action(Action(type=kind, **kwargs))
+    action = format_action(Action(type=kind, element=target.id, **kwargs))
+    note = target.description[:MAX_ELEMENT_NOTE].strip()
+    return f"# Element: {note}\n{action}" if note else action
 
 
 def click(obs: Observation | ObservedPage, label: str, tags: tuple[str, ...] | None = None,
           exact: bool = False) -> str:
-    return _fmt(ActionType.CLICK, element=_page(obs).find(label, tags, exact).id)
+    return _fmt(ActionType.CLICK, _page(obs).find(label, tags, exact))
 
 
 def type_text(obs: Observation | ObservedPage, field_label: str, text: str) -> str:
-    return _fmt(ActionType.TYPE, argument=text, element=_page(obs).field(field_label).id)
+    return _fmt(ActionType.TYPE, _page(obs).field(field_label), argument=text)
 
 
 def search(obs: Observation | ObservedPage, field_label: str, text: str) -> str:
     """Type into a field and press Enter (WebRL's Search)."""
-    return _fmt(ActionType.SEARCH, argument=text, element=_page(obs).field(field_label).id)
+    return _fmt(ActionType.SEARCH, _page(obs).field(field_label), argument=text)
 
 
 def select(obs: Observation | ObservedPage, option: str, field_label: str | None = None) -> str:
     page = _page(obs)
     element = page.field(field_label) if field_label else page.select_with_option(option)
-    return _fmt(ActionType.SELECT, argument=option, element=element.id)
+    return _fmt(ActionType.SELECT, element, argument=option)
 
 
 def press_enter() -> str:
@@ -224,7 +244,7 @@ def locate(obs: Observation, label: str, tags: tuple[str, ...] | None = None, ex
 def do_click(obs: Observation, label: str, tags: tuple[str, ...] | None = None, exact: bool = False
              ) -> Generator[str, Observation, Observation]:
     obs, element = yield from locate(obs, label, tags, exact)
-    return (yield _fmt(ActionType.CLICK, element=element.id))
+    return (yield _fmt(ActionType.CLICK, element))
 
 
 def do_type(obs: Observation, field_label: str, text: str, enter: bool = False
@@ -232,12 +252,12 @@ def do_type(obs: Observation, field_label: str, text: str, enter: bool = False
     """Type into the field labelled ``field_label`` (WebRL's Search when ``enter``)."""
     obs, element = yield from locate(obs, field_label, _FORM_FIELDS)
     kind = ActionType.SEARCH if enter else ActionType.TYPE
-    return (yield _fmt(kind, argument=text, element=element.id))
+    return (yield _fmt(kind, element, argument=text))
 
 
 def do_select(obs: Observation, field_label: str, option: str) -> Generator[str, Observation, Observation]:
     obs, element = yield from locate(obs, field_label, ("select",))
-    return (yield _fmt(ActionType.SELECT, argument=option, element=element.id))
+    return (yield _fmt(ActionType.SELECT, element, argument=option))
 
 
 def read(obs: Observation, pattern: str, group: int = 1) -> Generator[str, Observation, str]:
@@ -262,10 +282,10 @@ def random_action(obs: Observation, rng: random.Random) -> str:
     roll = rng.random()
     fields = [e for e in page.elements if e.tag in ("input", "textarea")]
     if page.elements and roll < 0.6:
-        return _fmt(ActionType.CLICK, element=rng.choice(page.elements).id)
+        return _fmt(ActionType.CLICK, rng.choice(page.elements))
     if fields and roll < 0.75:
         word = rng.choice(["shoes", "blue", "order", "gift", "review", "12", "hello"])
-        return _fmt(ActionType.TYPE, argument=word, element=rng.choice(fields).id)
+        return _fmt(ActionType.TYPE, rng.choice(fields), argument=word)
     return rng.choice([scroll_down(), go_back(), _fmt(ActionType.SCROLL_UP)])
 
 

@@ -113,13 +113,15 @@ class SiteContext:
                             httponly=True, samesite="lax", path="/")
         return response
 
-    def login_attempt(self, request: Request, row: Any, password: str, next_url: str,
-                      error: str) -> RedirectResponse | HTMLResponse:
-        """Log the user of ``row`` (a users row with username and password_sha256, or None) in when the password
-        matches, redirecting to ``next_url`` (same-site paths only); else the login page again with ``error``."""
-        if row is None or not auth.check_password(password, row["password_sha256"]):
-            return self.render(request, "login.html", next=next_url, error=error, status_code=422)
-        return self.login_response(row["username"], next_url if next_url.startswith("/") else "/")
+    def login_attempt(self, request: Request, row: Any, password: str, next_url: str, error: str, *,
+                      user_column: str = "username", hash_column: str = "password_sha256",
+                      status_code: int = 422, home: str = "/", **page: Any) -> RedirectResponse | HTMLResponse:
+        """Log the user of ``row`` (its ``user_column`` and ``hash_column``; None when no such user) in when the
+        password matches, redirecting to ``next_url`` (same-site paths only, else ``home``); else the login page
+        again with ``error``, ``status_code`` and the site's ``page`` variables."""
+        if row is None or not auth.check_password(password, row[hash_column]):
+            return self.render(request, "login.html", next=next_url, error=error, status_code=status_code, **page)
+        return self.login_response(row[user_column], next_url if next_url.startswith("/") else home)
 
     def logout_response(self, redirect_to: str = "/") -> RedirectResponse:
         response = RedirectResponse(redirect_to, status_code=303)

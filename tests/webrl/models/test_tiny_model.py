@@ -39,6 +39,12 @@ def test_element_ids_are_single_tokens(tokenizer) -> None:
     assert tokenizer.eos_token == "<|eot_id|>"
 
 
+def test_orm_answers_are_single_tokens(tokenizer) -> None:
+    """The ORM reads p = softmax over the YES and NO logits: each answer must be exactly one token."""
+    for answer in ("YES", "NO"):
+        assert len(tokenizer(answer, add_special_tokens=False)["input_ids"]) == 1, answer
+
+
 def test_tokenizer_round_trips_text(tokenizer) -> None:
     text = 'do(action="Type", argument="café → 12,5 €", element="22")\n  exit(message="ok")'
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text

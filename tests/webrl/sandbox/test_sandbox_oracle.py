@@ -10,7 +10,7 @@ import pytest
 from webrl.actions import parse_action
 from webrl.config import Settings
 from webrl.policy import Policy, PolicyRequest
-from webrl.sandbox.oracles import ObservedPage, OraclePolicy, OracleStuck, click, search, select
+from webrl.sandbox.oracles import ObservedPage, OraclePolicy, OracleStuck, click, scroll_down, search, select
 from webrl.sandbox.tasks.suite import build_suite
 from webrl.schemas import ActionType, Observation, Step, TaskConfig
 
@@ -38,6 +38,17 @@ def test_observed_page_finds_elements_by_text_placeholder_and_title() -> None:
     assert parse_action(click(page, "Apply")).element == "5"
     assert parse_action(search(page, "Search entire", "yoga")).type is ActionType.SEARCH
     assert parse_action(select(page, "Price: Low to High", "Sort By")).argument == "Price: Low to High"
+
+
+def test_actions_on_an_element_name_it_first() -> None:
+    """WebRL's ``# Element:`` line precedes an action on an element: a link or button by its text, a form
+    field by its placeholder or title (never a select's option list); other actions have none."""
+    page = ObservedPage(OBSERVATION, "http://shop/")
+    assert click(page, "Apply") == '# Element: Apply\ndo(action="Click", element="5")'
+    assert search(page, "Search entire", "yoga").startswith("# Element: Search entire store here...\n")
+    assert select(page, "Price: Low to High", "Sort By").startswith("# Element: Sort By\n")
+    assert click(page, "Remove Pacer Pro Yoga Mat, Blue").startswith("# Element: Remove item\n")
+    assert scroll_down() == 'do(action="Scroll Down")'
 
 
 def _request(task: TaskConfig, history: list[Step], html: str = OBSERVATION) -> PolicyRequest:

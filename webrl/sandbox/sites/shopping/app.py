@@ -16,7 +16,6 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from webrl.sandbox.auth import check_password
 from webrl.sandbox.site import SiteContext
 from webrl.sandbox.sites.shopping.seed import ORDER_STATUSES, SHIPPING_METHODS
 
@@ -340,13 +339,11 @@ def _add_login_routes(app: FastAPI, ctx: SiteContext) -> None:
     @app.post("/login", response_model=None)
     def login(request: Request, email: Annotated[str, Form()], password: Annotated[str, Form()],
               next: Annotated[str, Form()] = "/account") -> RedirectResponse | HTMLResponse:
-        row = ctx.db(request).execute("SELECT password_hash FROM customers WHERE email = ?",
+        row = ctx.db(request).execute("SELECT email, password_hash FROM customers WHERE email = ?",
                                       (email.strip(),)).fetchone()
-        if row is None or not check_password(password, row["password_hash"]):
-            return ctx.render(request, "login.html", status_code=401, next=next,
-                              error="The account sign-in was incorrect. Please try again.",
-                              **_page_vars(ctx, request))
-        return ctx.login_response(email.strip(), next if next.startswith("/") else "/account")
+        return ctx.login_attempt(request, row, password, next, "The account sign-in was incorrect. Please try again.",
+                                 user_column="email", hash_column="password_hash", status_code=401,
+                                 home="/account", **_page_vars(ctx, request))
 
     @app.get("/logout")
     def logout() -> RedirectResponse:

@@ -17,7 +17,6 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from webrl.sandbox.auth import check_password
 from webrl.sandbox.site import SiteContext
 from webrl.sandbox.sites.shopping.seed import ORDER_STATUSES
 
@@ -227,12 +226,10 @@ def _add_login_routes(app: FastAPI, ctx: SiteContext) -> None:
     @app.post("/login", response_model=None)
     def login(request: Request, username: Annotated[str, Form()], password: Annotated[str, Form()],
               next: Annotated[str, Form()] = "/") -> RedirectResponse | HTMLResponse:
-        row = ctx.db(request).execute("SELECT password_hash FROM admin_users WHERE username = ?",
+        row = ctx.db(request).execute("SELECT username, password_hash FROM admin_users WHERE username = ?",
                                       (username.strip(),)).fetchone()
-        if row is None or not check_password(password, row["password_hash"]):
-            return ctx.render(request, "login.html", status_code=401, next=next,
-                              error="The account sign-in was incorrect or your account is disabled temporarily.")
-        return ctx.login_response(username.strip(), next if next.startswith("/") else "/")
+        return ctx.login_attempt(request, row, password, next, "The account sign-in was incorrect or your account is "
+                                 "disabled temporarily.", hash_column="password_hash", status_code=401)
 
     @app.get("/logout")
     def logout() -> RedirectResponse:
