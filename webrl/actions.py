@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import warnings
 
 from webrl.schemas import ACTION_ARGUMENTS, Action, ActionType
 
@@ -52,7 +53,9 @@ def parse_action(text: str) -> Action:
         raise ActionParseError(f"response is {len(text)} characters; an action is at most {MAX_ACTION_CHARS}")
     code = _call_text(text)
     try:
-        tree = ast.parse(code, mode="eval")
+        with warnings.catch_warnings():  # model output such as `3rd` makes the compiler warn before it fails
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(code, mode="eval")
     except (SyntaxError, ValueError) as exc:
         raise ActionParseError(f"not a function call: {getattr(exc, 'msg', exc)}") from None
     call = tree.body

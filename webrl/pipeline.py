@@ -53,6 +53,8 @@ class PipelineOptions:
     value_high: float = 0.75
     orm_threshold: float = 0.5  # reward = 1 if P(YES) >= 0.5 (paper, section 3.1)
     max_steps: int = 30  # rollout horizon (published code)
+    rollout_temperature: float | None = None  # sampling of training rollouts; None: the actor's default (greedy).
+    # Evaluation always uses the actor's default, so success rates stay comparable across phases.
     rollout_chunk: int = 16  # tasks per rollout job: the unit of progress and of resumable work
     concurrency: int = 4  # concurrent browser episodes per rollout job
     generator: str = "grounded"  # task generator: grounded (sandbox) or llm (any OpenAI-compatible endpoint)
@@ -168,7 +170,8 @@ class Pipeline:
     def _stage_seed_rollout(self, index: int) -> dict[str, Any]:
         """Phase 0: the SFT actor on a sample of seed train tasks; its failures seed the curriculum."""
         keys = self._sample(self._task_keys(split="train", origin="seed"), self.options.seed_tasks, salt=0)
-        ids = self._rollout(keys, index, self.options.actor, purpose="train", label="phase 0: seed rollout")
+        ids = self._rollout(keys, index, self.options.actor, purpose="train", label="phase 0: seed rollout",
+                            temperature=self.options.rollout_temperature)
         labelled = self._label(ids, "phase 0: ORM")
         return {"rollouts": len(ids), **labelled}
 
@@ -227,7 +230,7 @@ class Pipeline:
     def _stage_rollout(self, index: int) -> dict[str, Any]:
         keys = self.phase_metrics(index)["filter.kept_keys"]
         ids = self._rollout(keys, index, self.actor_for_phase(index), purpose="train",
-                            label=f"phase {index}: rollout")
+                            label=f"phase {index}: rollout", temperature=self.options.rollout_temperature)
         return {"rollouts": len(ids)}
 
     def _stage_label(self, index: int) -> dict[str, Any]:
@@ -258,15 +261,19 @@ class Pipeline:
         rng = random.Random(self.options.seed * 7919 + salt)
         return sorted(rng.sample(keys, min(n, len(keys))))
 
-    def _rollout(self, keys: list[str], phase: int, actor: str, *, purpose: str, label: str) -> list[int]:
+    def _rollout(self, keys: list[str], phase: int, actor: str, *, purpose: str, label: str,
+                 temperature: float | None = None) -> list[int]:
         """Roll out ``actor`` on ``keys`` in chunks; each chunk is an idempotent job (resumable)."""
+        policy: dict[str, Any] = {"kind": "checkpoint", "path": actor}
+        if temperature is not None:
+            policy["temperature"] = temperature
         ids: list[int] = []
         chunk = self.options.rollout_chunk
         self.on_progress(label, 0, len(keys))
         for start in range(0, len(keys), chunk):
             result = dispatch("rollout.run", {
                 "task_keys": keys[start:start + chunk], "phase": phase, "attempt": 0, "purpose": purpose,
-                "policy": {"kind": "checkpoint", "path": actor}, "concurrency": self.options.concurrency,
+                "policy": policy, "concurrency": self.options.concurrency,
                 "max_steps": self.options.max_steps,
             })
             ids.extend(result["trajectory_ids"])

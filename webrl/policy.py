@@ -43,8 +43,8 @@ class Policy(Protocol):
 #: Policy spec kinds :func:`policy_from_spec` builds, with the keys each one takes.
 POLICY_SPEC_KEYS: dict[str, set[str]] = {
     "oracle": {"corrupt", "seed"},
-    "checkpoint": {"path"},
-    "endpoint": {"url"},
+    "checkpoint": {"path", "temperature"},
+    "endpoint": {"url", "temperature"},
 }
 
 
@@ -55,6 +55,9 @@ def policy_from_spec(spec: dict, settings: Settings) -> Policy:
       (``corrupt`` = probability a step's action is replaced by a random valid one).
     - ``{"kind": "checkpoint", "path": "<HF folder>"}``: a local model.
     - ``{"kind": "endpoint", "url": "http://actor:8102"}``: an actor service's ``POST /v1/act``.
+
+    Both model kinds take an optional ``"temperature"`` (default ``settings.actor_temperature``, greedy): WebRL
+    samples its training rollouts and evaluates greedily.
 
     Imports are lazy: the browser pool does not load torch to run the oracle. Raises ValueError naming the
     problem for an unknown kind, a missing key or an unknown key.
@@ -74,10 +77,13 @@ def policy_from_spec(spec: dict, settings: Settings) -> Policy:
     key = "path" if kind == "checkpoint" else "url"
     if not spec.get(key):
         raise ValueError(f"policy kind {kind!r} needs {key!r}")
+    temperature = spec.get("temperature")
+    if temperature is not None and (not isinstance(temperature, int | float) or temperature < 0):
+        raise ValueError(f"policy temperature must be a number >= 0, got {temperature!r}")
     if kind == "checkpoint":
         from webrl.models.policy import LocalModelPolicy
 
-        return LocalModelPolicy(spec["path"], settings)
+        return LocalModelPolicy(spec["path"], settings, temperature=temperature)
     from webrl.models.policy import ActorEndpointPolicy
 
-    return ActorEndpointPolicy(spec["url"], settings)
+    return ActorEndpointPolicy(spec["url"], settings, temperature=temperature)

@@ -9,13 +9,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu-demo": {
         "phases": 3, "tasks_per_phase": 48, "candidates_per_phase": 96, "seed_tasks": 48, "eval_tasks": 165,
         "rollout_chunk": 16, "concurrency": 4, "max_steps": 12,
+        # training rollouts sample (exploration finds successes greedy decoding misses); evaluation is greedy
+        "rollout_temperature": 0.7,
         # the tiny model needs far larger steps than the paper's 1e-6 for an 8B model to move at all
         "train": {"actor_epochs": 2, "critic_epochs": 2, "batch_size": 16, "actor_lr": 3e-4, "critic_lr": 1e-3},
     },
     # CI smoke: one phase on about ten tasks with the tiny model, end to end in a few minutes.
     "smoke": {
         "phases": 1, "tasks_per_phase": 8, "candidates_per_phase": 12, "seed_tasks": 8, "eval_tasks": 8,
-        "rollout_chunk": 4, "concurrency": 2, "max_steps": 6,
+        "rollout_chunk": 4, "concurrency": 2, "max_steps": 6, "rollout_temperature": 0.7,
         "train": {"actor_epochs": 1, "critic_epochs": 1, "batch_size": 8, "actor_lr": 1e-4, "critic_lr": 1e-3},
     },
     # The paper's scale (WebArena-Lite, 8 phases, ~500 kept tasks per phase); needs GPUs and vLLM.

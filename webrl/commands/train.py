@@ -113,6 +113,8 @@ def register(app: typer.Typer) -> None:
         replay: bool = typer.Option(True, "--replay/--no-replay", help="Replay earlier phases' successes."),
         kl: bool = typer.Option(True, "--kl/--no-kl", help="KL-constrained actor objective."),
         seed: int = typer.Option(None, help="Random seed."),
+        rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
+                                                  "rollouts (evaluation stays greedy). Default: the preset's."),
         report: Path = typer.Option(None, help="Report folder. Default: artifacts/reports/<run>."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
@@ -128,7 +130,8 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
         options = _options(preset, {"run": run, "phases": phases, "actor": str(actor_path.resolve()),
                                     "orm": str(orm_path.resolve()) if orm_path else "", "curriculum": curriculum,
-                                    "replay": replay, "kl": kl, "seed": seed})
+                                    "replay": replay, "kl": kl, "seed": seed,
+                                    "rollout_temperature": rollout_temperature})
         ensure_ready(settings)
 
         def on_stage(r: StageReport) -> None:

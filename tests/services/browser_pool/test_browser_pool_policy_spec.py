@@ -20,6 +20,8 @@ def test_oracle_spec():
     ({"kind": "oracle", "path": "x"}, "does not take path"),
     ({"kind": "checkpoint"}, "needs 'path'"),
     ({"kind": "endpoint", "url": ""}, "needs 'url'"),
+    ({"kind": "checkpoint", "path": "x", "temperature": -1}, "temperature must be a number >= 0"),
+    ({"kind": "endpoint", "url": "http://a", "temperature": "hot"}, "temperature must be a number >= 0"),
 ])
 def test_bad_specs_name_the_problem(spec, message):
     with pytest.raises(ValueError, match=message):
@@ -31,3 +33,6 @@ def test_endpoint_spec_builds_the_http_policy():
     pytest.importorskip("webrl.models.policy")
     policy = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:1"}, Settings())
     assert type(policy).__name__ == "ActorEndpointPolicy" and isinstance(policy, Policy)
+    assert policy.temperature is None  # the actor service's own default
+    sampled = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:1", "temperature": 0.7}, Settings())
+    assert sampled.temperature == 0.7
