@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -144,7 +145,9 @@ class Pipeline:
             if stage in done:
                 continue
             log.info("phase %d: %s", index, stage)
+            started = time.perf_counter()
             metrics = getattr(self, f"_stage_{stage.replace('-', '_')}")(index)
+            metrics["seconds"] = round(time.perf_counter() - started, 2)
             self._finish_stage(index, stage, metrics, last=stage == stages[-1])
 
     # ---- checkpoints ---------------------------------------------------------------------------------

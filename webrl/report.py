@@ -33,9 +33,14 @@ def _fmt(value: Any, pct: bool = False) -> str:
     return str(value)
 
 
+def phase_seconds(row: dict[str, Any]) -> float:
+    """Wall-clock seconds of a phase: the sum of its stages' ``<stage>.seconds``."""
+    return float(sum(v for k, v in row.items() if k.endswith(".seconds") and isinstance(v, int | float)))
+
+
 def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     header = ["phase", "generated", "kept", "rollouts", "ORM acc.", "reward rate",
-              *[f"test {s}" for s in SITES], "test overall", "actor loss", "critic loss", "KL"]
+              *[f"test {s}" for s in SITES], "test overall", "actor loss", "critic loss", "KL", "minutes"]
     body = []
     for r in rows:
         label = r.get("label.orm_accuracy", r.get("seed-rollout.orm_accuracy"))
@@ -47,6 +52,7 @@ def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             *[_fmt(r.get(f"evaluate.success_{s}"), pct=True) for s in SITES],
             _fmt(r.get("evaluate.success"), pct=True),
             _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")), _fmt(r.get("train.kl")),
+            _fmt(round(phase_seconds(r) / 60, 1)),
         ])
     return header, body
 
