@@ -11,6 +11,7 @@ Rerunning resumes where the last run stopped.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -52,6 +53,9 @@ def sft_actor(settings: Settings) -> Path:
 def main() -> None:
     from webrl.cli import app
 
+    # Embedded, the model shares the CPU with Chromium and the sites: one intra-op thread avoids OpenMP spinning
+    # against them (measured faster on the 2-core machine); WEBRL_TORCH_THREADS overrides it.
+    os.environ.setdefault("WEBRL_TORCH_THREADS", "1")
     settings = get_settings()
     console.rule("webrl demo: WebRL on the built-in sandbox sites, tiny CPU model")
     actor = sft_actor(settings)

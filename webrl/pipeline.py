@@ -52,6 +52,9 @@ class PipelineOptions:
     eval_tasks: int = 165  # test-split tasks evaluated after each phase (all 165 by default)
     value_low: float = 0.05  # keep tasks with V in [0.05, 0.75] (paper, section 3.2)
     value_high: float = 0.75
+    # Too few candidates in the band (a weak actor's critic rates nearly every task ~0): top the phase up with
+    # the candidates whose V is nearest the band, so a phase never runs empty; False keeps in-band tasks only.
+    fill_filter: bool = True
     orm_threshold: float = 0.5  # reward = 1 if P(YES) >= 0.5 (paper, section 3.1)
     max_steps: int = 30  # rollout horizon (published code)
     rollout_temperature: float | None = None  # sampling of training rollouts; None: the actor's default (greedy).
@@ -76,6 +79,12 @@ class StageReport:
 
 
 ProgressHook = Callable[[str, int, int], None]  # (label, done, total)
+
+
+def nearest_to_band(keys: Sequence[str], values: dict[str, float], low: float, high: float) -> list[str]:
+    """``keys`` ordered by the distance of their value V to the band: d = max(low - V, 0, V - high), ties in
+    the given order (the filter's top-up, :attr:`PipelineOptions.fill_filter`)."""
+    return sorted(keys, key=lambda k: max(low - values[k], 0.0, values[k] - high))
 
 
 class Pipeline:
@@ -211,8 +220,14 @@ class Pipeline:
                 "task_keys": candidates, "values": values, "critic_version": judge,
                 "low": self.options.value_low, "high": self.options.value_high,
             })["kept"]
-        kept = kept[: self.options.tasks_per_phase]
-        return {"kept": len(kept), "kept_keys": kept, "candidates": len(candidates), "judge": judge}
+        quota = self.options.tasks_per_phase
+        kept = kept[:quota]
+        in_band = len(kept)
+        if values is not None and self.options.fill_filter and len(kept) < quota:
+            rest = [k for k in candidates if k not in set(kept)]
+            kept += nearest_to_band(rest, values, self.options.value_low, self.options.value_high)[: quota - len(kept)]
+        return {"kept": len(kept), "in_band": in_band, "kept_keys": kept, "candidates": len(candidates),
+                "judge": judge}
 
     def _start_values(self, keys: list[str], index: int) -> tuple[dict[str, float] | None, str]:
         """V(start state) per task from the critic, or the ORM's P(YES) before the first critic exists."""
@@ -242,7 +257,15 @@ class Pipeline:
         return self._label(ids, f"phase {index}: ORM")
 
     def _stage_train(self, index: int) -> dict[str, Any]:
-        """Critic, then actor, on this phase's experience plus replay; publishes both checkpoints."""
+        """Critic, then actor, on this phase's experience plus replay; publishes both checkpoints. A phase
+        without labelled rollouts (a strict filter kept nothing) trains nothing: actor and critic carry over."""
+        with session_scope(self.settings) as s:
+            rollouts = len(repo.trajectories_for_phase(s, index, purpose="train"))
+        if rollouts == 0:
+            log.warning("phase %d has no rollouts to train on; actor and critic carry over", index)
+            critic = self.critic_for_phase(index)
+            return {"skipped": True, "actor_path": self.actor_for_phase(index),
+                    **({"critic_path": critic} if critic else {})}
         result = dispatch("train.phase", {
             "phase": index, "actor": self.actor_for_phase(index), "critic": self.critic_for_phase(index),
             "critic_base": self.options.actor, "replay": self.options.replay, "kl": self.options.kl,

@@ -112,6 +112,8 @@ def register(app: typer.Typer) -> None:
         curriculum: bool = typer.Option(True, "--curriculum/--no-curriculum", help="Generate tasks from failures."),
         replay: bool = typer.Option(True, "--replay/--no-replay", help="Replay earlier phases' successes."),
         kl: bool = typer.Option(True, "--kl/--no-kl", help="KL-constrained actor objective."),
+        fill_filter: bool = typer.Option(True, "--fill-filter/--strict-filter", help="Top a phase up with the "
+                                         "tasks whose value is nearest the filter's band when too few fall in it."),
         seed: int = typer.Option(None, help="Random seed."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
@@ -130,7 +132,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
         options = _options(preset, {"run": run, "phases": phases, "actor": str(actor_path.resolve()),
                                     "orm": str(orm_path.resolve()) if orm_path else "", "curriculum": curriculum,
-                                    "replay": replay, "kl": kl, "seed": seed,
+                                    "replay": replay, "kl": kl, "seed": seed, "fill_filter": fill_filter,
                                     "rollout_temperature": rollout_temperature})
         ensure_ready(settings)
 
