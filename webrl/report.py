@@ -77,12 +77,16 @@ def plot_success(rows: list[dict[str, Any]], out: Path) -> Path:
     evaluated = [r for r in rows if "evaluate.success" in r]
     xs = [r["phase"] for r in evaluated]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-    ax.plot(xs, [100 * r["evaluate.success"] for r in evaluated], "o-", lw=2.5, color="black", label="overall")
+    overall = [100 * r["evaluate.success"] for r in evaluated]
+    ax.plot(xs, overall, "o-", lw=2.5, color="black", label="overall")
+    highest = max(overall, default=0.0)
     for site in SITES:
         ys = [100 * r.get(f"evaluate.success_{site}", float("nan")) for r in evaluated]
         ax.plot(xs, ys, "o--", lw=1.2, label=site)
+        highest = max([highest, *(y for y in ys if y == y)])  # y == y drops NaN (site not evaluated)
+    top = 100 if highest > 50 else max(10, 10 * (int(highest * 1.25) // 10 + 1))  # small rates stay readable
     ax.set(xlabel="phase (0 = SFT actor)", ylabel="test success (%)", title="Test success per phase",
-           xticks=xs, ylim=(0, 100))
+           xticks=xs, ylim=(0, top))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -239,7 +239,9 @@ def run_phase(settings: Settings, job: PhaseJob) -> PhaseResult | None:
     summary = train(accelerator, actor, loader, actor_loss_fn(ActorLossConfig(kl=job.kl)), config)
     metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
-               "positive_fraction": float((a > 0).float().mean()), "value_mean": float(torch.tensor(v_s).mean())}
+               "positive_fraction": float((a > 0).float().mean()), "value_mean": float(torch.tensor(v_s).mean()),
+               "critic_loss": (critic_info.metrics or {}).get("critic_loss") if critic_info else None,
+               "critic_seconds": (critic_info.metrics or {}).get("seconds") if critic_info else None}
     actor_dest = Path(job.actor_output) if job.actor_output else checkpoint_dir(settings, "actor", version)
     actor_info = publish_model(settings, accelerator, actor.model, tokenizer, role="actor", version=version,
                                dest=actor_dest, phase=job.phase, parent_version=_version_of(job.actor),
