@@ -84,7 +84,7 @@ class Settings(BaseSettings):
         "small", description="Size preset of the tiny Llama `webrl bootstrap` builds (webrl.models.tiny.SIZES).")
     tiny_vocab_size: int = Field(4096, ge=512, description="BPE vocabulary of the tiny model's tokenizer.")
     actor_max_prompt_tokens: int = Field(1024, ge=64, description="Context budget of the actor prompt.")
-    actor_max_new_tokens: int = Field(96, ge=1, description="Most tokens the actor generates per step (the longest "
+    actor_max_new_tokens: int = Field(64, ge=1, description="Most tokens the actor generates per step (the longest "
                                       "sandbox demonstration, an `# Element:` line plus a Type action, is 60).")
     actor_temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 = greedy.")
     actor_max_batch: int = Field(16, ge=1, description="Most prompts the local backend batches together.")
