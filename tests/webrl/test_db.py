@@ -84,6 +84,22 @@ def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None
         assert loaded.last_observation == original.last_observation
 
 
+def test_nul_characters_in_model_output_are_stored_as_replacement_characters(db: Settings) -> None:
+    """A sampled byte-level token can decode to NUL, which Postgres text refuses (found by the distributed smoke)."""
+    traj = _trajectory(1)
+    traj.steps[0].response = "do(\x00"
+    traj.steps[0].parse_error = "not a function call: 'do(\x00'"
+    traj.answer = "a\x00b"
+    with session_scope(db) as s:
+        task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")
+        repo.save_trajectory(s, task.id, phase=1, attempt=0, traj=traj)
+    with session_scope(db) as s:
+        (row,) = repo.trajectories_for_phase(s, 1)
+        loaded = repo.load_trajectory(row)
+        assert loaded.steps[0].response == "do(\ufffd" and loaded.answer == "a\ufffdb"
+        assert "\x00" not in (loaded.steps[0].parse_error or "")
+
+
 def test_a_failed_transaction_loses_nothing_already_stored(db: Settings) -> None:
     with session_scope(db) as s:
         repo.upsert_task(s, "kept", _task(1), origin="seed", split="train")

@@ -84,6 +84,15 @@ def find_trajectory(session: Session, task_id: int, phase: int, attempt: int) ->
     )
 
 
+#: Postgres text cannot hold NUL; model output can (a sampled byte-level token), so it is stored as U+FFFD.
+_NUL, _REPLACEMENT = "\x00", "\ufffd"
+
+
+def storable(text: str | None) -> str | None:
+    """``text`` with NUL characters replaced by U+FFFD, so every backend stores it (None stays None)."""
+    return text.replace(_NUL, _REPLACEMENT) if text else text
+
+
 def save_trajectory(
     session: Session, task_id: int, phase: int, attempt: int, traj: Trajectory, *, purpose: str = "train"
 ) -> m.Trajectory:
@@ -98,8 +107,8 @@ def save_trajectory(
         attempt=attempt,
         purpose=purpose,
         actor_version=traj.actor_version,
-        answer=traj.answer,
-        stop_reason=traj.stop_reason,
+        answer=storable(traj.answer),
+        stop_reason=storable(traj.stop_reason),
         env_score=traj.env_score,
         n_steps=len(traj.steps),
         last_observation=traj.last_observation.model_dump() if traj.last_observation else None,
@@ -108,13 +117,13 @@ def save_trajectory(
         m.Step(
             index=s.index,
             observation=s.observation.model_dump(),
-            response=s.response,
-            action=s.action.format() if s.action else None,
-            parse_error=s.parse_error,
+            response=storable(s.response),
+            action=storable(s.action.format()) if s.action else None,
+            parse_error=storable(s.parse_error),
             token_ids=list(s.token_ids),
             logprobs=list(s.logprobs),
             url=s.url,
-            error=s.error,
+            error=storable(s.error),
         )
         for s in traj.steps
     ]
