@@ -224,7 +224,8 @@ class Pipeline:
         kept = kept[:quota]
         in_band = len(kept)
         if values is not None and self.options.fill_filter and len(kept) < quota:
-            rest = [k for k in candidates if k not in set(kept)]
+            taken = set(kept)
+            rest = [k for k in candidates if k not in taken]
             kept += nearest_to_band(rest, values, self.options.value_low, self.options.value_high)[: quota - len(kept)]
         return {"kept": len(kept), "in_band": in_band, "kept_keys": kept, "candidates": len(candidates),
                 "judge": judge}
