@@ -52,6 +52,22 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settin
     get_settings.cache_clear()
 
 
+@pytest.fixture
+def free_sites(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """``settings`` whose sandbox site URLs are free local ports (the workers read the same environment)."""
+    import socket
+
+    from webrl.sandbox.sites import SITES
+
+    for site in SITES:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        monkeypatch.setenv(f"WEBRL_{site.upper()}_URL", f"http://127.0.0.1:{port}")
+    get_settings.cache_clear()
+    return get_settings()
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh database on the local PostgreSQL for this test session, dropped afterwards."""

@@ -4,14 +4,13 @@ or a held-out template, and evaluators the oracle solvers satisfy through real C
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 from sqlalchemy import select
 
 from services.taskgen.curriculum import generate_grounded
 from services.taskgen.grounded import GroundedGenerator
-from webrl.config import Settings, get_settings
+from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.migrate import upgrade
@@ -20,23 +19,12 @@ from webrl.evaluation import build_evaluator
 from webrl.sandbox.tasks.suite import load_suite
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
-def suite_db(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    from webrl.sandbox.sites import SITES
-
-    for site in SITES:
-        monkeypatch.setenv(f"WEBRL_{site.upper()}_URL", f"http://127.0.0.1:{_free_port()}")
-    get_settings.cache_clear()
-    s = get_settings()
-    upgrade(s)
-    load_suite(s, s.seed)
-    return s
+def suite_db(free_sites: Settings) -> Settings:
+    """Sandbox sites on free ports, the database migrated and the task suite loaded."""
+    upgrade(free_sites)
+    load_suite(free_sites, free_sites.seed)
+    return free_sites
 
 
 def _parents(settings: Settings, n: int) -> list[str]:

@@ -3,33 +3,15 @@ SFT through the trainer's task -> a published HF folder that loads and acts."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 
-from webrl.config import Settings, get_settings
+from webrl.config import Settings
 from webrl.models.bootstrap import BootstrapConfig, demo_tasks, run_bootstrap
 from webrl.sandbox.server import sandbox_ports
 
 pytestmark = pytest.mark.browser
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def free_sites(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """Settings whose sandbox URLs are free ports (the workers read the same environment)."""
-    from webrl.sandbox.sites import SITES
-
-    for site in SITES:
-        monkeypatch.setenv(f"WEBRL_{site.upper()}_URL", f"http://127.0.0.1:{_free_port()}")
-    get_settings.cache_clear()
-    return get_settings()
 
 
 def test_demo_sample_is_deterministic_and_covers_templates() -> None:
