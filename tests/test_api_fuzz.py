@@ -20,6 +20,7 @@ SERVICES = sorted(p.parent.name for p in SERVICES_DIR.glob("*/app.py"))
 
 EXAMPLES = {"browser_pool": 6}  # each browser_pool example opens a real Chromium episode
 DEFAULT_EXAMPLES = 25
+UPSTREAM_503 = {("actor", "/v1/agent/run")}  # runs through the browser pool service, which the fuzz env lacks
 CALL_TIMEOUT_S = 120  # a fuzzed request may start a browser or run a real (tiny) model on a busy CPU
 
 
@@ -67,7 +68,11 @@ def test_service_openapi_survives_fuzzing(service_app, request: pytest.FixtureRe
     checks = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
     def run_operation(case: schemathesis.Case) -> None:
-        case.call_and_validate(checks=checks, timeout=CALL_TIMEOUT_S)
+        response = case.call(timeout=CALL_TIMEOUT_S)
+        if (service, case.operation.path) in UPSTREAM_503 and response.status_code == 503:
+            assert "browser pool" in response.text, response.text  # the missing upstream is named
+            return
+        case.validate_response(response, checks=checks)
 
     failures = []
     for result in schema.get_all_operations():

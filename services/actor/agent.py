@@ -77,6 +77,11 @@ def resolve_run(body, settings: Settings) -> TaskConfig:  # body: services.actor
 POOL_TIMEOUT_S = 120.0  # one browser pool call (opening an episode logs in and loads the start page)
 
 
+class PoolUnavailableError(RuntimeError):
+    """The browser pool service could not be reached, or had no browser to give (the run never started or
+    could not finish); the actor answers 503 with this message."""
+
+
 class BrowserPoolClient:
     """The browser pool service's episode routes."""
 
@@ -87,7 +92,15 @@ class BrowserPoolClient:
         self.http = httpx.AsyncClient(base_url=settings.browser_pool_url, timeout=POOL_TIMEOUT_S, headers=headers)
 
     async def _post(self, path: str, body: dict) -> dict:
-        reply = await self.http.post(path, json=body)
+        import httpx
+
+        try:
+            reply = await self.http.post(path, json=body)
+        except httpx.TransportError as exc:
+            raise PoolUnavailableError(f"browser pool at {self.http.base_url} unreachable ({path}): "
+                                       f"{exc or type(exc).__name__}") from exc
+        if reply.status_code == 503:
+            raise PoolUnavailableError(f"browser pool at {self.http.base_url} busy: {reply.text[:200]}")
         reply.raise_for_status()
         return reply.json()
 
@@ -103,7 +116,12 @@ class BrowserPoolClient:
         return body.get("score")
 
     async def close(self, episode_id: str) -> None:
-        await self.http.delete(f"/v1/episodes/{episode_id}")
+        import httpx
+
+        try:
+            await self.http.delete(f"/v1/episodes/{episode_id}")
+        except httpx.TransportError:
+            pass  # the pool went away mid-run: its episodes went with it, and the run's own error is raised
 
     async def aclose(self) -> None:
         await self.http.aclose()

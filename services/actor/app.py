@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 
-from services.actor.agent import AgentRunError, resolve_run, run_agent
+from services.actor.agent import AgentRunError, PoolUnavailableError, resolve_run, run_agent
 from services.actor.engine import ActorEngine, EngineUnavailableError
 from services.actor.reload import CheckpointSubscriber
 from services.actor.schemas import (
@@ -99,15 +99,19 @@ def _add_actor_routes(app: FastAPI) -> None:
         """The serving checkpoint: version, backend, path, size."""
         return engine.describe()
 
-    @app.post("/v1/agent/run", response_model=AgentRunResponse, tags=["agent"])
+    @app.post("/v1/agent/run", response_model=AgentRunResponse, tags=["agent"],
+              responses={503: {"description": "The browser pool service is unreachable or has no free browser"}})
     async def agent_run(body: AgentRunRequest, engine: EngineDep) -> AgentRunResponse:
         """Run one episode through the browser pool service and return the trajectory and its evaluation."""
         try:
             task = resolve_run(body, engine.settings)
         except AgentRunError as exc:
             raise invalid(exc.field, str(exc)) from None
-        trajectory = await run_agent(task, engine, engine.settings, max_steps=body.max_steps,
-                                     temperature=body.temperature, evaluate=body.evaluate)
+        try:
+            trajectory = await run_agent(task, engine, engine.settings, max_steps=body.max_steps,
+                                         temperature=body.temperature, evaluate=body.evaluate)
+        except PoolUnavailableError as exc:
+            raise HTTPException(status_code=503, detail=str(exc)) from None
         return AgentRunResponse(trajectory=trajectory, env_score=trajectory.env_score,
                                 version=trajectory.actor_version)
 

@@ -101,6 +101,26 @@ def test_agent_run_refuses_hosts_off_the_allow_list(client, settings: Settings) 
     assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "task_id"
 
 
+def test_agent_run_without_a_browser_pool_is_a_503_naming_it(actor_model_dir: Path, settings: Settings) -> None:
+    import socket
+
+    from fastapi.testclient import TestClient
+
+    from webrl.db.migrate import upgrade
+
+    upgrade(settings)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    live = settings.model_copy(update={"browser_pool_url": dead})
+    backend = LocalBackend.from_path(actor_model_dir, live)
+    with TestClient(create_actor_app(live, engine=ActorEngine(live, backend, backend.tokenizer))) as client:
+        reply = client.post("/v1/agent/run", json={"intent": "Show me Electronics",
+                                                   "start_url": live.site_url("shopping") + "/"})
+    assert reply.status_code == 503, reply.text
+    assert dead in reply.text and "unreachable" in reply.text
+
+
 def test_served_by_uvicorn(actor_model_dir: Path, settings: Settings, serve) -> None:
     backend = LocalBackend.from_path(actor_model_dir, settings)
     served = serve(create_actor_app(settings, engine=ActorEngine(settings, backend, backend.tokenizer)))
