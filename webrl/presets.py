@@ -8,7 +8,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # What `make demo` runs on a 2-core laptop: bootstrap + 3 phases, aiming at <= 30 minutes in all.
     "cpu-demo": {
         "phases": 3, "tasks_per_phase": 48, "candidates_per_phase": 96, "seed_tasks": 48, "eval_tasks": 165,
-        # 8 episodes at once in chunks of 32: 1.24x faster than 4 in chunks of 16 (64 test tasks, same run)
+        # 8 episodes at once in chunks of 32: evaluating 165 tasks 282 s -> 246 s (1.15x) against 4 in chunks of 16
         "rollout_chunk": 32, "concurrency": 8, "max_steps": 12,
         # training rollouts sample (exploration finds successes greedy decoding misses); evaluation is greedy
         "rollout_temperature": 0.7,
