@@ -13,10 +13,7 @@ Runs in a temporary home on free ports (the sandbox sites in this process, the e
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,11 +23,7 @@ from rich.table import Table
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from isolated_home import isolated_home  # noqa: E402  (bench/isolated_home.py, next to this script)
 
 
 def _parse_settings(text: str) -> list[tuple[int, int]]:
@@ -48,10 +41,7 @@ def main() -> None:
     parser.add_argument("--settings", default="4x16,8x32", help="concurrency x chunk, the first is the baseline")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    home = tempfile.mkdtemp(prefix="webrl-bench-eval-")
-    os.environ["WEBRL_HOME"] = home
-    for site in ("SHOPPING", "SHOPPING_ADMIN", "REDDIT", "GITLAB"):
-        os.environ[f"WEBRL_{site}_URL"] = f"http://127.0.0.1:{_free_port()}"
+    isolated_home("webrl-bench-eval-")
 
     from webrl.config import get_settings
     from webrl.db.migrate import upgrade

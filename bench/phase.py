@@ -10,32 +10,14 @@ Without ``--actor`` a test-size actor is bootstrapped first (oracle demos, a sho
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import tempfile
 import time
 from pathlib import Path
 
+from isolated_home import isolated_home  # bench/isolated_home.py (this folder is on sys.path when run as a script)
 from rich.console import Console
 from rich.table import Table
 
 console = Console()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _setup_environment(home: Path) -> None:
-    from webrl.sandbox.sites import SITES
-
-    os.environ["WEBRL_HOME"] = str(home)
-    for site in SITES:
-        os.environ[f"WEBRL_{site.upper()}_URL"] = f"http://127.0.0.1:{_free_port()}"
-    for var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL"):
-        os.environ.pop(var, None)
 
 
 def main() -> None:
@@ -44,8 +26,7 @@ def main() -> None:
     parser.add_argument("--preset", default="smoke")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="webrl-bench-phase-"))
-    _setup_environment(home)
+    isolated_home("webrl-bench-phase-")
     from webrl.config import get_settings
     from webrl.db.migrate import upgrade
     from webrl.models.bootstrap import BootstrapConfig, run_bootstrap
