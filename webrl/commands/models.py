@@ -33,6 +33,9 @@ def bootstrap(
     cosine: bool = typer.Option(_DEFAULT.cosine, "--cosine/--constant-lr",
                                 help="Cosine-decay the lr to lr/10 over the planned SFT steps."),
     batch_size: int = typer.Option(_DEFAULT.batch_size, min=1, help="SFT sequences per step."),
+    prompt_loss_weight: float = typer.Option(_DEFAULT.prompt_loss_weight, min=0.0,
+                                             help="Weight of an auxiliary next-token loss on the prompt's pages"
+                                                  " (0: loss on the actions only, as WebRL trains)."),
     concurrency: int = typer.Option(_DEFAULT.concurrency, min=1, help="Browser episodes at once."),
     evaluate: bool = typer.Option(False, "--evaluate/--no-evaluate", help="Also measure success on the 165 test"
                                                                          " tasks (several more minutes)."),
@@ -51,6 +54,7 @@ def bootstrap(
     config = BootstrapConfig(seed=settings.seed if seed is None else seed, size=size,
                              vocab_size=settings.tiny_vocab_size, demos_per_template=demos_per_template,
                              epochs=epochs, lr=lr, warmup_steps=warmup_steps, cosine=cosine, batch_size=batch_size,
+                             prompt_loss_weight=prompt_loss_weight,
                              concurrency=concurrency, evaluate=evaluate, output=output,
                              sft_minutes=sft_minutes or settings.bootstrap_minutes / 2)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

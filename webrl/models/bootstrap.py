@@ -62,6 +62,9 @@ class BootstrapConfig:
     batch_size: int = 4
     """Sequences per SFT step: in 4 minutes batch 4 made 468 steps and 4% held-out exact actions (91% parsable),
     batch 16 made 70-116 steps and 0% parsable: far below the critical batch size, steps are what count."""
+    prompt_loss_weight: float = 0.0
+    """Weight of the auxiliary next-token loss on the prompt (the pages) beside the loss on the action tokens
+    (``services.trainer.sft.sft_with_prompt_loss_fn``); 0 trains on the actions only, as WebRL does."""
     sft_minutes: float = 5.0
     """Wall-clock budget of the SFT stage."""
     concurrency: int = 4
@@ -222,6 +225,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
             "phase": 0, "purpose": "sft", "epochs": config.epochs, "lr": config.lr, "seed": config.seed,
             "max_minutes": config.sft_minutes, "batch_size": config.batch_size,
             "warmup_steps": config.warmup_steps, "cosine": config.cosine,
+            "prompt_loss_weight": config.prompt_loss_weight,
             "max_length": settings.actor_max_prompt_tokens + COMPLETION_BUDGET})
         done("sft")
         evaluation = (evaluate_checkpoint(settings, sft["path"], concurrency=config.concurrency, seed=config.seed)

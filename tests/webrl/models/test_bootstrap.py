@@ -34,7 +34,7 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     assert sandbox_ports(free_sites)["shopping"] == int(free_sites.shopping_url.rsplit(":", 1)[1])
     stages: list[str] = []
     config = BootstrapConfig(size="test", vocab_size=1024, demos_per_template=1, max_demos=3, epochs=1,
-                             sft_minutes=0.5, concurrency=2)
+                             sft_minutes=0.5, concurrency=2, prompt_loss_weight=0.5)
     result = run_bootstrap(free_sites, config, stages.append)
     assert stages == ["tasks", "demos", "tokenizer", "model", "sft", "eval"]
     assert result.demos == 3 and result.demo_steps >= 3 and result.parameters > 0
@@ -42,6 +42,7 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     assert path == free_sites.artifacts_dir / "models" / "actor-sft"
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
     assert result.sft_metrics["examples"] >= 3
+    assert result.sft_metrics["prompt_loss"] > 0  # the auxiliary loss on the pages reached the trainer
     report = free_sites.artifacts_dir / "reports" / "bootstrap-test-seed0.json"
     assert report.is_file()
 
