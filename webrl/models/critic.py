@@ -27,6 +27,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from webrl.models.batched import score_in_batches
+
 #: Files of a saved critic besides the backbone's own.
 HEADS_FILE = "critic_heads.safetensors"
 CRITIC_CONFIG_FILE = "critic_config.json"
@@ -167,18 +169,7 @@ def encode_states(tokenizer: Any, texts: Sequence[str], device: torch.device | s
     return input_ids.to(device), mask.to(device)
 
 
-@torch.no_grad()
 def critic_values(model: CriticModel, tokenizer: Any, texts: Sequence[str], batch_size: int = 8) -> list[float]:
     """V = min of the two heads for each rendered critic prompt, ``batch_size`` per forward pass."""
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    was_training = model.training
-    model.eval()
-    out: list[float] = []
-    try:
-        for start in range(0, len(texts), batch_size):
-            ids, mask = encode_states(tokenizer, texts[start:start + batch_size], model.device)
-            out.extend(model.values(ids, mask).tolist())
-    finally:
-        model.train(was_training)
-    return out
+    return score_in_batches(model, texts, batch_size,
+                            lambda batch: model.values(*encode_states(tokenizer, batch, model.device)))

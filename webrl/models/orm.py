@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from webrl.models.batched import score_in_batches
 from webrl.prompts.orm import NO, YES
 
 #: Reward threshold on p (``add_overall_reward``: ``if scores[0] >= 0.5``).
@@ -80,18 +81,8 @@ def probabilities_from_logits(pair_logits: torch.Tensor) -> torch.Tensor:
 
 def orm_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str], batch_size: int = 8) -> list[float]:
     """P(YES) for each rendered ORM prompt, scored ``batch_size`` prompts per forward pass."""
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    was_training = model.training
-    model.eval()
-    out: list[float] = []
-    try:
-        for start in range(0, len(prompts), batch_size):
-            pair = yes_no_logits(model, tokenizer, prompts[start:start + batch_size])
-            out.extend(probabilities_from_logits(pair).tolist())
-    finally:
-        model.train(was_training)
-    return out
+    return score_in_batches(model, prompts, batch_size,
+                            lambda batch: probabilities_from_logits(yes_no_logits(model, tokenizer, batch)))
 
 
 # Measuring the ORM against the rule evaluators (`webrl train-orm`)
