@@ -11,12 +11,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from services.trainer.jobs import run_job
 from services.trainer.phase import PhaseJob
 from services.trainer.sft import SftJob
-from webrl.checkpoints import list_checkpoints
+from webrl.checkpoints import CheckpointInfo, list_checkpoints
 from webrl.config import Settings, get_settings
 from webrl.db.session import session_scope
 from webrl.service import create_app, not_found
@@ -37,16 +37,6 @@ class JobStatus(BaseModel):
     status: str
     result: dict[str, Any] | None = None
     error: str | None = None
-
-
-class CheckpointOut(BaseModel):
-    role: str
-    version: str
-    path: str
-    sha256: str
-    phase: int | None = None
-    parent_version: str | None = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
 
 
 class LocalJobs:
@@ -127,11 +117,11 @@ def create_trainer_app(settings: Settings | None = None) -> FastAPI:
             raise not_found(f"job {job_id}")
         return status
 
-    @app.get("/v1/checkpoints", response_model=list[CheckpointOut], tags=["checkpoints"])
+    @app.get("/v1/checkpoints", response_model=list[CheckpointInfo], tags=["checkpoints"])
     def checkpoints(s: SettingsDep, role: Annotated[Literal["actor", "critic", "orm"] | None, Query()] = None
-                    ) -> list[CheckpointOut]:
+                    ) -> list[CheckpointInfo]:
         with session_scope(s) as session:
-            return [CheckpointOut(**vars(info)) for info in list_checkpoints(session, role)]
+            return list_checkpoints(session, role)
 
     return app
 
