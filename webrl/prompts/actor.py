@@ -105,7 +105,8 @@ def _apply_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
 
 
 def _n_tokens(tokenizer: Any, text: str) -> int:
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    # verbose=False: measuring an over-long prompt before cutting it is expected, not worth transformers' warning
+    return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
 
 def render_actor_prompt(tokenizer: Any, intent: str, history: Sequence[Step | str], observation: str, *,
