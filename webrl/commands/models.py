@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from webrl.commands import quiet_model_loading
 from webrl.config import get_settings
 from webrl.models.bootstrap import BootstrapConfig
 
@@ -59,6 +60,7 @@ def bootstrap(
                              sft_minutes=sft_minutes or settings.bootstrap_minutes / 2)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
+    quiet_model_loading()
     with Progress(*columns) as progress:
         bar = progress.add_task("bootstrap: tasks", total=len(STAGES))
 

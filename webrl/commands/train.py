@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from webrl.commands import quiet_model_loading
 from webrl.config import Settings, get_settings
 
 console = Console()
@@ -60,6 +61,7 @@ class RichProgress:
 
 
 def _progress() -> Progress:
+    quiet_model_loading()
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=console)
 

@@ -28,11 +28,15 @@ def _counts(settings: Settings) -> dict[str, int]:
 
 
 def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: Path) -> None:
+    from transformers.utils import logging as transformers_logging
+
     from webrl.cli import app
 
+    transformers_logging.enable_progress_bar()  # as in a fresh process (another test may have turned them off)
     args = ["train", "--preset", "smoke", "--run", "smoke", "--actor", str(tiny_actor), "--orm", str(tiny_actor)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "Loading weights" not in result.output  # only the command's own bars, not one per checkpoint load
 
     counts = _counts(world)
     assert counts["generated"] > 0  # the curriculum grew from phase 0's failures
