@@ -27,13 +27,8 @@ def evaluation_attempt(actor: Path) -> int:
 def external_task_keys(settings: Settings, tasks_file: Path) -> list[str]:
     """Store the configs of a WebArena-format file (origin "external") and return their keys."""
     configs = load_task_file(tasks_file)
-    keys = []
     with session_scope(settings) as s:
-        for config in configs:
-            key = f"external/{tasks_file.stem}/{config.task_id}"
-            repo.upsert_task(s, key, config, origin="external", split="external")
-            keys.append(key)
-    return keys
+        return repo.upsert_tasks(s, configs, f"external/{tasks_file.stem}", origin="external", split="external")
 
 
 def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", tasks_file: Path | None = None,

@@ -66,6 +66,17 @@ def test_task_upsert_is_idempotent_and_keeps_the_config(db: Settings) -> None:
         assert row.site == "shopping"
 
 
+def test_tasks_upsert_in_bulk_keys_by_prefix_and_task_id_idempotently(db: Settings) -> None:
+    with session_scope(db) as s:
+        keys = repo.upsert_tasks(s, [_task(3), _task(1)], "external/lite", origin="external", split="external")
+        assert keys == ["external/lite/3", "external/lite/1"]  # in the configs' order
+        assert repo.upsert_tasks(s, [_task(1)], "external/lite", origin="external", split="external") == keys[1:]
+    with session_scope(db) as s:
+        rows = repo.tasks_where(s, split="external")
+        assert sorted(row.key for row in rows) == sorted(keys)
+        assert {row.origin for row in rows} == {"external"}
+
+
 def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None:
     with session_scope(db) as s:
         task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")

@@ -52,6 +52,15 @@ def upsert_task(
     return row
 
 
+def upsert_tasks(session: Session, configs: Sequence[TaskConfig], prefix: str, *, origin: str,
+                 split: str) -> list[str]:
+    """:func:`upsert_task` for each config under the key ``<prefix>/<task_id>``; returns the keys in order."""
+    keys = [f"{prefix}/{config.task_id}" for config in configs]
+    for key, config in zip(keys, configs, strict=True):
+        upsert_task(session, key, config, origin=origin, split=split)
+    return keys
+
+
 def task_config(row: m.Task) -> TaskConfig:
     return TaskConfig.from_json(row.config)
 

@@ -112,13 +112,8 @@ def store_tasks(settings: Settings, tasks: list[TaskConfig], prefix: str = "sand
     from webrl.db import repository
     from webrl.db.session import session_scope
 
-    keys = []
     with session_scope(settings) as session:
-        for task in tasks:
-            key = f"{prefix}/{task.task_id}"
-            repository.upsert_task(session, key, task, origin="test", split="test")
-            keys.append(key)
-    return keys
+        return repository.upsert_tasks(session, tasks, prefix, origin="test", split="test")
 
 
 @pytest.fixture(scope="session")

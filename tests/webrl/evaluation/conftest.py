@@ -18,17 +18,10 @@ from typing import Any
 import pytest
 from playwright.async_api import Browser, BrowserContext, async_playwright
 
+from services.browser_pool.pool import CHROMIUM_ARGS
 from webrl.config import Settings
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 PAGES: dict[str, str] = {
     "/form": """<html><body><h1>Contact us</h1>
