@@ -90,15 +90,23 @@ def default_orm(settings: Settings) -> Path:
     return settings.artifacts_dir / "models" / "orm"
 
 
+#: The columns a terminal too narrow for the whole table still shows (report.md always has every column).
+NARROW_COLUMNS = ("phase", "kept", "reward rate", "test overall", "KL", "minutes")
+FULL_TABLE_WIDTH = 160  # characters the full 15-column table needs to stay readable
+
+
 def print_phase_table(settings: Settings, run: str) -> None:
     from webrl.report import phase_rows, phase_table
 
     header, body = phase_table(phase_rows(settings, run))
-    table = Table(title=f"webrl run {run}")
-    for column in header:
-        table.add_column(column, justify="right")
+    shown = range(len(header))
+    if console.width < FULL_TABLE_WIDTH:
+        shown = [i for i, column in enumerate(header) if column in NARROW_COLUMNS]
+    table = Table(title=f"webrl run {run}" + ("" if len(shown) == len(header) else " (every column: report.md)"))
+    for i in shown:
+        table.add_column(header[i], justify="right")
     for row in body:
-        table.add_row(*row)
+        table.add_row(*(row[i] for i in shown))
     console.print(table)
 
 

@@ -37,6 +37,7 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "Loading weights" not in result.output  # only the command's own bars, not one per checkpoint load
+    assert "test overall" in result.output and "(every column: report.md)" in result.output  # 80 columns here
 
     counts = _counts(world)
     assert counts["generated"] > 0  # the curriculum grew from phase 0's failures
