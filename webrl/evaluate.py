@@ -57,6 +57,15 @@ def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", task
     return success_by_site(settings, ids)
 
 
+def solved_task_keys(settings: Settings, trajectory_ids: list[int], threshold: float = 0.5) -> list[str]:
+    """Keys of the tasks whose trajectory among ``trajectory_ids`` the evaluator scored at least ``threshold``."""
+    from webrl.db import models as m
+
+    with session_scope(settings) as s:
+        return sorted({traj.task.key for tid in trajectory_ids
+                       if (traj := s.get(m.Trajectory, tid)) is not None and (traj.env_score or 0.0) >= threshold})
+
+
 def success_by_site(settings: Settings, trajectory_ids: list[int]) -> dict[str, tuple[int, float]]:
     from webrl.db import models as m
 

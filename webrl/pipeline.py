@@ -347,11 +347,12 @@ class Pipeline:
                 "orm_accuracy": agree / total if total else None}
 
     def _success_by_site(self, trajectory_ids: list[int]) -> dict[str, Any]:
-        from webrl.evaluate import success_by_site
+        from webrl.evaluate import solved_task_keys, success_by_site
 
         by_site = success_by_site(self.settings, trajectory_ids)
         n, overall = by_site.pop("overall")
-        return {"success": overall, "n": n, **{f"success_{site}": rate for site, (_, rate) in sorted(by_site.items())}}
+        return {"success": overall, "n": n, **{f"success_{site}": rate for site, (_, rate) in sorted(by_site.items())},
+                "solved": solved_task_keys(self.settings, trajectory_ids)}
 
     def _attempted_task_keys(self, phase: int) -> list[str]:
         with session_scope(self.settings) as s:

@@ -120,6 +120,27 @@ def plot_calibration(points: list[tuple[float, float]], out: Path) -> Path | Non
     return out
 
 
+def solved_table(rows: list[dict[str, Any]], intents: dict[str, str]) -> tuple[list[str], list[list[str]]]:
+    """Which test tasks each phase's actor solved: one row per task solved in any phase, a mark per phase.
+
+    ``rows`` are :func:`phase_rows` (``evaluate.solved`` lists task keys); ``intents`` maps keys to intents. Rows
+    are ordered by the first phase that solved the task, so tasks the training gained come after the SFT actor's.
+    """
+    evaluated = [r for r in rows if "evaluate.solved" in r]
+    solved = {r["phase"]: set(r["evaluate.solved"]) for r in evaluated}
+    keys = {key for phase_keys in solved.values() for key in phase_keys}
+    first = {key: min(p for p, phase_keys in solved.items() if key in phase_keys) for key in keys}
+    header = ["task", "intent", *[f"phase {r['phase']}" for r in evaluated]]
+    body = [[key, intents.get(key, "?"), *["solved" if key in solved[r["phase"]] else "" for r in evaluated]]
+            for key in sorted(keys, key=lambda k: (first[k], k))]
+    return header, body
+
+
+def task_intents(settings: Settings, keys: set[str]) -> dict[str, str]:
+    with session_scope(settings) as s:
+        return dict(s.execute(select(m.Task.key, m.Task.intent).where(m.Task.key.in_(sorted(keys)))).all())
+
+
 def lineage(settings: Settings) -> list[list[str]]:
     with session_scope(settings) as s:
         rows = s.scalars(select(m.Checkpoint).order_by(m.Checkpoint.id)).all()
@@ -129,7 +150,7 @@ def lineage(settings: Settings) -> list[list[str]]:
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
     return "\n".join(lines)
 
 
@@ -142,6 +163,11 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     calibration_png = plot_calibration(calibration_points(settings), out_dir / "orm_calibration.png")
     parts = [f"# webrl run `{run}`", "", "## Phases", "", markdown_table(header, body), "",
              f"![test success per phase]({success_png.name})", ""]
+    solved_keys = {key for r in rows for key in r.get("evaluate.solved", [])}
+    solved_header, solved_body = solved_table(rows, task_intents(settings, solved_keys))
+    none_solved = "No test task was solved in any phase."
+    parts += ["## Test tasks solved per phase", "",
+              markdown_table(solved_header, solved_body) if solved_body else none_solved, ""]
     if calibration_png is not None:
         parts += ["## ORM calibration", "", f"![ORM calibration]({calibration_png.name})", ""]
     parts += ["## Checkpoint lineage", "",

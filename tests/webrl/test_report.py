@@ -25,3 +25,15 @@ def test_phase_table_rows() -> None:
     assert rows[0]["test overall"] == "5.0%" and rows[0]["minutes"] == "2"
     assert rows[1]["kept"] == "48" and rows[1]["ORM acc."] == "90.0%" and rows[1]["test reddit"] == "20.0%"
     assert rows[1]["test overall"] == "15.0%" and rows[1]["actor loss"] == "0.31" and rows[1]["minutes"] == "3.3"
+
+
+def test_solved_table_marks_each_phase_and_orders_tasks_by_the_first_phase_that_solved_them() -> None:
+    from webrl.report import markdown_table, solved_table
+
+    rows = [{**PHASE_0, "evaluate.solved": ["t/b"]}, {"phase": 1, "status": "running"},
+            {**PHASE_1, "phase": 2, "evaluate.solved": ["t/a", "t/b"]}]
+    header, body = solved_table(rows, {"t/a": "Count the | pipes", "t/b": "Open the forum"})
+    assert header == ["task", "intent", "phase 0", "phase 2"]  # phase 1 was not evaluated yet
+    assert body == [["t/b", "Open the forum", "solved", "solved"], ["t/a", "Count the | pipes", "", "solved"]]
+    assert "Count the \\| pipes" in markdown_table(header, body)  # a | in an intent does not split the cell
+    assert solved_table([PHASE_0], {}) == (["task", "intent"], [])  # runs from before the metric existed

@@ -49,6 +49,7 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
         assert phases[1].stages_done == ["generate", "filter", "rollout", "label", "train", "evaluate"]
         metrics = phases[1].metrics
         assert 0.0 <= metrics["evaluate.success"] <= 1.0 and metrics["evaluate.n"] == 8
+        assert all(isinstance(p.metrics["evaluate.solved"], list) for p in phases)  # the keys the report lists
         assert Path(metrics["train.actor_path"], "model.safetensors").exists()
         parents = {c.role: c.parent_version for c in s.scalars(select(m.Checkpoint))}
         assert parents["actor"]  # lineage recorded
@@ -58,6 +59,7 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
     lines = (report / "report.md").read_text().splitlines()
     assert [line.split(" | ")[0] for line in lines if line.startswith(("| 0 |", "| 1 |"))] == ["| 0", "| 1"]
     assert (report / "success_per_phase.png").stat().st_size > 1000
+    assert "## Test tasks solved per phase" in lines
 
     again = CliRunner().invoke(app, args)  # everything is done: resumes to the end without new work
     assert again.exit_code == 0, again.output
