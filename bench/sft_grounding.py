@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,6 @@ def split_trajectories(settings: Any) -> tuple[list[int], list[int]]:
     return train, test
 
 
-def same_action(predicted: Any, oracle: Any) -> bool:
-    return (predicted.type == oracle.type and (predicted.element or None) == (oracle.element or None)
-            and (predicted.argument or None) == (oracle.argument or None)
-            and (predicted.message or None) == (oracle.message or None))
-
-
 def evaluate(settings: Any, path: str, trajectory_ids: list[int], prompt_tokens: int, limit: int) -> dict[str, float]:
     """Greedy actions of the model at ``path`` on every step of the held-out trajectories (at most ``limit``)."""
     from webrl.actions import ActionParseError, parse_action
@@ -83,11 +78,12 @@ def evaluate(settings: Any, path: str, trajectory_ids: list[int], prompt_tokens:
 
         for tid in trajectory_ids:
             traj = load_trajectory(session.get(m.Trajectory, tid))
-            for t, step in enumerate(traj.steps):
+            for t, step in enumerate(traj.steps[:limit - len(prompts)]):  # render no more than are evaluated
                 prompts.append(render_actor_prompt(backend.tokenizer, traj.intent, traj.steps[:t],
                                                    step.observation.html, max_tokens=prompt_tokens))
                 oracles.append(parse_action(step.response))
-    prompts, oracles = prompts[:limit], oracles[:limit]
+            if len(prompts) >= limit:
+                break
     generations = backend.generate(prompts, max_new_tokens=64, temperature=0.0)
     backend.close()
     right = parsed = visible = visible_right = clicks = clicks_right = 0
@@ -102,7 +98,7 @@ def evaluate(settings: Any, path: str, trajectory_ids: list[int], prompt_tokens:
         except ActionParseError:
             continue
         parsed += 1
-        ok = same_action(action, oracle)
+        ok = action.format() == oracle.format()  # the canonical text, as early stopping compares actions
         right += ok
         tally[0] += ok
         visible_right += ok and shown
@@ -112,11 +108,11 @@ def evaluate(settings: Any, path: str, trajectory_ids: list[int], prompt_tokens:
     n = max(1, len(prompts))
     return {"steps": len(prompts), "exact": right / n, "parsed": parsed / n, "target_visible": visible / n,
             "exact_when_visible": visible_right / max(1, visible), "click_element": clicks_right / max(1, clicks),
-            "exact_by_type": {kind: f"{ok}/{n}" for kind, (ok, n) in sorted(by_type.items())}}
+            "exact_by_type": {kind: f"{ok}/{total}" for kind, (ok, total) in sorted(by_type.items())}}
 
 
-def run_variant(home: str, base: str, name: str, overrides: dict[str, Any], minutes: float, limit: int,
-                queue: Any) -> None:
+def run_variant(home: str, base: str, name: str, overrides: dict[str, Any], minutes: float,
+                limit: int) -> dict[str, Any]:
     """One variant in its own process with one thread: SFT on the train split, then the held-out evaluation."""
     os.environ["WEBRL_HOME"] = home
     import torch
@@ -136,9 +132,9 @@ def run_variant(home: str, base: str, name: str, overrides: dict[str, Any], minu
     assert info is not None
     result = evaluate(settings, info.path, test_ids, prompt_tokens, limit)
     metrics = info.metrics or {}
-    queue.put((name, {**result, "sft_steps": metrics.get("steps"), "last_loss": metrics.get("last_loss"),
-                      "train_trajectories": len(train_ids), "test_trajectories": len(test_ids),
-                      "recipe": {**recipe, "prompt_tokens": prompt_tokens}}))
+    return {**result, "sft_steps": metrics.get("steps"), "last_loss": metrics.get("last_loss"),
+            "train_trajectories": len(train_ids), "test_trajectories": len(test_ids),
+            "recipe": {**recipe, "prompt_tokens": prompt_tokens}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,15 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--base: expected one actor-base-* folder in {args.home}, found {len(found)}")
         base = str(found[0])
     variants = [("baseline", {}), *(parse_variant(v) for v in args.variant)]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=run_variant, args=(args.home, base, name, overrides, args.minutes, args.limit, queue))
-             for name, overrides in variants]
-    for proc in procs:
-        proc.start()
-    results = dict(queue.get() for _ in procs)
-    for proc in procs:
-        proc.join()
+    with ProcessPoolExecutor(len(variants), mp_context=mp.get_context("spawn")) as pool:
+        futures = {name: pool.submit(run_variant, args.home, base, name, overrides, args.minutes, args.limit)
+                   for name, overrides in variants}
+        results = {name: future.result() for name, future in futures.items()}
     baseline = results["baseline"]["exact"]
     for result in results.values():
         result["ratio_vs_baseline"] = round(result["exact"] / baseline, 3) if baseline else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from webrl.config import Settings
 from webrl.db import repository as repo
@@ -54,27 +55,39 @@ def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", task
         })
         ids.extend(result["trajectory_ids"])
     progress("evaluate", len(keys), len(keys))
-    return success_by_site(settings, ids)
+    return success_by_site(trajectory_scores(settings, ids))
 
 
-def solved_task_keys(settings: Settings, trajectory_ids: list[int], threshold: float = 0.5) -> list[str]:
-    """Keys of the tasks whose trajectory among ``trajectory_ids`` the evaluator scored at least ``threshold``."""
+class TaskScore(NamedTuple):
+    """One evaluated trajectory: its task, the task's site and the evaluator's score (0 when unscored)."""
+
+    key: str
+    site: str
+    score: float
+
+
+def trajectory_scores(settings: Settings, trajectory_ids: list[int]) -> list[TaskScore]:
+    """The :class:`TaskScore` of each of ``trajectory_ids``, read in one query."""
+    from sqlalchemy import select
+
     from webrl.db import models as m
 
     with session_scope(settings) as s:
-        return sorted({traj.task.key for tid in trajectory_ids
-                       if (traj := s.get(m.Trajectory, tid)) is not None and (traj.env_score or 0.0) >= threshold})
+        rows = s.execute(select(m.Task.key, m.Task.site, m.Trajectory.env_score).join(m.Task)
+                         .where(m.Trajectory.id.in_(trajectory_ids)).order_by(m.Trajectory.id)).all()
+    return [TaskScore(key, site, float(score or 0.0)) for key, site, score in rows]
 
 
-def success_by_site(settings: Settings, trajectory_ids: list[int]) -> dict[str, tuple[int, float]]:
-    from webrl.db import models as m
-
-    scores: dict[str, list[float]] = {}
-    with session_scope(settings) as s:
-        for tid in trajectory_ids:
-            traj = s.get(m.Trajectory, tid)
-            scores.setdefault(traj.task.site, []).append(float(traj.env_score or 0.0))
-    everything = [v for vals in scores.values() for v in vals]
-    out = {site: (len(vals), sum(vals) / len(vals)) for site, vals in scores.items()}
-    out["overall"] = (len(everything), sum(everything) / len(everything) if everything else 0.0)
+def success_by_site(scores: list[TaskScore]) -> dict[str, tuple[int, float]]:
+    """``{site: (n_trajectories, mean score)}`` plus ``overall``."""
+    by_site: dict[str, list[float]] = {}
+    for score in scores:
+        by_site.setdefault(score.site, []).append(score.score)
+    out = {site: (len(vals), sum(vals) / len(vals)) for site, vals in by_site.items()}
+    out["overall"] = (len(scores), sum(s.score for s in scores) / len(scores) if scores else 0.0)
     return out
+
+
+def solved_task_keys(scores: list[TaskScore], threshold: float = 0.5) -> list[str]:
+    """Keys of the tasks with a trajectory the evaluator scored at least ``threshold``, sorted."""
+    return sorted({score.key for score in scores if score.score >= threshold})

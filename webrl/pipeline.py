@@ -177,7 +177,7 @@ class Pipeline:
         actor = self.options.actor if index == 0 else self.phase_metrics(index)["train.actor_path"]
         keys = self._task_keys(split="test", origin=None, limit=self.options.eval_tasks)
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
-        return self._success_by_site(ids)
+        return self._evaluation_metrics(ids)
 
     def _stage_seed_rollout(self, index: int) -> dict[str, Any]:
         """Phase 0: the SFT actor on a sample of seed train tasks; its failures seed the curriculum."""
@@ -346,13 +346,15 @@ class Pipeline:
         return {"labelled": total, "reward_rate": positives / total if total else 0.0,
                 "orm_accuracy": agree / total if total else None}
 
-    def _success_by_site(self, trajectory_ids: list[int]) -> dict[str, Any]:
-        from webrl.evaluate import solved_task_keys, success_by_site
+    def _evaluation_metrics(self, trajectory_ids: list[int]) -> dict[str, Any]:
+        """Success overall and per site, and the solved task keys, from one read of the trajectories."""
+        from webrl.evaluate import solved_task_keys, success_by_site, trajectory_scores
 
-        by_site = success_by_site(self.settings, trajectory_ids)
+        scores = trajectory_scores(self.settings, trajectory_ids)
+        by_site = success_by_site(scores)
         n, overall = by_site.pop("overall")
         return {"success": overall, "n": n, **{f"success_{site}": rate for site, (_, rate) in sorted(by_site.items())},
-                "solved": solved_task_keys(self.settings, trajectory_ids)}
+                "solved": solved_task_keys(scores)}
 
     def _attempted_task_keys(self, phase: int) -> list[str]:
         with session_scope(self.settings) as s:

@@ -77,6 +77,26 @@ def test_tasks_upsert_in_bulk_keys_by_prefix_and_task_id_idempotently(db: Settin
         assert {row.origin for row in rows} == {"external"}
 
 
+def test_evaluation_scores_per_site_and_solved_tasks_come_from_one_read(db: Settings) -> None:
+    from webrl.evaluate import solved_task_keys, success_by_site, trajectory_scores
+
+    reddit = TaskConfig.from_json({**_task(2).to_json(), "sites": ["reddit"], "start_url": "__REDDIT__"})
+    with session_scope(db) as s:
+        shop, forum = (repo.upsert_task(s, key, config, origin="seed", split="test")
+                       for key, config in (("t/shop", _task(1)), ("t/forum", reddit)))
+        ids = [repo.save_trajectory(s, shop.id, phase=1, attempt=0, traj=_trajectory()).id,
+               repo.save_trajectory(s, forum.id, phase=1, attempt=0,
+                                    traj=_trajectory().model_copy(update={"env_score": None})).id,
+               repo.save_trajectory(s, forum.id, phase=1, attempt=1,
+                                    traj=_trajectory().model_copy(update={"env_score": 0.0})).id]
+    scores = trajectory_scores(db, ids)
+    assert [(x.key, x.site, x.score) for x in scores] == [("t/shop", "shopping", 1.0), ("t/forum", "reddit", 0.0),
+                                                          ("t/forum", "reddit", 0.0)]  # unscored counts as 0
+    assert success_by_site(scores) == {"shopping": (1, 1.0), "reddit": (2, 0.0), "overall": (3, 1 / 3)}
+    assert solved_task_keys(scores) == ["t/shop"]
+    assert success_by_site([]) == {"overall": (0, 0.0)}
+
+
 def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None:
     with session_scope(db) as s:
         task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")

@@ -92,21 +92,28 @@ def default_orm(settings: Settings) -> Path:
 
 #: The columns a terminal too narrow for the whole table still shows (report.md always has every column).
 NARROW_COLUMNS = ("phase", "kept", "reward rate", "test overall", "KL", "minutes")
-FULL_TABLE_WIDTH = 160  # characters the full 15-column table needs to stay readable
+
+
+def _table(title: str, header: list[str], body: list[list[str]], columns: list[int]) -> Table:
+    table = Table(title=title)
+    for i in columns:
+        table.add_column(header[i], justify="right")
+    for row in body:
+        table.add_row(*(row[i] for i in columns))
+    return table
 
 
 def print_phase_table(settings: Settings, run: str) -> None:
+    """The run's phase table; in a terminal narrower than the whole table (where rich would cut cells to
+    ellipses) only :data:`NARROW_COLUMNS`."""
     from webrl.report import phase_rows, phase_table
 
     header, body = phase_table(phase_rows(settings, run))
-    shown = range(len(header))
-    if console.width < FULL_TABLE_WIDTH:
-        shown = [i for i, column in enumerate(header) if column in NARROW_COLUMNS]
-    table = Table(title=f"webrl run {run}" + ("" if len(shown) == len(header) else " (every column: report.md)"))
-    for i in shown:
-        table.add_column(header[i], justify="right")
-    for row in body:
-        table.add_row(*(row[i] for i in shown))
+    table = _table(f"webrl run {run}", header, body, list(range(len(header))))
+    unclamped = console.options.update_width(10_000)  # measure() caps at the terminal width otherwise
+    if console.measure(table, options=unclamped).maximum > console.width:
+        narrow = [i for i, column in enumerate(header) if column in NARROW_COLUMNS]
+        table = _table(f"webrl run {run} (every column: report.md)", header, body, narrow)
     console.print(table)
 
 

@@ -133,6 +133,7 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
     """Success rate of the checkpoint at ``path`` on the suite's test tasks (``rollout.run``, purpose "eval",
     phase 0, attempt from the checkpoint's version), overall and per site. The suite must be loaded and the
     sandbox running. ``limit``: only the first ``limit`` test tasks (quick measurements)."""
+    from webrl.evaluate import success_by_site, trajectory_scores
     from webrl.models.loading import checkpoint_version
     from webrl.queue import dispatch
     from webrl.sandbox.tasks.suite import build_suite, task_key
@@ -147,27 +148,11 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
                                           "concurrency": concurrency})
         trajectory_ids.extend(result["trajectory_ids"])
         on_chunk(start + len(chunk), len(keys))
-    by_site = _scores_by_site(settings, trajectory_ids)
-    scores = [score for site_scores in by_site.values() for score in site_scores]
-    return {"success_rate": sum(scores) / max(1, len(scores)), "tasks": len(keys),
-            "by_site": {site: round(sum(v) / len(v), 4) for site, v in sorted(by_site.items())},
-            "tasks_by_site": {site: len(v) for site, v in sorted(by_site.items())}}
-
-
-def _scores_by_site(settings: Settings, trajectory_ids: list[int]) -> dict[str, list[float]]:
-    """Env scores (0 when unscored) of the given trajectories, grouped by their task's site."""
-    from sqlalchemy import select
-
-    from webrl.db import models as m
-    from webrl.db.session import session_scope
-
-    with session_scope(settings) as session:
-        rows = session.execute(select(m.Task.site, m.Trajectory.env_score).join(m.Task)
-                               .where(m.Trajectory.id.in_(trajectory_ids))).all()
-    out: dict[str, list[float]] = {}
-    for site, score in rows:
-        out.setdefault(site, []).append(float(score or 0.0))
-    return out
+    by_site = success_by_site(trajectory_scores(settings, trajectory_ids))
+    _, overall = by_site.pop("overall")
+    return {"success_rate": overall, "tasks": len(keys),
+            "by_site": {site: round(rate, 4) for site, (_, rate) in sorted(by_site.items())},
+            "tasks_by_site": {site: n for site, (n, _) in sorted(by_site.items())}}
 
 
 def run_bootstrap(settings: Settings, config: BootstrapConfig,

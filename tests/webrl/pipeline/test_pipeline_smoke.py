@@ -27,7 +27,8 @@ def _counts(settings: Settings) -> dict[str, int]:
         }
 
 
-def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: Path) -> None:
+def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers.utils import logging as transformers_logging
 
     from webrl.cli import app
@@ -60,6 +61,15 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
     assert [line.split(" | ")[0] for line in lines if line.startswith(("| 0 |", "| 1 |"))] == ["| 0", "| 1"]
     assert (report / "success_per_phase.png").stat().st_size > 1000
     assert "## Test tasks solved per phase" in lines
+
+    from rich.console import Console
+
+    from webrl.commands import train
+
+    wide = Console(width=250, record=True)  # a terminal wide enough for the whole table gets every column
+    monkeypatch.setattr(train, "console", wide)
+    train.print_phase_table(world, "smoke")
+    assert "test shopping_admin" in wide.export_text() and "every column: report.md" not in wide.export_text()
 
     again = CliRunner().invoke(app, args)  # everything is done: resumes to the end without new work
     assert again.exit_code == 0, again.output
