@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from services.trainer.augment import merge_names, relabelled_copies, trajectory_names
 from services.trainer.data import SequenceItem, actor_prompt_fn, encode_action, sequence_collate, trajectory_examples
 from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from services.trainer.losses import sft_loss
@@ -58,6 +59,8 @@ class SftJob(BaseModel):
     cosine: bool = Field(False, description="Cosine-decay the lr to lr/10 over the planned steps (epochs x batches).")
     prompt_loss_weight: float = Field(0.0, ge=0.0, description="Weight of an auxiliary next-token loss on the prompt "
                                       "tokens (0: loss on the action tokens only, as WebRL trains).")
+    relabelled_copies: int = Field(0, ge=0, description="Actor SFT: relabelled copies of each demonstration "
+                                   "(entity names swapped, element ids renumbered; services/trainer/augment.py).")
 
 
 def _select_trajectories(session: Session, job: SftJob) -> list[m.Trajectory]:
@@ -80,16 +83,19 @@ def _score(row: m.Trajectory) -> float | None:
     return None
 
 
-def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int) -> list[EncodedExample]:
-    """Every step of every successful trajectory: actor prompt -> the step's action."""
+def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int, *, copies: int = 0,
+                   seed: int = 0) -> list[EncodedExample]:
+    """Every step of every successful trajectory: actor prompt -> the step's action; with ``copies``, also every
+    step of that many relabelled copies of each (``augment.relabelled_copies``)."""
     prompt = actor_prompt_fn(tokenizer, max_tokens=max_length - COMPLETION_BUDGET)
+    demos = [(row, score, load_trajectory(row)) for row in rows
+             if (score := _score(row)) is not None and score >= SUCCESS_SCORE]
+    pool = merge_names(*(trajectory_names(traj) for _, _, traj in demos)) if copies else {}
     out = []
-    for row in rows:
-        score = _score(row)
-        if score is None or score < SUCCESS_SCORE:
-            continue
-        for ex in trajectory_examples(load_trajectory(row), row.id, row.phase, score, prompt):
-            out.append(encode_action(tokenizer, ex, max_length))
+    for row, score, traj in demos:
+        for version in [traj, *relabelled_copies(traj, copies, seed, pool)]:
+            for ex in trajectory_examples(version, row.id, row.phase, score, prompt):
+                out.append(encode_action(tokenizer, ex, max_length))
     return out
 
 
@@ -157,7 +163,9 @@ def run_sft(settings: Settings, job: SftJob) -> CheckpointInfo | None:
     """Train ``job.base`` on the selected trajectories and publish it at ``job.output``. Idempotent: the same
     job finds its published checkpoint (same version, verified) and returns it without training. Non-main
     processes of a multi-process launch return None."""
-    version = payload_version(f"{job.kind}-sft", job.model_dump())
+    # a job without relabelled copies keeps the version it had before that field existed (shipped actors' too)
+    version = payload_version(f"{job.kind}-sft", job.model_dump(exclude=set() if job.relabelled_copies else
+                                                                 {"relabelled_copies"}))
     output = Path(job.output)
     done = _already_published(output, version)
     if done is not None:
@@ -167,8 +175,10 @@ def run_sft(settings: Settings, job: SftJob) -> CheckpointInfo | None:
     max_length = job.max_length or min(MAX_LENGTH, int(getattr(model.config, "max_position_embeddings", MAX_LENGTH)))
     with session_scope(settings) as session:
         rows = _select_trajectories(session, job)
-        build = orm_examples if job.kind == "orm" else actor_examples
-        encoded = build(rows, tokenizer, max_length)
+        if job.kind == "orm":
+            encoded = orm_examples(rows, tokenizer, max_length)
+        else:
+            encoded = actor_examples(rows, tokenizer, max_length, copies=job.relabelled_copies, seed=job.seed)
     if not encoded:
         raise ValueError(f"no training examples: {len(rows)} trajectories selected, none usable for {job.kind} SFT")
     planned = job.epochs * -(-len(encoded) // job.batch_size) // job.grad_accum  # optimizer steps of all epochs

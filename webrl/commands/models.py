@@ -37,6 +37,9 @@ def bootstrap(
     prompt_loss_weight: float = typer.Option(_DEFAULT.prompt_loss_weight, min=0.0,
                                              help="Weight of an auxiliary next-token loss on the prompt's pages"
                                                   " (0: loss on the actions only, as WebRL trains)."),
+    relabelled_copies: int = typer.Option(_DEFAULT.relabelled_copies, min=0,
+                                          help="Relabelled copies of each demonstration (entity names swapped,"
+                                               " element ids renumbered) trained on beside it."),
     concurrency: int = typer.Option(_DEFAULT.concurrency, min=1, help="Browser episodes at once."),
     evaluate: bool = typer.Option(False, "--evaluate/--no-evaluate", help="Also measure success on the 165 test"
                                                                          " tasks (several more minutes)."),
@@ -55,7 +58,7 @@ def bootstrap(
     config = BootstrapConfig(seed=settings.seed if seed is None else seed, size=size,
                              vocab_size=settings.tiny_vocab_size, demos_per_template=demos_per_template,
                              epochs=epochs, lr=lr, warmup_steps=warmup_steps, cosine=cosine, batch_size=batch_size,
-                             prompt_loss_weight=prompt_loss_weight,
+                             prompt_loss_weight=prompt_loss_weight, relabelled_copies=relabelled_copies,
                              concurrency=concurrency, evaluate=evaluate, output=output,
                              sft_minutes=sft_minutes or settings.bootstrap_minutes / 2)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

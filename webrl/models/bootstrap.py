@@ -65,6 +65,9 @@ class BootstrapConfig:
     prompt_loss_weight: float = 0.0
     """Weight of the auxiliary next-token loss on the prompt (the pages) beside the loss on the action tokens
     (``services.trainer.sft.sft_with_prompt_loss_fn``); 0 trains on the actions only, as WebRL does."""
+    relabelled_copies: int = 0
+    """Relabelled copies of each demonstration trained on beside it (``services.trainer.augment``): entity names
+    swapped and element ids renumbered, so the actor must read names and ids off the page."""
     sft_minutes: float = 5.0
     """Wall-clock budget of the SFT stage."""
     concurrency: int = 4
@@ -210,7 +213,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
             "phase": 0, "purpose": "sft", "epochs": config.epochs, "lr": config.lr, "seed": config.seed,
             "max_minutes": config.sft_minutes, "batch_size": config.batch_size,
             "warmup_steps": config.warmup_steps, "cosine": config.cosine,
-            "prompt_loss_weight": config.prompt_loss_weight,
+            "prompt_loss_weight": config.prompt_loss_weight, "relabelled_copies": config.relabelled_copies,
             "max_length": settings.actor_max_prompt_tokens + COMPLETION_BUDGET})
         done("sft")
         evaluation = (evaluate_checkpoint(settings, sft["path"], concurrency=config.concurrency, seed=config.seed)

@@ -49,6 +49,8 @@ class Element:
     attrs: dict[str, str]
     text: str = ""
     options: list[str] = field(default_factory=list)
+    path: str = ""
+    """Tags from the root down to this element (``html/main/ol/li/a``): items of one list share it."""
 
     @property
     def label(self) -> str:
@@ -85,7 +87,7 @@ class _Parser(HTMLParser):
         values = {k: v or "" for k, v in attrs}
         element = None
         if values.get("id", "").strip().isdigit():
-            element = Element(values["id"].strip(), tag, values)
+            element = Element(values["id"].strip(), tag, values, path="/".join([*(t for t, _ in self.open), tag]))
             self.elements.append(element)
         if tag == "option" and self._innermost("select") is not None:
             self.open.append((tag, Element("", "option", values)))

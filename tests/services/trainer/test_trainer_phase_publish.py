@@ -9,7 +9,7 @@ import torch
 
 from services.trainer.loop import LoopConfig, make_accelerator, prepare
 from services.trainer.phase import PhaseJob, run_phase
-from services.trainer.publish import publish_model
+from services.trainer.publish import payload_version, publish_model
 from services.trainer.sft import SftJob, run_sft
 from webrl.checkpoints import list_checkpoints, read_manifest, verify
 from webrl.db.session import session_scope
@@ -105,3 +105,16 @@ def test_sft_jobs_train_actor_and_orm(tiny_dir: Path, store_trajectory, db) -> N
     orm = run_sft(db, SftJob(base=str(tiny_dir), output=str(Path(db.home) / "orm"), kind="orm", phase=0,
                              purpose="sft", lr=1e-2, batch_size=2, max_length=400))
     assert orm.metrics["examples"] == 2 and orm.role == "orm"
+
+
+def test_actor_sft_trains_on_relabelled_copies_beside_each_demonstration(tiny_dir: Path, store_trajectory,
+                                                                          db) -> None:
+    ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft")]
+    plain = SftJob(base=str(tiny_dir), output=str(Path(db.home) / "plain"), kind="actor", trajectory_ids=ids,
+                   lr=1e-2, batch_size=2, max_length=400)
+    copies = plain.model_copy(update={"output": str(Path(db.home) / "relabelled"), "relabelled_copies": 3})
+    info = run_sft(db, copies)
+    assert info.metrics["examples"] == 2 * (1 + 3)  # two steps, the demonstration and three copies of it
+    # a job without copies keeps the version it had before the field existed
+    assert run_sft(db, plain).version == payload_version("actor-sft", plain.model_dump(exclude={"relabelled_copies"}))
+    assert info.version != run_sft(db, plain).version
