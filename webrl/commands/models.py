@@ -37,6 +37,8 @@ def bootstrap(
     prompt_loss_weight: float = typer.Option(_DEFAULT.prompt_loss_weight, min=0.0,
                                              help="Weight of an auxiliary next-token loss on the prompt's pages"
                                                   " (0: loss on the actions only, as WebRL trains)."),
+    words: str = typer.Option(_DEFAULT.words, help="How the tokenizer cuts words: apart (word, space) or"
+                                                 " trailing-space (a word keeps the space after it)."),
     relabelled_copies: int = typer.Option(_DEFAULT.relabelled_copies, min=0,
                                           help="Relabelled copies of each demonstration (entity names swapped,"
                                                " element ids renumbered) trained on beside it."),
@@ -49,14 +51,17 @@ def bootstrap(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from webrl.models.bootstrap import STAGES, BootstrapConfig, run_bootstrap
-    from webrl.models.tiny import SIZES
+    from webrl.models.tiny import PRETOKENIZE_PATTERNS, SIZES
 
     settings = get_settings()
     size = size or settings.tiny_size
     if size not in SIZES:
         raise typer.BadParameter(f"unknown size {size!r}; expected one of {list(SIZES)}", param_hint="--size")
+    if words not in PRETOKENIZE_PATTERNS:
+        raise typer.BadParameter(f"unknown word tokenisation {words!r}; expected one of {list(PRETOKENIZE_PATTERNS)}",
+                                 param_hint="--words")
     config = BootstrapConfig(seed=settings.seed if seed is None else seed, size=size,
-                             vocab_size=settings.tiny_vocab_size, demos_per_template=demos_per_template,
+                             vocab_size=settings.tiny_vocab_size, words=words, demos_per_template=demos_per_template,
                              epochs=epochs, lr=lr, warmup_steps=warmup_steps, cosine=cosine, batch_size=batch_size,
                              prompt_loss_weight=prompt_loss_weight, relabelled_copies=relabelled_copies,
                              concurrency=concurrency, evaluate=evaluate, output=output,

@@ -45,6 +45,8 @@ class BootstrapConfig:
     """Tiny model preset (``webrl.models.tiny.SIZES``)."""
     vocab_size: int = 4096
     """BPE vocabulary; element ids 0..400 and the prompt's words take ~500 of it."""
+    words: str = "apart"
+    """Pre-tokenisation of words (``webrl.models.tiny.PRETOKENIZE_PATTERNS``): "apart" or "trailing-space"."""
     demos_per_template: int = 3
     """Train tasks per template the oracle demonstrates: 3 x 66 templates = 198 demos (~840 steps) fit the 10-minute
     budget; the shipped actor used 12 (754 demos, 3,236 steps, ~20 min of rollouts at concurrency 4 here)."""
@@ -204,9 +206,12 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         done("demos")
         pages, n_steps = _demo_corpus(settings, trajectory_ids)
         corpus = [*(t.intent for t in suite["train"]), *pages]
-        base = models_dir / f"actor-base-{config.size}-seed{config.seed}"
+        # the tokenizer is part of the base's name: an SFT job on another base is another job (another version)
+        words = "" if config.words == "apart" else f"-{config.words}"
+        base = models_dir / f"actor-base-{config.size}-seed{config.seed}{words}"
         done("tokenizer")
-        build_tiny_folder(corpus, base, size=config.size, vocab_size=config.vocab_size, seed=config.seed)
+        build_tiny_folder(corpus, base, size=config.size, vocab_size=config.vocab_size, seed=config.seed,
+                          words=config.words)
         done("model")
         sft = dispatch("train.sft", {
             "base": str(base), "output": str(output), "kind": "actor", "trajectory_ids": trajectory_ids,

@@ -29,9 +29,15 @@ EOS = "<|end_of_text|>"
 PAD = "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD, "<|start_header_id|>", "<|end_header_id|>", EOT]
 
-#: Letters, digits, whitespace and punctuation are split apart before BPE, so merges never glue a word to
-#: the ``>`` or ``"`` before it.
-PRETOKENIZE_PATTERN = r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]"
+#: How text is cut before BPE. Either way merges never glue a word to the ``>`` or ``"`` before it.
+#: - "apart": letters, digits, whitespace and punctuation apart: ``Body Mist`` is ``Body``, `` ``, ``Mist``;
+#: - "trailing-space": a word keeps one space after it: ``Body Mist`` is ``Body ``, ``Mist``. A copied name
+#:   then continues from its last token alone (``Body `` -> ``Mist``: the one-token look-back an induction head
+#:   does), where "apart" needs two (``Body``, `` `` -> ``Mist``); prompts are also ~1/3 shorter.
+PRETOKENIZE_PATTERNS = {
+    "apart": r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]",
+    "trailing-space": r"\p{L}+ ?|\p{N}+|\s+|[^\s\p{L}\p{N}]",
+}
 
 MAX_SINGLE_TOKEN_ID = 400  # element ids up to this tokenise as one token (sandbox pages stay below ~300)
 ID_REPEATS = 24  # copies of each id in the corpus: enough for BPE to merge every id into one token
@@ -89,11 +95,14 @@ def grammar_corpus(seed: int = 0) -> list[str]:
     return lines
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int = 4096) -> Tokenizer:
-    """A byte-level BPE :class:`tokenizers.Tokenizer` trained on ``corpus`` plus the grammar corpus."""
+def train_tokenizer(corpus: Iterable[str], vocab_size: int = 4096, words: str = "apart") -> Tokenizer:
+    """A byte-level BPE :class:`tokenizers.Tokenizer` trained on ``corpus`` plus the grammar corpus; ``words``
+    picks the pre-tokenisation (:data:`PRETOKENIZE_PATTERNS`)."""
+    if words not in PRETOKENIZE_PATTERNS:
+        raise ValueError(f"unknown word tokenisation {words!r}; expected one of {list(PRETOKENIZE_PATTERNS)}")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERNS[words]), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tokenizer.decoder = decoders.ByteLevel()
@@ -103,9 +112,10 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 4096) -> Tokenizer:
     return tokenizer
 
 
-def build_tokenizer(corpus: Iterable[str], out_dir: str | Path, vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+def build_tokenizer(corpus: Iterable[str], out_dir: str | Path, vocab_size: int = 4096,
+                    words: str = "apart") -> PreTrainedTokenizerFast:
     """Train the tokenizer on ``corpus`` and save it as a Hugging Face tokenizer folder at ``out_dir``."""
-    fast = PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(corpus, vocab_size), bos_token=BOS,
+    fast = PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(corpus, vocab_size, words), bos_token=BOS,
                                    eos_token=EOT, pad_token=PAD, padding_side="left",
                                    model_max_length=SIZES["base"].max_positions)
     fast.chat_template = CHAT_TEMPLATE
@@ -161,8 +171,8 @@ def corpus_from_tasks(intents: Sequence[str], pages: Sequence[str]) -> list[str]
 
 
 def build_tiny_folder(corpus: Iterable[str], out_dir: str | Path, *, size: TinySize | str = "small",
-                      vocab_size: int = 4096, seed: int = 0) -> Path:
+                      vocab_size: int = 4096, seed: int = 0, words: str = "apart") -> Path:
     """Tokenizer + randomly initialised tiny Llama, written as one Hugging Face folder (the SFT base)."""
     out = Path(out_dir)
-    tokenizer = build_tokenizer(corpus, out, vocab_size=vocab_size)
+    tokenizer = build_tokenizer(corpus, out, vocab_size=vocab_size, words=words)
     return save_tiny(build_tiny_llama(tokenizer, size, seed=seed), tokenizer, out)

@@ -31,6 +31,25 @@ def test_a_word_has_the_same_tokens_in_intent_and_page(tokenizer) -> None:
         assert any(tokens[i:i + len(word)] == word for i in range(len(tokens)))
 
 
+def test_trailing_space_words_read_alike_in_intent_argument_and_page(tmp_path: Path) -> None:
+    """With ``words="trailing-space"`` a multi-word name has the same tokens where the intent asks for it, where
+    the action types it and in the page's element, up to its last word, and each word token carries its space."""
+    corpus = ['What is the price of Solace Body Mist, White?', '<a id="8"> Solace Body Mist, White </a>',
+              'do(action="Search", argument="Solace Body Mist, White", element="1")'] * 20
+    tok = build_tokenizer(corpus, tmp_path, vocab_size=1200, words="trailing-space")
+
+    def pieces(text: str) -> list[str]:
+        return tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+
+    name = pieces("Solace Body Mist")
+    assert name == ["SolaceĠ", "BodyĠ", "Mist"]
+    for context in corpus[:3]:
+        tokens = pieces(context)
+        assert any(tokens[i:i + 3] == name for i in range(len(tokens))), context
+    with pytest.raises(ValueError, match="word tokenisation"):
+        build_tokenizer(corpus, tmp_path / "x", words="glued")
+
+
 def test_element_ids_are_single_tokens(tokenizer) -> None:
     for n in range(MAX_SINGLE_TOKEN_ID + 1):
         assert len(tokenizer(str(n), add_special_tokens=False)["input_ids"]) == 1, n
