@@ -76,9 +76,17 @@ def test_chat_template_rendering_of_the_tiny_tokenizer(tokenizer) -> None:
         "<|begin_of_text|>"
         f"<|start_header_id|>user<|end_header_id|>\nTask Instruction: {INTENT}\n\nRound 0\n{INTENT}<|eot_id|>"
         f"<|start_header_id|>assistant<|end_header_id|>\n{HISTORY[0]}<|eot_id|>"
-        f"<|start_header_id|>user<|end_header_id|>\nRound 1\n{HTML}<|eot_id|>"
+        f"<|start_header_id|>user<|end_header_id|>\nRound 1\n{HTML}\nTask Instruction: {INTENT}<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n"
     )
+    first = render_actor_prompt(tokenizer, INTENT, [], HTML)  # round 0: the reminder closes the same turn
+    assert first.endswith(f"Round 0\n{HTML}\nTask Instruction: {INTENT}<|eot_id|>"
+                          "<|start_header_id|>assistant<|end_header_id|>\n")
+    # turns that are not an actor's (the ORM's) get no reminder
+    orm = tokenizer.apply_chat_template([{"role": "user", "content": "Is it done?"}], tokenize=False,
+                                        add_generation_prompt=True)
+    assert orm == "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\nIs it done?<|eot_id|>" \
+                  "<|start_header_id|>assistant<|end_header_id|>\n"
 
 
 def test_chat_rendering_fits_the_token_budget(tokenizer) -> None:
@@ -90,8 +98,8 @@ def test_chat_rendering_fits_the_token_budget(tokenizer) -> None:
     assert n <= budget < len(tokenizer(full, add_special_tokens=False)["input_ids"])
     assert n > budget * 0.8  # cut by the overflow, not to nothing
     assert INTENT in cut and cut.endswith("<|start_header_id|>assistant<|end_header_id|>\n")
-    html_kept = cut.split("Round 2\n")[1].split("<|eot_id|>")[0]
-    assert long_html.startswith(html_kept)
+    html_kept = cut.split("Round 2\n")[1].split(f"\nTask Instruction: {INTENT}<|eot_id|>")[0]
+    assert long_html.startswith(html_kept)  # the page is cut, the reminder after it is kept
 
 
 def test_chat_rendering_drops_oldest_rounds_when_html_alone_cannot_fit(tokenizer) -> None:
