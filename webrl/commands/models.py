@@ -39,6 +39,8 @@ def bootstrap(
                                                   " (0: loss on the actions only, as WebRL trains)."),
     words: str = typer.Option(_DEFAULT.words, help="How the tokenizer cuts words: apart (word, space) or"
                                                  " trailing-space (a word keeps the space after it)."),
+    task_reminder: bool = typer.Option(_DEFAULT.task_reminder, "--task-reminder/--no-task-reminder",
+                                       help="Chat template that repeats the task instruction after the page."),
     relabelled_copies: int = typer.Option(_DEFAULT.relabelled_copies, min=0,
                                           help="Relabelled copies of each demonstration (entity names swapped,"
                                                " element ids renumbered) trained on beside it."),
@@ -61,7 +63,8 @@ def bootstrap(
         raise typer.BadParameter(f"unknown word tokenisation {words!r}; expected one of {list(PRETOKENIZE_PATTERNS)}",
                                  param_hint="--words")
     config = BootstrapConfig(seed=settings.seed if seed is None else seed, size=size,
-                             vocab_size=settings.tiny_vocab_size, words=words, demos_per_template=demos_per_template,
+                             vocab_size=settings.tiny_vocab_size, words=words, task_reminder=task_reminder,
+                             demos_per_template=demos_per_template,
                              epochs=epochs, lr=lr, warmup_steps=warmup_steps, cosine=cosine, batch_size=batch_size,
                              prompt_loss_weight=prompt_loss_weight, relabelled_copies=relabelled_copies,
                              concurrency=concurrency, evaluate=evaluate, output=output,

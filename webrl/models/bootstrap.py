@@ -47,6 +47,8 @@ class BootstrapConfig:
     """BPE vocabulary; element ids 0..400 and the prompt's words take ~500 of it."""
     words: str = "apart"
     """Pre-tokenisation of words (``webrl.models.tiny.PRETOKENIZE_PATTERNS``): "apart" or "trailing-space"."""
+    task_reminder: bool = False
+    """Chat template that repeats the task instruction after the page (``tiny.CHAT_TEMPLATE_WITH_TASK_REMINDER``)."""
     demos_per_template: int = 3
     """Train tasks per template the oracle demonstrates: 3 x 66 templates = 198 demos (~840 steps) fit the 10-minute
     budget; the shipped actor used 12 (754 demos, 3,236 steps, ~20 min of rollouts at concurrency 4 here)."""
@@ -207,11 +209,12 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         pages, n_steps = _demo_corpus(settings, trajectory_ids)
         corpus = [*(t.intent for t in suite["train"]), *pages]
         # the tokenizer is part of the base's name: an SFT job on another base is another job (another version)
-        words = "" if config.words == "apart" else f"-{config.words}"
-        base = models_dir / f"actor-base-{config.size}-seed{config.seed}{words}"
+        variant = "" if config.words == "apart" else f"-{config.words}"
+        variant += "-reminder" if config.task_reminder else ""
+        base = models_dir / f"actor-base-{config.size}-seed{config.seed}{variant}"
         done("tokenizer")
         build_tiny_folder(corpus, base, size=config.size, vocab_size=config.vocab_size, seed=config.seed,
-                          words=config.words)
+                          words=config.words, task_reminder=config.task_reminder)
         done("model")
         sft = dispatch("train.sft", {
             "base": str(base), "output": str(output), "kind": "actor", "trajectory_ids": trajectory_ids,

@@ -42,12 +42,20 @@ PRETOKENIZE_PATTERNS = {
 MAX_SINGLE_TOKEN_ID = 400  # element ids up to this tokenise as one token (sandbox pages stay below ~300)
 ID_REPEATS = 24  # copies of each id in the corpus: enough for BPE to merge every id into one token
 
-#: The tiny model's chat template: Llama-3 headers, no system turn, one newline after each header; the last user
-#: turn ends with the task's first line again (``Task Instruction: <intent>``, taken from the first user turn).
-#: A 2-layer model does not learn in minutes to attend from the answer to an intent ~800 tokens up, above the
-#: page: trained on the layout without the reminder it answered every shopping task's first step alike, also
-#: on its training tasks. The reminder sits after the page, so cutting the page to the budget never drops it.
+#: The tiny model's chat template: Llama-3 headers, no system turn, one newline after each header.
 CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}{% if message['role'] != 'system' %}"
+    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n{{ message['content'] }}<|eot_id|>"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n{% endif %}"
+)
+
+#: The same, with the task's first line (``Task Instruction: <intent>``, from the first user turn) again at the
+#: end of the last user turn, after the page, where cutting the page to the budget never drops it. Why: a
+#: 2-layer model trained on :data:`CHAT_TEMPLATE` chose the same first action for every shopping task, its
+#: training tasks too (the intent is ~800 tokens above the answer); the reminder puts it ~20 tokens away.
+CHAT_TEMPLATE_WITH_TASK_REMINDER = (
     "{{ bos_token }}"
     "{%- set ns = namespace(task='') -%}"
     "{%- for message in messages if message['role'] == 'user' -%}"
@@ -122,13 +130,14 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 4096, words: str = 
     return tokenizer
 
 
-def build_tokenizer(corpus: Iterable[str], out_dir: str | Path, vocab_size: int = 4096,
-                    words: str = "apart") -> PreTrainedTokenizerFast:
-    """Train the tokenizer on ``corpus`` and save it as a Hugging Face tokenizer folder at ``out_dir``."""
+def build_tokenizer(corpus: Iterable[str], out_dir: str | Path, vocab_size: int = 4096, words: str = "apart",
+                    task_reminder: bool = False) -> PreTrainedTokenizerFast:
+    """Train the tokenizer on ``corpus`` and save it as a Hugging Face tokenizer folder at ``out_dir``, with
+    :data:`CHAT_TEMPLATE` or, with ``task_reminder``, :data:`CHAT_TEMPLATE_WITH_TASK_REMINDER`."""
     fast = PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(corpus, vocab_size, words), bos_token=BOS,
                                    eos_token=EOT, pad_token=PAD, padding_side="left",
                                    model_max_length=SIZES["base"].max_positions)
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = CHAT_TEMPLATE_WITH_TASK_REMINDER if task_reminder else CHAT_TEMPLATE
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(out)
@@ -181,8 +190,9 @@ def corpus_from_tasks(intents: Sequence[str], pages: Sequence[str]) -> list[str]
 
 
 def build_tiny_folder(corpus: Iterable[str], out_dir: str | Path, *, size: TinySize | str = "small",
-                      vocab_size: int = 4096, seed: int = 0, words: str = "apart") -> Path:
+                      vocab_size: int = 4096, seed: int = 0, words: str = "apart",
+                      task_reminder: bool = False) -> Path:
     """Tokenizer + randomly initialised tiny Llama, written as one Hugging Face folder (the SFT base)."""
     out = Path(out_dir)
-    tokenizer = build_tokenizer(corpus, out, vocab_size=vocab_size, words=words)
+    tokenizer = build_tokenizer(corpus, out, vocab_size=vocab_size, words=words, task_reminder=task_reminder)
     return save_tiny(build_tiny_llama(tokenizer, size, seed=seed), tokenizer, out)

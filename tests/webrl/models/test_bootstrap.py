@@ -34,14 +34,22 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     assert sandbox_ports(free_sites)["shopping"] == int(free_sites.shopping_url.rsplit(":", 1)[1])
     stages: list[str] = []
     config = BootstrapConfig(size="test", vocab_size=1024, demos_per_template=1, max_demos=3, epochs=1,
-                             sft_minutes=0.5, concurrency=2, prompt_loss_weight=0.5)
+                             sft_minutes=0.5, concurrency=2, prompt_loss_weight=0.5, words="trailing-space",
+                             task_reminder=True, relabelled_copies=1)
     result = run_bootstrap(free_sites, config, stages.append)
     assert stages == ["tasks", "demos", "tokenizer", "model", "sft", "eval"]
     assert result.demos == 3 and result.demo_steps >= 3 and result.parameters > 0
     path = Path(result.path)
     assert path == free_sites.artifacts_dir / "models" / "actor-sft"
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
-    assert result.sft_metrics["examples"] >= 3
+    assert result.sft_metrics["examples"] == 2 * result.demo_steps  # each demonstration and one relabelled copy
+    base = free_sites.artifacts_dir / "models" / "actor-base-test-seed0-trailing-space-reminder"
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    pieces = [piece for piece, _ in tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str("Body Mist")]
+    assert pieces == ["BodyĠ", "Mist"] and "ns.task" in tokenizer.chat_template
+    assert (base / "tokenizer.json").read_text() == (path / "tokenizer.json").read_text()
     assert result.sft_metrics["prompt_loss"] > 0  # the auxiliary loss on the pages reached the trainer
     report = free_sites.artifacts_dir / "reports" / "bootstrap-test-seed0.json"
     assert report.is_file()

@@ -76,9 +76,16 @@ def test_chat_template_rendering_of_the_tiny_tokenizer(tokenizer) -> None:
         "<|begin_of_text|>"
         f"<|start_header_id|>user<|end_header_id|>\nTask Instruction: {INTENT}\n\nRound 0\n{INTENT}<|eot_id|>"
         f"<|start_header_id|>assistant<|end_header_id|>\n{HISTORY[0]}<|eot_id|>"
-        f"<|start_header_id|>user<|end_header_id|>\nRound 1\n{HTML}\nTask Instruction: {INTENT}<|eot_id|>"
+        f"<|start_header_id|>user<|end_header_id|>\nRound 1\n{HTML}<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n"
     )
+
+
+def test_task_reminder_template_repeats_the_instruction_after_the_page(tmp_path: Path) -> None:
+    tokenizer = build_tokenizer([INTENT, HTML, *HISTORY] * 5, tmp_path, vocab_size=800, task_reminder=True)
+    text = render_actor_prompt(tokenizer, INTENT, HISTORY[:1], HTML)
+    assert text.endswith(f"Round 1\n{HTML}\nTask Instruction: {INTENT}<|eot_id|>"
+                         "<|start_header_id|>assistant<|end_header_id|>\n")
     first = render_actor_prompt(tokenizer, INTENT, [], HTML)  # round 0: the reminder closes the same turn
     assert first.endswith(f"Round 0\n{HTML}\nTask Instruction: {INTENT}<|eot_id|>"
                           "<|start_header_id|>assistant<|end_header_id|>\n")
@@ -98,8 +105,8 @@ def test_chat_rendering_fits_the_token_budget(tokenizer) -> None:
     assert n <= budget < len(tokenizer(full, add_special_tokens=False)["input_ids"])
     assert n > budget * 0.8  # cut by the overflow, not to nothing
     assert INTENT in cut and cut.endswith("<|start_header_id|>assistant<|end_header_id|>\n")
-    html_kept = cut.split("Round 2\n")[1].split(f"\nTask Instruction: {INTENT}<|eot_id|>")[0]
-    assert long_html.startswith(html_kept)  # the page is cut, the reminder after it is kept
+    html_kept = cut.split("Round 2\n")[1].split("<|eot_id|>")[0]
+    assert long_html.startswith(html_kept)
 
 
 def test_chat_rendering_drops_oldest_rounds_when_html_alone_cannot_fit(tokenizer) -> None:
