@@ -15,7 +15,8 @@ true demonstration of its own (relabelled) world:
   step's action, so an id must be read off the page, not remembered.
 
 The relabelling is a bijection on strings applied in one pass (``X -> Y`` and ``Y -> X`` at once), in the
-escaped form inside the HTML and in plain text elsewhere.
+escaped form inside the HTML and in plain text elsewhere. Measured on the tiny CPU actor (``webrl bootstrap
+--relabelled-copies``): webrl/assets/PROVENANCE.md; in the minutes of SFT this CPU allows it did not help.
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ def renumber_ids(page_html: str, response: str, rng: random.Random) -> tuple[str
 
 
 def observations_of(traj: Trajectory) -> list[Observation]:
+    """Every page of ``traj``: each step's observation, then the page after its last action."""
     return [s.observation for s in traj.steps] + ([traj.last_observation] if traj.last_observation else [])
 
 
