@@ -163,13 +163,15 @@ def observations_of(traj: Trajectory) -> list[Observation]:
 
 
 def relabel(traj: Trajectory, rng: random.Random, *, pool: Mapping[str, list[str]] | None = None,
-            swap_entities: bool = True, renumber: bool = True) -> Trajectory:
+            names: Mapping[str, list[str]] | None = None, swap_entities: bool = True,
+            renumber: bool = True) -> Trajectory:
     """A relabelled copy of ``traj`` (see the module docstring), its replacement names drawn from its own pages
-    and ``pool`` (:func:`trajectory_names` of other trajectories). Generated token ids are dropped (the response
-    text changed), parsed actions too (they would describe the old labels)."""
+    (``names``: its :func:`trajectory_names`, computed when not given) and ``pool`` (those of other
+    trajectories). Generated token ids are dropped (the response text changed), parsed actions too (they would
+    describe the old labels)."""
     mapping: dict[str, str] = {}
     if swap_entities:
-        mapping = swap_pairs(traj.intent, trajectory_names(traj), rng, pool)
+        mapping = swap_pairs(traj.intent, trajectory_names(traj) if names is None else names, rng, pool)
     text_sub, html_sub = _replacer(mapping), _replacer(_escaped(mapping))
 
     def observation(obs: Observation, response: str) -> tuple[Observation, str]:
@@ -188,8 +190,12 @@ def relabel(traj: Trajectory, rng: random.Random, *, pool: Mapping[str, list[str
                                    "answer": text_sub(traj.answer) if traj.answer else traj.answer})
 
 
-def relabelled_copies(traj: Trajectory, copies: int, seed: int,
-                      pool: Mapping[str, list[str]] | None = None) -> list[Trajectory]:
-    """``copies`` independent relabellings of ``traj`` (deterministic for ``seed``, the trajectory and ``pool``)."""
+def relabelled_copies(traj: Trajectory, copies: int, seed: int, pool: Mapping[str, list[str]] | None = None,
+                      names: Mapping[str, list[str]] | None = None) -> list[Trajectory]:
+    """``copies`` independent relabellings of ``traj`` (deterministic for ``seed``, the trajectory and ``pool``);
+    its pages are parsed once for all of them (or not at all when ``names`` is given)."""
+    if not copies:
+        return []
     rng = random.Random(f"{seed}:{traj.task_id}:{len(traj.steps)}")
-    return [relabel(traj, rng, pool=pool) for _ in range(copies)]
+    names = trajectory_names(traj) if names is None else names
+    return [relabel(traj, rng, pool=pool, names=names) for _ in range(copies)]

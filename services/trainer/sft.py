@@ -90,10 +90,11 @@ def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int
     prompt = actor_prompt_fn(tokenizer, max_tokens=max_length - COMPLETION_BUDGET)
     demos = [(row, score, load_trajectory(row)) for row in rows
              if (score := _score(row)) is not None and score >= SUCCESS_SCORE]
-    pool = merge_names(*(trajectory_names(traj) for _, _, traj in demos)) if copies else {}
+    names = [trajectory_names(traj) for _, _, traj in demos] if copies else [{} for _ in demos]
+    pool = merge_names(*names)  # every demonstration's names: where a copy draws replacements from
     out = []
-    for row, score, traj in demos:
-        for version in [traj, *relabelled_copies(traj, copies, seed, pool)]:
+    for (row, score, traj), own in zip(demos, names, strict=True):
+        for version in [traj, *relabelled_copies(traj, copies, seed, pool, names=own)]:
             for ex in trajectory_examples(version, row.id, row.phase, score, prompt):
                 out.append(encode_action(tokenizer, ex, max_length))
     return out

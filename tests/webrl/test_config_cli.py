@@ -53,3 +53,12 @@ def test_cli_db_upgrade_creates_the_database(settings: Settings) -> None:
     assert result.exit_code == 0, result.output
     assert "is at head" in result.output
     assert (settings.home / "webrl.db").exists()
+
+
+def test_cli_bootstrap_rejects_an_unknown_word_tokenisation_naming_the_flag(settings: Settings) -> None:
+    from webrl.cli import app
+
+    result = CliRunner().invoke(app, ["bootstrap", "--words", "glued"], env={"COLUMNS": "200"})  # one line
+    assert result.exit_code == 2
+    assert "--words" in result.output and "unknown word tokenisation 'glued'" in result.output
+    assert not (settings.home / "webrl.db").exists()  # refused before touching anything

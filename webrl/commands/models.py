@@ -53,15 +53,16 @@ def bootstrap(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from webrl.models.bootstrap import STAGES, BootstrapConfig, run_bootstrap
-    from webrl.models.tiny import PRETOKENIZE_PATTERNS, SIZES
+    from webrl.models.tiny import SIZES, pretokenize_pattern
 
     settings = get_settings()
     size = size or settings.tiny_size
     if size not in SIZES:
         raise typer.BadParameter(f"unknown size {size!r}; expected one of {list(SIZES)}", param_hint="--size")
-    if words not in PRETOKENIZE_PATTERNS:
-        raise typer.BadParameter(f"unknown word tokenisation {words!r}; expected one of {list(PRETOKENIZE_PATTERNS)}",
-                                 param_hint="--words")
+    try:
+        pretokenize_pattern(words)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--words") from None
     config = BootstrapConfig(seed=settings.seed if seed is None else seed, size=size,
                              vocab_size=settings.tiny_vocab_size, words=words, task_reminder=task_reminder,
                              demos_per_template=demos_per_template,

@@ -166,13 +166,14 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
                   on_stage: Callable[[str], None] = lambda stage: None) -> BootstrapResult:
     """Run every stage (module docstring); returns where the actor is and what it measured."""
     from webrl.db.migrate import upgrade
-    from webrl.models.tiny import SIZES, build_tiny_folder
+    from webrl.models.tiny import SIZES, build_tiny_folder, pretokenize_pattern
     from webrl.queue import dispatch
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
 
     if config.size not in SIZES:
         raise ValueError(f"unknown size {config.size!r}; expected one of {list(SIZES)}")
+    pretokenize_pattern(config.words)  # before ~15 minutes of demonstrations, not after
     settings.ensure_dirs()
     if settings.torch_threads:  # the embedded SFT runs in this process
         import torch

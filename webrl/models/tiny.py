@@ -33,7 +33,7 @@ SPECIAL_TOKENS = [BOS, EOS, PAD, "<|start_header_id|>", "<|end_header_id|>", EOT
 #: - "apart": letters, digits, whitespace and punctuation apart: ``Body Mist`` is ``Body``, `` ``, ``Mist``;
 #: - "trailing-space": a word keeps one space after it: ``Body Mist`` is ``Body ``, ``Mist``. A copied name
 #:   then continues from its last token alone (``Body `` -> ``Mist``: the one-token look-back an induction head
-#:   does), where "apart" needs two (``Body``, `` `` -> ``Mist``); prompts are also ~1/3 shorter.
+#:   does), where "apart" needs two (``Body``, `` `` -> ``Mist``); the demo pages take 11% fewer tokens.
 PRETOKENIZE_PATTERNS = {
     "apart": r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]",
     "trailing-space": r"\p{L}+ ?|\p{N}+|\s+|[^\s\p{L}\p{N}]",
@@ -52,9 +52,9 @@ CHAT_TEMPLATE = (
 )
 
 #: The same, with the task's first line (``Task Instruction: <intent>``, from the first user turn) again at the
-#: end of the last user turn, after the page, where cutting the page to the budget never drops it. Why: a
-#: 2-layer model trained on :data:`CHAT_TEMPLATE` chose the same first action for every shopping task, its
-#: training tasks too (the intent is ~800 tokens above the answer); the reminder puts it ~20 tokens away.
+#: end of the last user turn, after the page, where cutting the page to the budget never drops it: the intent
+#: is ~800 tokens above the answer in :data:`CHAT_TEMPLATE`, ~20 with the reminder. Measured in
+#: webrl/assets/PROVENANCE.md (a little better on held-out steps; not enough to make a short SFT read the intent).
 CHAT_TEMPLATE_WITH_TASK_REMINDER = (
     "{{ bos_token }}"
     "{%- set ns = namespace(task='') -%}"
@@ -113,14 +113,20 @@ def grammar_corpus(seed: int = 0) -> list[str]:
     return lines
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int = 4096, words: str = "apart") -> Tokenizer:
-    """A byte-level BPE :class:`tokenizers.Tokenizer` trained on ``corpus`` plus the grammar corpus; ``words``
-    picks the pre-tokenisation (:data:`PRETOKENIZE_PATTERNS`)."""
+def pretokenize_pattern(words: str) -> str:
+    """The :data:`PRETOKENIZE_PATTERNS` entry for ``words``; a ValueError naming the choices otherwise."""
     if words not in PRETOKENIZE_PATTERNS:
         raise ValueError(f"unknown word tokenisation {words!r}; expected one of {list(PRETOKENIZE_PATTERNS)}")
+    return PRETOKENIZE_PATTERNS[words]
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int = 4096, words: str = "apart") -> Tokenizer:
+    """A byte-level BPE :class:`tokenizers.Tokenizer` trained on ``corpus`` plus the grammar corpus; ``words``
+    picks the pre-tokenisation (:func:`pretokenize_pattern`)."""
+    pattern = pretokenize_pattern(words)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERNS[words]), behavior="isolated"),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tokenizer.decoder = decoders.ByteLevel()

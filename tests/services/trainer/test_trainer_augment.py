@@ -14,6 +14,7 @@ from services.trainer.augment import (
     relabel,
     relabelled_copies,
     renumber_ids,
+    trajectory_names,
 )
 from webrl.actions import parse_action
 from webrl.sandbox.oracles import ObservedPage
@@ -90,6 +91,7 @@ def test_a_trajectory_without_intent_entities_only_changes_ids() -> None:
     assert copy.intent == "Open the menu"
     strip = re.compile(r'(id|element)="\d+"')
     assert strip.sub("", copy.steps[0].observation.html) == strip.sub("", MENU)
+    assert copy.steps[0].observation.html != MENU  # the ids did change
 
 
 def test_intent_entities_prefer_the_longest_name_and_the_list_it_belongs_to() -> None:
@@ -105,4 +107,7 @@ def test_copies_are_deterministic_and_differ_from_each_other() -> None:
     traj = _trajectory()
     first = relabelled_copies(traj, 4, seed=3)
     assert [c.model_dump() for c in first] == [c.model_dump() for c in relabelled_copies(traj, 4, seed=3)]
+    given = relabelled_copies(traj, 4, seed=3, names=trajectory_names(traj))  # parsed by the caller
+    assert [c.model_dump() for c in given] == [c.model_dump() for c in first]
+    assert relabelled_copies(traj, 0, seed=3) == []
     assert len({c.steps[0].observation.html for c in first}) > 1

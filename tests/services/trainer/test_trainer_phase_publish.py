@@ -116,5 +116,6 @@ def test_actor_sft_trains_on_relabelled_copies_beside_each_demonstration(tiny_di
     info = run_sft(db, copies)
     assert info.metrics["examples"] == 2 * (1 + 3)  # two steps, the demonstration and three copies of it
     # a job without copies keeps the version it had before the field existed
-    assert run_sft(db, plain).version == payload_version("actor-sft", plain.model_dump(exclude={"relabelled_copies"}))
-    assert info.version != run_sft(db, plain).version
+    plain_version = run_sft(db, plain).version
+    assert plain_version == payload_version("actor-sft", plain.model_dump(exclude={"relabelled_copies"}))
+    assert info.version != plain_version
