@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -133,6 +133,11 @@ class Action(BaseModel):
         from webrl.actions import format_action
 
         return format_action(self)
+
+
+#: A sampling seed a request may carry: torch's generators take at most a signed 64-bit value, so a larger one is
+#: a 422 naming the field, not a 500 from deep inside generation.
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1, description="Sampling seed (0 .. 2**63 - 1).")]
 
 
 class Observation(BaseModel):

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from webrl.schemas import Trajectory
+from webrl.schemas import Seed, Trajectory
 
 MAX_PROMPTS = 64  # prompts per completions call
 
@@ -45,7 +45,7 @@ class CompletionRequest(BaseModel):
     logprobs: int | None = Field(None, ge=0, le=1, description="Only the sampled token's log-prob is returned.")
     n: int = Field(1, ge=1, le=1)
     echo: Literal[False] = False
-    seed: int | None = None
+    seed: Seed | None = None
     return_tokens_as_token_ids: bool = Field(False, description="vLLM's extension: tokens as 'token_id:<id>'.")
 
 
@@ -87,7 +87,7 @@ class GenerateParameters(BaseModel):
     max_new_tokens: int | None = Field(20, ge=1, le=4096)
     do_sample: bool = False
     temperature: float | None = Field(None, gt=0.0, le=2.0)
-    seed: int | None = None
+    seed: Seed | None = None
     details: bool = False
     return_full_text: bool | None = False
     decoder_input_details: bool = False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from webrl.schemas import Action, Observation
+from webrl.schemas import Action, Observation, Seed
 
 MAX_ACT_BATCH = 256  # one request carries at most this many observations
 
@@ -22,7 +22,7 @@ class ActRequest(BaseModel):
     batch: list[ActItem] = Field(min_length=1, max_length=MAX_ACT_BATCH)
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="Default: WEBRL_ACTOR_TEMPERATURE.")
     max_new_tokens: int | None = Field(None, ge=1, le=2048, description="Default: WEBRL_ACTOR_MAX_NEW_TOKENS.")
-    seed: int | None = None
+    seed: Seed | None = None
 
 
 class ActResult(BaseModel):

@@ -71,6 +71,7 @@ def test_model_info(client) -> None:
     ({"batch": [_item()], "temperature": 5}, "temperature"),
     ({"batch": [{"observation": {"html": HTML, "url": "u"}}]}, "batch.0.intent"),
     ({"batch": [_item()], "max_new_tokens": 0}, "max_new_tokens"),
+    ({"batch": [_item()], "seed": 2**64}, "seed"),  # beyond torch's 64-bit generator seed: was a 500
 ])
 def test_bad_act_requests_name_the_field(client, body: dict, field: str) -> None:
     reply = client.post("/v1/act", json=body)
@@ -83,6 +84,10 @@ def test_bad_compat_requests_name_the_field(client) -> None:
     assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "max_tokens"
     reply = client.post("/generate", json={"inputs": "", "parameters": {"max_new_tokens": 4}})
     assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "inputs"
+    reply = client.post("/v1/completions", json={"prompt": "x", "seed": 2**64})  # the fuzzer's 500
+    assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "seed"
+    reply = client.post("/generate", json={"inputs": "x", "parameters": {"seed": -1}})
+    assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "parameters.seed"
     reply = client.post("/v1/logprobs", json={"items": [{"completion": "x"}]})
     assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "items.0.prompt"
 
