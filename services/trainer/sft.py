@@ -125,7 +125,8 @@ def orm_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int) 
     return out
 
 
-def load_for_training(path: str | Path, settings: Settings, *, lora: LoraSpec | None = None) -> tuple[Any, Any]:
+def load_for_training(path: str | Path, settings: Settings | None = None, *, lora: LoraSpec | None = None
+                      ) -> tuple[Any, Any]:
     """(causal LM for training, tokenizer) from a local folder: an adapter folder trains its adapter on its frozen
     base, a full folder with ``lora`` gets a new adapter, else every weight trains in fp32 (mixed precision comes
     from Accelerate)."""
@@ -133,7 +134,9 @@ def load_for_training(path: str | Path, settings: Settings, *, lora: LoraSpec | 
 
     tokenizer = attach_prompt_style(AutoTokenizer.from_pretrained(str(path), local_files_only=True), path)
     if is_adapter(path) or lora is not None:
-        return load_trainable(path, settings, LORA_BASE_DTYPE, lora=lora), tokenizer
+        from webrl.config import get_settings
+
+        return load_trainable(path, settings or get_settings(), LORA_BASE_DTYPE, lora=lora), tokenizer
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     return model, tokenizer
 

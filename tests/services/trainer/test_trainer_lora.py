@@ -1,0 +1,94 @@
+"""LoRA adapters through the trainer: SFT and a whole WebRL phase publish adapter folders (not the base), which
+reload on their base to the outputs of the model that was trained, and train on from where they stopped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from services.trainer.phase import PhaseJob, run_phase
+from services.trainer.sft import SftJob, load_for_training, run_sft
+from webrl.checkpoints import read_manifest, verify
+from webrl.models.adapters import ADAPTER_FILE, AdapterError, is_adapter, resolve_base
+from webrl.models.loading import load_causal_lm
+
+CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
+    'exit(message="done")'
+
+
+def _sft_adapter(tiny_dir: Path, store_trajectory, db, rank: int = 4) -> tuple[Path, list[int]]:
+    ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft"),
+           store_trajectory("s2", 0, 0, [TYPE, EXIT], reward=None, env_score=1.0, purpose="sft")]
+    out = Path(db.home) / "actor-sft"
+    info = run_sft(db, SftJob(base=str(tiny_dir), output=str(out), trajectory_ids=ids, epochs=3, lr=5e-2,
+                              batch_size=2, max_length=400, lora_rank=rank))
+    assert info.metrics["last_loss"] < info.metrics["first_loss"]
+    return out, ids
+
+
+def test_lora_sft_publishes_an_adapter_that_reloads_on_its_base(tiny_dir: Path, store_trajectory, db) -> None:
+    out, _ = _sft_adapter(tiny_dir, store_trajectory, db)
+    assert is_adapter(out) and verify(out)
+    assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()  # the base stays out
+    record = json.loads((out / ADAPTER_FILE).read_text())
+    assert record["base"] == {"path": str(tiny_dir.resolve())} and record["lora"]["rank"] == 4
+    assert resolve_base(out, db) == tiny_dir.resolve()
+
+    trained, tokenizer = load_for_training(out, db)  # the adapter again, trainable, on the frozen base
+    assert {n for n, p in trained.named_parameters() if p.requires_grad} and all(
+        "lora_" in n for n, p in trained.named_parameters() if p.requires_grad)
+    merged, _ = load_causal_lm(out, db)
+    base, _ = load_causal_lm(tiny_dir, db)
+    ids = torch.tensor([tokenizer("Show me Books do(action", add_special_tokens=False)["input_ids"]])
+    trained.eval()
+    with torch.no_grad():
+        expected = trained(input_ids=ids).logits.float()
+        assert torch.allclose(merged(input_ids=ids).logits, expected, atol=2e-2)  # bf16 base under the adapter
+        assert not torch.allclose(base(input_ids=ids).logits, expected, atol=1e-3)  # and the adapter changed it
+
+
+def test_an_adapter_whose_base_changed_is_refused(tiny_dir: Path, store_trajectory, db, tmp_path: Path) -> None:
+    out, _ = _sft_adapter(tiny_dir, store_trajectory, db)
+    record = json.loads((out / ADAPTER_FILE).read_text())
+    record["base"] = {"name": "smollm2-135m", "version": "smollm2-135m-0", "sha256": "0" * 64}
+    (out / ADAPTER_FILE).write_text(json.dumps(record))
+    base = Path(db.artifacts_dir) / "models" / "base" / "smollm2-135m"
+    base.mkdir(parents=True)
+    (base / "webrl_checkpoint.json").write_text(json.dumps({"role": "base", "version": "x", "sha256": "1" * 64}))
+    with pytest.raises(AdapterError, match="sha256"):
+        resolve_base(out, db)
+    record["base"] = {"name": "no-such-base"}
+    (out / ADAPTER_FILE).write_text(json.dumps(record))
+    with pytest.raises(AdapterError, match="no-such-base"):
+        resolve_base(out, db)
+
+
+def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_dir: Path, store_trajectory,
+                                                                          db) -> None:
+    actor, _ = _sft_adapter(tiny_dir, store_trajectory, db)
+    store_trajectory("a", 1, 0, [CLICK, EXIT], reward=1.0)
+    store_trajectory("b", 1, 0, [TYPE, TYPE], reward=0.0)
+    job = PhaseJob(phase=1, actor=str(actor), batch_size=4, actor_lr=5e-2, critic_lr=1e-2, max_length=400)
+    result = run_phase(db, job)
+    for info in (result.actor, result.critic):
+        assert is_adapter(info.path) and verify(info.path, info.sha256)
+        assert json.loads((Path(info.path) / ADAPTER_FILE).read_text())["base"] == {"path": str(tiny_dir.resolve())}
+    assert (Path(result.critic.path) / "critic_heads.safetensors").is_file()
+    before = {k: v for k, v in _adapter_weights(actor).items()}
+    after = _adapter_weights(Path(result.actor.path))
+    assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
+
+    nxt = run_phase(db, PhaseJob(phase=1, actor=result.actor.path, critic=result.critic.path, reference=str(actor),
+                                 batch_size=4, actor_lr=5e-2, critic_lr=1e-2, max_length=400, replay=False,
+                                 actor_output=str(Path(db.home) / "next-actor")))  # resumes both adapters
+    assert nxt.critic.parent_version == result.critic.version and is_adapter(nxt.actor.path)
+    assert read_manifest(nxt.actor.path)["parent_version"] == result.actor.version
+
+
+def _adapter_weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
