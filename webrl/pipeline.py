@@ -331,7 +331,10 @@ class Pipeline:
         return self._orm_agreement(trajectory_ids)
 
     def _orm_agreement(self, trajectory_ids: list[int]) -> dict[str, Any]:
-        """How often the reward agrees with the sandbox evaluators (reported, never trained on)."""
+        """How often the ORM's reward agrees with the sandbox evaluators (reported, never trained on).
+
+        ``judge`` names who gave the reward: ``"orm:<version>"``, or ``"evaluators"`` when no ORM judged; then
+        ``orm_accuracy`` is None (the evaluators compared with themselves would read 100%)."""
         agree = positives = total = 0
         version = self._orm_version()
         with session_scope(self.settings) as s:
@@ -343,8 +346,10 @@ class Pipeline:
                 total += 1
                 positives += int(label.reward > 0)
                 agree += int((label.reward > 0) == (traj.env_score >= 1.0))
+        judged = bool(self.options.orm)
         return {"labelled": total, "reward_rate": positives / total if total else 0.0,
-                "orm_accuracy": agree / total if total else None}
+                "judge": f"orm:{version}" if judged else "evaluators",
+                "orm_accuracy": agree / total if judged and total else None}
 
     def _evaluation_metrics(self, trajectory_ids: list[int]) -> dict[str, Any]:
         """Success overall and per site, and the solved task keys, from one read of the trajectories."""

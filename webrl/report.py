@@ -13,16 +13,23 @@ from webrl.db.session import session_scope
 
 SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
 CALIBRATION_BINS = 10
+#: The "ORM acc." cell of a phase whose rewards came from the sandbox evaluators: no ORM judged, so there is no
+#: agreement to measure (the evaluators compared with themselves would read 100%).
+NO_ORM = "no ORM"
+ORM_COLUMN_NOTE = ("ORM acc.: how often the ORM's reward agreed with the sandbox evaluators on the phase's rollouts; "
+                   f'"{NO_ORM}": the evaluators gave the reward, so no ORM was measured.')
 
 
 def phase_rows(settings: Settings, run: str) -> list[dict[str, Any]]:
-    """One dict per phase of ``run`` with the metrics each stage recorded."""
+    """One dict per phase of ``run`` with the metrics each stage recorded, and ``run.orm``: the ORM the run
+    was started with ("" when the sandbox evaluators gave the rewards)."""
     with session_scope(settings) as s:
         run_row = s.scalar(select(m.Run).where(m.Run.name == run))
         if run_row is None:
             raise ValueError(f"no run named {run!r}")
         phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run_row.id).order_by(m.Phase.index)).all()
-        return [{"phase": p.index, "status": p.status, **p.metrics} for p in phases]
+        orm = str((run_row.options or {}).get("orm") or "")
+        return [{"phase": p.index, "status": p.status, "run.orm": orm, **p.metrics} for p in phases]
 
 
 def _fmt(value: Any, pct: bool = False) -> str:
@@ -38,17 +45,27 @@ def phase_seconds(row: dict[str, Any]) -> float:
     return float(sum(v for k, v in row.items() if k.endswith(".seconds") and isinstance(v, int | float)))
 
 
+def orm_accuracy_cell(row: dict[str, Any]) -> str:
+    """The phase's ORM agreement with the evaluators, or :data:`NO_ORM` when no ORM judged its rollouts."""
+    judge = row.get("label.judge", row.get("seed-rollout.judge"))
+    if judge is None and "run.orm" in row:  # phases recorded before stages named their judge: the run's --orm
+        judge = "orm" if row["run.orm"] else "evaluators"
+    if judge == "evaluators":
+        return NO_ORM
+    return _fmt(row.get("label.orm_accuracy", row.get("seed-rollout.orm_accuracy")), pct=True)
+
+
 def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The phase table of ``report.md`` and of the terminal (``webrl train``): header and one row per phase."""
     header = ["phase", "generated", "kept", "rollouts", "ORM acc.", "reward rate",
               *[f"test {s}" for s in SITES], "test overall", "actor loss", "critic loss", "KL", "minutes"]
     body = []
     for r in rows:
-        label = r.get("label.orm_accuracy", r.get("seed-rollout.orm_accuracy"))
         reward = r.get("label.reward_rate", r.get("seed-rollout.reward_rate"))
         rollouts = r.get("rollout.rollouts", r.get("seed-rollout.rollouts"))
         body.append([
             str(r["phase"]), _fmt(r.get("generate.generated")), _fmt(r.get("filter.kept")), _fmt(rollouts),
-            _fmt(label, pct=True), _fmt(reward, pct=True),
+            orm_accuracy_cell(r), _fmt(reward, pct=True),
             *[_fmt(r.get(f"evaluate.success_{s}"), pct=True) for s in SITES],
             _fmt(r.get("evaluate.success"), pct=True),
             _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")), _fmt(r.get("train.kl")),
@@ -161,7 +178,7 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     header, body = phase_table(rows)
     success_png = plot_success(rows, out_dir / "success_per_phase.png")
     calibration_png = plot_calibration(calibration_points(settings), out_dir / "orm_calibration.png")
-    parts = [f"# webrl run `{run}`", "", "## Phases", "", markdown_table(header, body), "",
+    parts = [f"# webrl run `{run}`", "", "## Phases", "", markdown_table(header, body), "", ORM_COLUMN_NOTE, "",
              f"![test success per phase]({success_png.name})", ""]
     solved_keys = {key for r in rows for key in r.get("evaluate.solved", [])}
     solved_header, solved_body = solved_table(rows, task_intents(settings, solved_keys))

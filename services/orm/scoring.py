@@ -1,7 +1,10 @@
 """ORM scoring: trajectories -> p = P(YES) and reward = 1[p >= threshold], with two backends.
 
-- :class:`LocalOrm`: a Hugging Face causal LM run here, prompts batched (``settings.orm_batch_size``), each
-  prompt cut to the model's context by shortening the observation only (:func:`webrl.prompts.orm.build_orm_prompt`).
+- :class:`LocalOrm`: a Hugging Face causal LM (or a LoRA adapter on its base) run here, prompts batched
+  (``settings.orm_batch_size``), each prompt cut by shortening the observation only
+  (:func:`webrl.prompts.orm.build_orm_prompt`) to ``settings.orm_max_prompt_tokens`` and to what the folder
+  reads (:func:`webrl.prompts.orm.orm_context_tokens`: a small ORM's tokenizer declares the length it was trained
+  on), so it judges prompts cut where its training examples were.
 - :class:`OpenAIOrm`: an OpenAI-compatible server (vLLM, SGLang) serving the ORM; one ``/v1/completions`` call
   with ``max_tokens=1`` and the top log-probs of the first generated position, from which YES and NO are read.
 
@@ -25,7 +28,15 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory, save_label
 from webrl.models.orm import orm_probabilities, reward_of, yes_no_token_ids
-from webrl.prompts.orm import NO, YES, build_orm_prompt, orm_inputs, orm_prompt_budget, render_llama3_orm
+from webrl.prompts.orm import (
+    NO,
+    YES,
+    build_orm_prompt,
+    orm_context_tokens,
+    orm_inputs,
+    orm_prompt_budget,
+    render_llama3_orm,
+)
 from webrl.schemas import Trajectory
 
 log = logging.getLogger(__name__)
@@ -52,7 +63,8 @@ class OrmBackend(Protocol):
 
 
 class LocalOrm:
-    """The ORM as a local transformers model (the tiny CPU model, or webrl-orm-llama-3.1-8b on a GPU)."""
+    """The ORM as a local transformers model (the tiny CPU model, a LoRA adapter on SmolLM2-135M, or
+    webrl-orm-llama-3.1-8b on a GPU)."""
 
     def __init__(self, path: str | Path, settings: Settings) -> None:
         from webrl.models.loading import checkpoint_version, load_causal_lm
@@ -61,8 +73,8 @@ class LocalOrm:
         self.version = checkpoint_version(path)
         self.batch_size = settings.orm_batch_size
         self.layout = settings.orm_layout
-        context = getattr(self.model.config, "max_position_embeddings", None)
-        self.max_tokens = orm_prompt_budget(int(context), settings.orm_max_prompt_tokens) if context else \
+        context = orm_context_tokens(self.model.config, self.tokenizer)
+        self.max_tokens = orm_prompt_budget(context, settings.orm_max_prompt_tokens) if context else \
             settings.orm_max_prompt_tokens
 
     def prompts(self, trajectories: Sequence[Trajectory]) -> list[str]:
@@ -113,6 +125,9 @@ class OpenAIOrm:
         self.batch_size = settings.orm_batch_size
         self.answers = (YES, NO)
         if tokenizer is not None:
+            context = orm_context_tokens(None, tokenizer)  # a folder that declares its length is cut there too
+            if context:
+                self.max_tokens = orm_prompt_budget(context, settings.orm_max_prompt_tokens)
             yes_id, no_id = yes_no_token_ids(tokenizer)
             self.answers = (tokenizer.decode([yes_id]), tokenizer.decode([no_id]))
 

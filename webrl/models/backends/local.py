@@ -3,20 +3,29 @@
 Concurrent callers :meth:`LocalBackend.submit` prompts; one worker thread takes whatever is queued (waiting up
 to ``batch_wait_s`` for company, at most ``max_batch``) and decodes it as one left-padded batch with a KV
 cache. Greedy results do not depend on the batch: padding is masked and positions start at 0 for every row.
+
+Every actor prompt of a model starts with the same system turn. The tokens a batch shares (with each other and
+with the previous batch) are computed once at batch 1 and kept (a few prefixes, least recently used dropped);
+a batch then feeds only its suffixes, laid out ``[shared prefix | left padding | suffix]`` with positions that
+continue from the prefix, so the results are those of decoding the whole prompts. The model's weights must not
+change under a backend (a new checkpoint is a new backend).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from webrl.config import Settings
 from webrl.models.backends import Generation
@@ -28,6 +37,9 @@ _STOP = object()  # sentinel that ends the worker thread
 
 
 MIN_SAMPLING_TEMPERATURE = 1e-4  # below this logits / T overflows to inf: decode greedily instead
+MIN_PREFIX_TOKENS = 32  # a shorter shared prefix is recomputed per row: its own forward pass would not pay off
+PREFIX_CACHE_SIZE = 4  # prefixes kept: the system turn and a few longer ones (SmolLM2: ~46 KB per token)
+
 
 @dataclass
 class _Request:
@@ -48,7 +60,8 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, version: str = "",
-                 path: str = "", max_batch: int = 16, batch_wait_s: float = 0.005) -> None:
+                 path: str = "", max_batch: int = 16, batch_wait_s: float = 0.005, prefix_cache: bool = True,
+                 min_prefix_tokens: int = MIN_PREFIX_TOKENS, prefix_cache_size: int = PREFIX_CACHE_SIZE) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.version = version
@@ -59,6 +72,14 @@ class LocalBackend:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.batches_run = 0
+        self.prefix_cache = prefix_cache  # reuse the shared prompt prefix's keys/values (see the module docstring)
+        self.min_prefix_tokens = min_prefix_tokens
+        self.prefix_cache_size = prefix_cache_size
+        self.prefix_hits = 0  # batches whose prefix was already cached
+        self._prefixes: OrderedDict[tuple[int, ...], Cache] = OrderedDict()  # token ids -> batch-1 cache
+        self._prefix_lock = threading.Lock()
+        self._last_row: list[int] = []  # the previous batch's last prompt: what the next one may share
+        self._last_logits_only = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._closed = False
         self._queue: queue.Queue = queue.Queue()
         self._worker = threading.Thread(target=self._loop, name="local-backend", daemon=True)
@@ -136,33 +157,53 @@ class LocalBackend:
             r.future.set_result(result)
 
     # Decoding
-    def _encode(self, prompts: list[str], max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _tokenize(self, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
         keep = max(1, self.max_positions - max_new_tokens)  # prompt tokens that fit with the generation
-        rows = [self.tokenizer(p, add_special_tokens=False)["input_ids"][-keep:] for p in prompts]
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)  # (B, T) left-padded
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
+        return [self.tokenizer(p, add_special_tokens=False)["input_ids"][-keep:] for p in prompts]
+
+    def _inputs(self, rows: list[list[int]], prefix_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The suffixes after ``prefix_len`` shared tokens, left-padded; the mask also covers the prefix."""
+        suffixes = [row[prefix_len:] for row in rows]
+        width = max(len(r) for r in suffixes)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)  # (B, S) left-padded
+        suffix_mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, S)
+        for i, row in enumerate(suffixes):
             if row:
                 input_ids[i, width - len(row):] = torch.tensor(row)
-                attention_mask[i, width - len(row):] = 1
+                suffix_mask[i, width - len(row):] = 1
+        position_ids = prefix_len + (suffix_mask.cumsum(-1) - 1).clamp(min=0)  # (B, S): continue from the prefix
+        attention_mask = torch.cat([torch.ones((len(rows), prefix_len), dtype=torch.long), suffix_mask], dim=1)
         device = self.model.device
-        return input_ids.to(device), attention_mask.to(device)
+        return input_ids.to(device), attention_mask.to(device), position_ids.to(device)  # mask: (B, P + S)
+
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,
+                 past: Cache | None) -> tuple[Cache, torch.Tensor]:
+        """One forward pass; returns the grown cache and the last position's logits ``(B, V)`` in fp32."""
+        extra = {"logits_to_keep": 1} if self._last_logits_only else {}  # skip the LM head on every other position
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=past, use_cache=True, **extra)
+        return out.past_key_values, out.logits[:, -1, :].float()
 
     @torch.no_grad()
     def generate_batch(self, prompts: list[str], max_new_tokens: int, temperature: float, *,
                        seed: int | None = None) -> list[Generation]:
         """Decode ``prompts`` as one batch, right now (no queue). Greedy when ``temperature`` is (nearly) 0."""
         self.batches_run += 1
-        input_ids, attention_mask = self._encode(prompts, max_new_tokens)
-        generator = torch.Generator(device=input_ids.device).manual_seed(seed) if seed is not None else None
-        eos = torch.tensor(self.eos_ids, device=input_ids.device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): each row counts from 0
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1, :].float()  # (B, V)
-        next_position = position_ids[:, -1:] + 1  # (B, 1)
-        done = torch.zeros(len(prompts), dtype=torch.bool, device=input_ids.device)
+        rows = self._tokenize(prompts, max_new_tokens)
+        prefix_len, prefix_past = self._prefix(rows)
+        input_ids, attention_mask, position_ids = self._inputs(rows, prefix_len)
+        past = expand_cache(prefix_past, len(rows)) if prefix_past is not None else None
+        past, logits = self._forward(input_ids, attention_mask, position_ids, past)
+        return self._decode(past, logits, attention_mask, position_ids[:, -1:] + 1, max_new_tokens, temperature,
+                            seed)
+
+    def _decode(self, past: Cache, logits: torch.Tensor, attention_mask: torch.Tensor, next_position: torch.Tensor,
+                max_new_tokens: int, temperature: float, seed: int | None) -> list[Generation]:
+        """Pick a token per row, feed it back, until every row ended its turn or ``max_new_tokens``."""
+        device = logits.device
+        generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+        eos = torch.tensor(self.eos_ids, device=device)
+        done = torch.zeros(logits.shape[0], dtype=torch.bool, device=device)  # (B,)
         tokens: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
         for _ in range(max_new_tokens):
@@ -179,12 +220,49 @@ class LocalBackend:
             done = done | torch.isin(chosen, eos)
             if bool(done.all()):
                 break
-            attention_mask = torch.cat([attention_mask, (~tokens_done).long()[:, None]], dim=1)
-            out = self.model(input_ids=chosen[:, None], attention_mask=attention_mask, position_ids=next_position,
-                             past_key_values=past, use_cache=True)
-            past, logits = out.past_key_values, out.logits[:, -1, :].float()
-            next_position = next_position + 1
+            attention_mask = torch.cat([attention_mask, (~tokens_done).long()[:, None]], dim=1)  # (B, P + S + t)
+            past, logits = self._forward(chosen[:, None], attention_mask, next_position, past)
+            next_position = next_position + 1  # (B, 1)
         return self._results(tokens, logps)
+
+    # The shared-prefix cache
+    def _prefix(self, rows: list[list[int]]) -> tuple[int, Cache | None]:
+        """The tokens every row shares with each other and with the previous batch's last row, and their
+        batch-1 cache; ``(0, None)`` when that prefix is short (or the cache is off)."""
+        others = [self._last_row] if self._last_row else []
+        self._last_row = rows[-1]
+        if not self.prefix_cache:
+            return 0, None
+        length = min(common_prefix_length(rows + others), min(len(r) for r in rows) - 1)  # >= 1 token left per row
+        if length < self.min_prefix_tokens:
+            return 0, None
+        past = self._prefix_past(tuple(rows[0][:length]))
+        return (length, past) if past is not None else (0, None)
+
+    def _prefix_past(self, key: tuple[int, ...]) -> Cache | None:
+        """The batch-1 cache of ``key``: stored, or computed on top of the longest stored prefix of it."""
+        with self._prefix_lock:
+            if key in self._prefixes:
+                self._prefixes.move_to_end(key)
+                self.prefix_hits += 1
+                return self._prefixes[key]
+            base = max((k for k in self._prefixes if len(k) < len(key) and key[:len(k)] == k), key=len, default=())
+            if base:
+                self._prefixes.move_to_end(base)
+            start = len(base)
+            device = self.model.device
+            ids = torch.tensor([key[start:]], device=device)  # (1, P - start)
+            positions = torch.arange(start, len(key), device=device)[None]  # (1, P - start)
+            past = expand_cache(self._prefixes[base], 1) if base else None
+            past, _ = self._forward(ids, None, positions, past)
+            if not all(type(layer) is DynamicLayer for layer in past.layers):  # sliding windows etc.: not reusable
+                self.prefix_cache = False
+                log.info("prefix cache off: %s has non-dynamic cache layers", type(self.model).__name__)
+                return None
+            self._prefixes[key] = past
+            while len(self._prefixes) > self.prefix_cache_size:
+                self._prefixes.popitem(last=False)
+            return past
 
     def _results(self, tokens: list[torch.Tensor], logps: list[torch.Tensor]) -> list[Generation]:
         ids = torch.stack(tokens, dim=1).tolist()  # (B, N)
@@ -199,3 +277,20 @@ class LocalBackend:
             text = self.tokenizer.decode(kept, skip_special_tokens=True)
             results.append(Generation(text=text, token_ids=kept, logprobs=row_lps[:n], finish_reason=finish))
         return results
+
+
+def common_prefix_length(rows: list[list[int]]) -> int:
+    """How many leading tokens all ``rows`` share."""
+    shortest = min(len(r) for r in rows)
+    for i in range(shortest):
+        token = rows[0][i]
+        if any(r[i] != token for r in rows):
+            return i
+    return shortest
+
+
+def expand_cache(past: Cache, batch: int) -> DynamicCache:
+    """A new cache holding the batch-1 ``past`` for each of ``batch`` rows. The tensors are broadcast views: the
+    first forward's concatenation copies them, so ``past`` itself is never written."""
+    return DynamicCache([(layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1))
+                         for layer in past.layers])  # each (B, heads, P, head_dim)
