@@ -18,6 +18,7 @@ from accelerate import Accelerator
 from webrl.checkpoints import CheckpointInfo, publish
 from webrl.config import Settings
 from webrl.models.adapters import is_peft_model, save_adapter
+from webrl.models.loading import save_tokenizer
 
 
 def payload_version(prefix: str, payload: dict[str, Any]) -> str:
@@ -50,16 +51,6 @@ def _write_critic(folder: Path, critic: Any, state_dict: dict[str, Any], tokeniz
             "value": "min(softmax(head1)[1], softmax(head2)[1])"}
     (folder / CRITIC_CONFIG_FILE).write_text(json.dumps(meta, indent=2))
     save_tokenizer(tokenizer, folder)
-
-
-def save_tokenizer(tokenizer: Any, folder: Path) -> None:
-    """The tokenizer and, for a model trained with another prompt style than WebRL's, that style."""
-    from webrl.models.base import PROMPT_FILE
-
-    tokenizer.save_pretrained(folder)
-    style = getattr(tokenizer, "webrl_prompt_style", "webrl")
-    if style != "webrl":
-        (folder / PROMPT_FILE).write_text(json.dumps({"system_prompt": style}) + "\n")
 
 
 def _writer(accelerator: Accelerator, model: Any, tokenizer: Any, kind: str):

@@ -37,3 +37,37 @@ def test_solved_table_marks_each_phase_and_orders_tasks_by_the_first_phase_that_
     assert body == [["t/b", "Open the forum", "solved", "solved"], ["t/a", "Count the | pipes", "", "solved"]]
     assert "Count the \\| pipes" in markdown_table(header, body)  # a | in an intent does not split the cell
     assert solved_table([PHASE_0], {}) == (["task", "intent"], [])  # runs from before the metric existed
+
+
+def test_orm_column_measures_the_orm_or_says_none_judged() -> None:
+    from webrl.report import NO_ORM
+
+    evaluators = {**PHASE_1, "label.judge": "evaluators", "label.orm_accuracy": None}
+    orm = {**PHASE_1, "label.judge": "orm:orm-sft-1234", "label.orm_accuracy": 0.75}
+    seed = {**PHASE_0, "seed-rollout.judge": "evaluators", "seed-rollout.orm_accuracy": None}
+    # phases recorded before stages named their judge: the run's --orm tells which (the evaluators read 100%)
+    old_without_orm = {**PHASE_1, "run.orm": "", "label.orm_accuracy": 1.0}
+    old_with_orm = {**PHASE_1, "run.orm": "/models/orm", "label.orm_accuracy": 0.8}
+    header, body = phase_table([seed, evaluators, orm, old_without_orm, old_with_orm])
+    column = [row[header.index("ORM acc.")] for row in body]
+    assert column == [NO_ORM, NO_ORM, "75.0%", NO_ORM, "80.0%"]
+
+
+def test_report_md_shows_no_orm_for_an_evaluator_rewarded_run(settings, tmp_path) -> None:
+    from webrl.db import models as m
+    from webrl.db.migrate import upgrade
+    from webrl.db.session import session_scope
+    from webrl.report import NO_ORM, ORM_COLUMN_NOTE, phase_rows, write_report
+
+    upgrade(settings)
+    with session_scope(settings) as s:
+        for name, orm in (("evaluators", ""), ("judged", "/models/orm")):
+            run = m.Run(name=name, options={"orm": orm})
+            s.add(run)
+            s.flush()
+            # as the pipeline stored it before naming the judge: the evaluators "agreed" with themselves
+            s.add(m.Phase(run_id=run.id, index=0, status="done", metrics={**PHASE_0, "seed-rollout.orm_accuracy": 1.0}))
+    text = write_report(settings, "evaluators", tmp_path / "a").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 0 |"))
+    assert f"| {NO_ORM} |" in row and "100.0%" not in row and ORM_COLUMN_NOTE in text
+    assert phase_table(phase_rows(settings, "judged"))[1][0][4] == "100.0%"

@@ -20,7 +20,7 @@ Two models take part, and the options name them apart:
    what is stored.
 2. Labels: the evaluator's env score (1 = success). Train trajectories are balanced by down-sampling the
    larger class (seeded).
-3. The start (:func:`prepare_start`): for a LoRA ORM, an adapter folder at ``<output>-start`` (a new adapter,
+3. The start (:func:`prepare_start`): for a LoRA ORM, an adapter folder in ``<output>-start/`` (a new adapter,
    B = 0, so it scores exactly as its base; or a copy of the given adapter) whose tokenizer declares the
    sequence length the ORM trains on (``model_max_length``), so the ORM service later cuts prompts where training
    cut them (:func:`webrl.prompts.orm.orm_context_tokens`).
@@ -35,7 +35,7 @@ import json
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +102,12 @@ class TrainOrmOptions:
     base: str  # what the ORM starts from: a pretrained base's name (smollm2-135m), an adapter or a model folder
     output: str  # where the trained ORM is published
     actor: str | None = None  # the SFT actor the "sft" policy rolls out (None: no "sft" policy)
-    policies: list[str] = field(default_factory=lambda: list(DEFAULT_POLICIES))
+    policies: list[str] | None = None  # None: default_policies(actor)
     train_tasks: int | None = None  # at most this many train-split tasks (all when None)
     test_tasks: int | None = None  # at most this many test-split tasks
     lora_rank: int | None = None  # a new LoRA adapter of this rank (default DEFAULT_LORA_RANK on a pretrained
     # base); None on a full folder: every weight trains, as before adapters existed
-    max_prompt_tokens: int | None = None  # ORM prompt budget of a LoRA ORM (default: prompt_tokens_for)
+    max_prompt_tokens: int | None = None  # ORM prompt budget of a LoRA ORM (None: default_prompt_tokens)
     epochs: int = 2
     lr: float | None = None  # None: FULL_LR, or LORA_LR for an adapter
     batch_size: int = 8
@@ -116,6 +116,10 @@ class TrainOrmOptions:
     concurrency: int = 4
     threshold: float = 0.5
     report_dir: str | None = None  # default <artifacts>/reports/orm
+
+    def __post_init__(self) -> None:
+        if self.policies is None:
+            self.policies = default_policies(self.actor)
 
 
 @dataclass(frozen=True)
@@ -300,17 +304,18 @@ def prepare_start(settings: Settings, options: TrainOrmOptions) -> OrmStart:
                         max_prompt_tokens=orm_prompt_budget(max_length or trainer_length))
     budget = options.max_prompt_tokens or default_prompt_tokens(settings, folder)
     max_length = min(budget + ORM_CONTEXT_RESERVE, context) if context else budget + ORM_CONTEXT_RESERVE
-    dest = Path(options.output).with_name(Path(options.output).name + "-start")
-    path = publish_start(settings, folder, dest, rank=rank, max_length=max_length, seed=options.seed)
+    starts = Path(options.output).with_name(Path(options.output).name + "-start")
+    path = publish_start(settings, folder, starts, rank=rank, max_length=max_length, seed=options.seed)
     return OrmStart(path=str(path), lora=True, max_length=max_length, max_prompt_tokens=orm_prompt_budget(max_length))
 
 
-def publish_start(settings: Settings, folder: Path, dest: Path, *, rank: int | None, max_length: int,
+def publish_start(settings: Settings, folder: Path, starts: Path, *, rank: int | None, max_length: int,
                   seed: int) -> Path:
-    """An adapter folder at ``dest``: a new rank-``rank`` LoRA adapter on the full folder ``folder`` (B = 0: it
-    scores exactly as ``folder``), or a copy of the adapter ``folder`` when ``rank`` is None; either with a
-    tokenizer whose ``model_max_length`` is ``max_length``. Published atomically with a version made of its
-    inputs; an identical one already at ``dest`` is kept."""
+    """An adapter folder at ``starts/<version>``: a new rank-``rank`` LoRA adapter on the full folder ``folder``
+    (B = 0: it scores exactly as ``folder``), or a copy of the adapter ``folder`` when ``rank`` is None; either
+    with a tokenizer whose ``model_max_length`` is ``max_length``. The version is made of those inputs, so a
+    different start is a different path and ``train.sft`` (whose version hashes its job) never mistakes an ORM
+    trained from one for the other; one already published is kept."""
     import hashlib
     import shutil
 
@@ -320,6 +325,7 @@ def publish_start(settings: Settings, folder: Path, dest: Path, *, rank: int | N
     inputs = {"base": base_identity(folder), "rank": rank, "max_length": max_length, "seed": seed,
               "adapter_sha256": folder_sha256(folder) if rank is None else None}
     version = "orm-start-" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:10]
+    dest = starts / version
     if verify(dest) and read_manifest(dest).get("version") == version:
         return dest
 
@@ -366,7 +372,7 @@ def fit(settings: Settings, options: TrainOrmOptions, start: OrmStart, trajector
 
 def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
     """Collect, label, balance, train, measure; returns (and writes) the report."""
-    policies = [parse_policy(p, options.actor, options.seed + i) for i, p in enumerate(options.policies)]
+    policies = [parse_policy(p, options.actor, options.seed + i) for i, p in enumerate(options.policies or [])]
     start = prepare_start(settings, options)
     train_keys = split_keys(settings, "train", options.train_tasks, options.seed)
     test_keys = split_keys(settings, "test", options.test_tasks, options.seed)

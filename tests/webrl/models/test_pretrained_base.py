@@ -67,10 +67,9 @@ def test_small_bases_get_the_compact_prompt_within_the_budget(smollm2_base: Path
 
 def test_adapters_hot_reload_in_the_actor_engine_on_one_base(with_smollm2: Settings, tmp_path: Path) -> None:
     from services.actor.engine import ActorEngine
-    from services.trainer.publish import save_tokenizer
     from webrl.models import adapters
     from webrl.models.adapters import LoraSpec, load_trainable, save_adapter
-    from webrl.models.loading import load_tokenizer
+    from webrl.models.loading import load_tokenizer, save_tokenizer
 
     base = ensure_base(with_smollm2, "smollm2-135m")
     tokenizer = load_tokenizer(base, with_smollm2)
@@ -97,3 +96,16 @@ def test_adapters_hot_reload_in_the_actor_engine_on_one_base(with_smollm2: Setti
     second = engine.backend.generate_batch([prompt], 6, 0.0)[0]
     assert len(adapters._BASES) == 1  # the base was read once; the reload read only the adapter
     assert first.token_ids != second.token_ids or first.logprobs != second.logprobs
+    # `webrl models merge`: a plain folder for vLLM/TGI that decodes as the adapter on its base does
+    from typer.testing import CliRunner
+
+    from webrl.cli import app
+
+    merged = tmp_path / "merged"
+    result = CliRunner().invoke(app, ["models", "merge", str(folders[1]), str(merged), "--dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    assert not (merged / "adapter_config.json").exists() and verify(merged)
+    plain = ActorEngine.from_settings(with_smollm2.model_copy(update={"actor_model": str(merged)}))
+    assert plain.backend.generate_batch([prompt], 6, 0.0)[0].token_ids == second.token_ids
+    bad = CliRunner().invoke(app, ["models", "merge", str(merged), str(tmp_path / "again")])
+    assert bad.exit_code != 0 and "not an adapter folder" in bad.output

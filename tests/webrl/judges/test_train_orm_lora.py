@@ -1,0 +1,135 @@
+"""``webrl train-orm --base smollm2-135m``: the ORM is a LoRA adapter on the pretrained base whose folder records
+the prompt budget it trained on, and the ORM service loads it and judges with it. Also which model is which on
+the command line (``--base`` starts the ORM, ``--actor`` is rolled out by the "sft" policy) and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from webrl.commands import judges
+from webrl.commands.judges import TrainOrmOptions, default_policies, resolve_models
+from webrl.config import Settings
+from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+
+SUCCESS_PAGE = '<html><h1 id="3">Thank you for your purchase</h1><div id="5">Your order is placed</div></html>'
+FAILURE_PAGE = '<html><h1 id="3">Something went wrong</h1><div id="5">Error: out of stock</div></html>'
+
+
+def _trajectory(item: str, success: bool) -> Trajectory:
+    steps = [Step(index=0, observation=Observation(html='<input id="13"/>', url="http://s/"),
+                  response=f'do(action="Search", argument="{item}", element="13")'),
+             Step(index=1, observation=Observation(html=SUCCESS_PAGE if success else FAILURE_PAGE, url="http://s/c"),
+                  response='exit(message="done")')]
+    return Trajectory(task_id=f"sandbox/orm/{item}-{int(success)}", intent=f"Buy the {item}", steps=steps,
+                      env_score=1.0 if success else 0.0)
+
+
+def _store(settings: Settings, trajectories: list[Trajectory], split: str) -> list[int]:
+    from webrl.db.repository import save_trajectory, upsert_task
+    from webrl.db.session import session_scope
+
+    ids = []
+    with session_scope(settings) as session:
+        for traj in trajectories:
+            config = TaskConfig(task_id=traj.task_id, sites=["shopping"], intent=traj.intent, start_url="__SHOPPING__/")
+            task = upsert_task(session, traj.task_id, config, origin="seed", split=split)
+            ids.append(save_trajectory(session, task.id, 0, 1000, traj, purpose="orm").id)
+    return ids
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+@pytest.mark.slow  # converts SmolLM2 once per session (~30 s), trains two LoRA steps on it
+def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_judges_with(
+        with_smollm2: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from services.orm.scoring import LocalOrm
+    from webrl.db.migrate import upgrade
+
+    upgrade(with_smollm2)
+    items = ["kettle", "lamp", "chair", "mug"]
+    train = [_trajectory(item, success) for item in items[:2] for success in (True, False)]
+    test = [_trajectory(item, success) for item in items[2:] for success in (True, False)]
+    ids = {"train": _store(with_smollm2, train, "train"), "test": _store(with_smollm2, test, "test")}
+    # the rollouts are stored already: each split's "collection" returns them (collect itself needs Chromium)
+    monkeypatch.setattr(judges, "split_keys", lambda settings, split, limit, seed: [split])
+    monkeypatch.setattr(judges, "collect", lambda keys, policies, concurrency: ids[keys[0]])
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # a shared 2-core machine: one thread per matmul waits less
+    try:
+        options = TrainOrmOptions(base="smollm2-135m", output=str(tmp_path / "orm"), policies=["oracle"],
+                                  max_prompt_tokens=256, epochs=2, batch_size=4, lr=1e-3, seed=0,
+                                  report_dir=str(tmp_path / "report"))
+        report = judges.train_orm(with_smollm2, options)
+    finally:
+        torch.set_num_threads(before)
+
+    orm, start = Path(report["orm"]["path"]), Path(report["start"]["path"])
+    assert report["start"]["lora"] and report["start"]["max_length"] == 256 + 256
+    assert report["orm"]["metrics"]["steps"] == 2 and report["data"]["train_balanced"] == 4
+    for folder in (orm, start):
+        assert (folder / "adapter_config.json").is_file() and not (folder / "config.json").exists()
+        assert _folder_bytes(folder) < 30e6  # rank 16: ~20 MB of adapter, not the 540 MB base
+    assert set(report["metrics"]) == {"untrained", "trained"} and report["metrics"]["trained"]["n"] == 4
+
+    judge = LocalOrm(orm, with_smollm2)
+    assert judge.max_tokens == 256  # the budget it trained with, from its folder (WEBRL_ORM_MAX_PROMPT_TOKENS: 16384)
+    trained_p = judge.probabilities(test)
+    untrained_p = LocalOrm(start, with_smollm2).probabilities(test)
+    assert all(0.0 < p < 1.0 for p in trained_p + untrained_p)
+    assert max(abs(a - b) for a, b in zip(trained_p, untrained_p, strict=True)) > 1e-3  # the adapter trained
+
+
+def test_the_sft_policy_needs_an_actor(tmp_path: Path) -> None:
+    assert default_policies(None) == ["oracle", "oracle:0.3", "oracle:0.6"]
+    assert default_policies("/models/actor-sft")[-1] == "sft"
+    with pytest.raises(ValueError, match="--actor"):
+        judges.parse_policy("sft", None, 0)
+
+
+def test_base_and_actor_are_told_apart(tmp_path: Path) -> None:
+    import typer
+
+    artifacts = tmp_path / "artifacts"
+    actor = artifacts / "models" / "actor-sft"
+    other = tmp_path / "other"
+    for folder in (actor, other):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    assert resolve_models(artifacts, None, None) == (str(actor), str(actor))  # as before: the SFT actor
+    assert resolve_models(artifacts, "smollm2-135m", None) == ("smollm2-135m", str(actor))
+    assert resolve_models(artifacts, "smollm2-135m", str(other)) == ("smollm2-135m", str(other))
+    assert resolve_models(artifacts, str(other), None) == (str(other), str(other))  # --base FOLDER kept its meaning
+    (actor / "config.json").unlink()
+    assert resolve_models(artifacts, "smollm2-135m", None) == ("smollm2-135m", None)
+    with pytest.raises(typer.BadParameter, match="--base smollm2-135m"):
+        resolve_models(artifacts, None, None)
+
+
+@pytest.mark.parametrize(("args", "option", "words"), [
+    (["--base", "no-such-base"], "--base", "neither a pretrained base"),
+    (["--base", "smollm2-135m", "--policy", "oracle", "--policy", "sft"], "--policy", "--actor"),
+    (["--base", "smollm2-135m", "--actor", "/no/such/actor"], "--actor", "not a model"),
+    (["--base", "ADAPTER", "--lora-rank", "8"], "--lora-rank", "already a LoRA adapter"),
+    (["--base", "FULL", "--max-prompt-tokens", "512"], "--max-prompt-tokens", "WEBRL_ORM_MAX_PROMPT_TOKENS"),
+])
+def test_bad_options_are_named(settings: Settings, tmp_path: Path, args: list[str], option: str, words: str) -> None:
+    from webrl.cli import app
+
+    adapter, full = tmp_path / "adapter", tmp_path / "full"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    full.mkdir()
+    (full / "config.json").write_text("{}")
+    args = [{"ADAPTER": str(adapter), "FULL": str(full)}.get(a, a) for a in args]
+    result = CliRunner().invoke(app, ["train-orm", *args])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())  # rich wraps the error box
+    assert option in text and words in text, text
+
