@@ -21,7 +21,9 @@ CHUNK = 16  # tasks per rollout job
 def evaluation_attempt(actor: Path) -> int:
     """A stable attempt number per actor folder state, so re-evaluating the same actor is idempotent and a
     different (or retrained) actor gets its own trajectories."""
-    stamp = f"{actor.resolve()}:{(actor / 'config.json').stat().st_mtime_ns}"
+    from webrl.models.folders import model_config_file
+
+    stamp = f"{actor.resolve()}:{model_config_file(actor).stat().st_mtime_ns}"
     return 1 + int(hashlib.sha256(stamp.encode()).hexdigest()[:7], 16)  # 0 is the pipeline's own attempt
 
 

@@ -356,8 +356,7 @@ def publish_start(settings: Settings, folder: Path, starts: Path, *, rank: int |
     return dest
 
 
-def fit(settings: Settings, options: TrainOrmOptions, start: OrmStart, trajectory_ids: Sequence[int]
-        ) -> dict[str, Any]:
+def fit(options: TrainOrmOptions, start: OrmStart, trajectory_ids: Sequence[int]) -> dict[str, Any]:
     """``train.sft`` kind "orm" from ``start`` on ``trajectory_ids``; the published checkpoint's info."""
     from webrl.queue import dispatch
 
@@ -381,7 +380,7 @@ def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
     balanced = balance(train_labels, options.seed)
     log.info("ORM data: %d train trajectories (%d successes) -> %d balanced; %d test", len(train_labels),
              sum(train_labels.values()), len(balanced), len(test_labels))
-    trained = fit(settings, options, start, balanced)
+    trained = fit(options, start, balanced)
     report_dir = Path(options.report_dir or Path(str(settings.artifacts_dir)) / "reports" / "orm")
     measured = measure({"untrained": start.path, "trained": trained["path"]}, test_labels, options.threshold,
                        report_dir)

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from webrl.commands import quiet_model_loading
 from webrl.config import Settings, get_settings
+from webrl.models.folders import is_model_folder
 
 console = Console()
 log = logging.getLogger(__name__)
@@ -142,10 +143,10 @@ def register(app: typer.Typer) -> None:
 
         settings = get_settings()
         actor_path = actor or default_actor(settings)
-        if not (actor_path / "config.json").exists():
+        if not is_model_folder(actor_path):
             raise typer.BadParameter(f"no model at {actor_path}; run `webrl bootstrap` first", param_hint="--actor")
-        orm_path = orm or (default_orm(settings) if (default_orm(settings) / "config.json").exists() else None)
-        if orm is not None and not (orm / "config.json").exists():
+        orm_path = orm or (default_orm(settings) if is_model_folder(default_orm(settings)) else None)
+        if orm is not None and not is_model_folder(orm):
             raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
         options = _options(preset, {"run": run, "phases": phases, "actor": str(actor_path.resolve()),
                                     "orm": str(orm_path.resolve()) if orm_path else "", "curriculum": curriculum,
@@ -177,7 +178,7 @@ def register(app: typer.Typer) -> None:
         from webrl.evaluate import evaluate_actor
 
         settings = get_settings()
-        if not (actor / "config.json").exists():
+        if not is_model_folder(actor):
             raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
         if tasks is not None and not tasks.exists():
             raise typer.BadParameter(f"{tasks} does not exist", param_hint="--tasks")

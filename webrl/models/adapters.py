@@ -23,11 +23,10 @@ from typing import Any
 import torch
 
 from webrl.config import Settings
+from webrl.models.folders import PEFT_CONFIG_FILE, is_adapter
 
 log = logging.getLogger("webrl.models.adapters")
 
-#: peft's file in an adapter folder.
-PEFT_CONFIG_FILE = "adapter_config.json"
 #: webrl's record of the base an adapter belongs to.
 ADAPTER_FILE = "webrl_adapter.json"
 #: Every linear layer of a Llama block: adapting attention and MLP both (measured with rank 16 on SmolLM2-135M:
@@ -57,10 +56,6 @@ class LoraSpec:
 
 class AdapterError(RuntimeError):
     """An adapter folder whose base is missing or is not the base it was trained on."""
-
-
-def is_adapter(path: str | Path) -> bool:
-    return (Path(path) / PEFT_CONFIG_FILE).is_file()
 
 
 def base_identity(folder: str | Path) -> dict[str, Any]:

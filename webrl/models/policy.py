@@ -14,9 +14,9 @@ import httpx
 
 from webrl.config import Settings
 from webrl.models.actor_api import ActItem, ActRequest, ActResponse
-from webrl.models.adapters import is_adapter
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
+from webrl.models.folders import model_config_file
 from webrl.policy import PolicyRequest, PolicyResponse
 from webrl.prompts.actor import render_actor_prompt
 
@@ -49,8 +49,7 @@ def shared_backend(path: str | Path, settings: Settings) -> LocalBackend:
     """A loaded backend for ``path``, reused while the folder is unchanged (keyed by its config's mtime; an adapter
     folder's adapter config)."""
     folder = Path(path).resolve()
-    config = folder / ("adapter_config.json" if is_adapter(folder) else "config.json")
-    key = (str(folder), config.stat().st_mtime_ns, settings.dtype, settings.device)
+    key = (str(folder), model_config_file(folder).stat().st_mtime_ns, settings.dtype, settings.device)
     with _SHARED_LOCK:
         if key in _SHARED:
             _SHARED.move_to_end(key)

@@ -1,0 +1,24 @@
+"""What kind of model folder a path is, without importing torch (the CLI checks its options with these)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: peft's file in an adapter folder.
+PEFT_CONFIG_FILE = "adapter_config.json"
+
+
+def is_adapter(path: str | Path) -> bool:
+    """A LoRA adapter folder (``webrl.models.adapters``): peft's config, the weights of the adapter only."""
+    return (Path(path) / PEFT_CONFIG_FILE).is_file()
+
+
+def is_model_folder(path: str | Path) -> bool:
+    """A full Hugging Face model folder or an adapter folder (what every ``--actor``/``--orm`` option takes)."""
+    return (Path(path) / "config.json").is_file() or is_adapter(path)
+
+
+def model_config_file(path: str | Path) -> Path:
+    """The file that changes when a model folder is rewritten: its config.json, or an adapter's config."""
+    folder = Path(path)
+    return folder / (PEFT_CONFIG_FILE if is_adapter(folder) else "config.json")
