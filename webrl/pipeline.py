@@ -50,6 +50,9 @@ class PipelineOptions:
     candidates_per_phase: int = 96  # generated before filtering; the filter keeps those in [value_low, value_high]
     seed_tasks: int = 48  # phase-0 sample of seed train tasks whose failures seed the curriculum
     eval_tasks: int = 165  # test-split tasks evaluated after each phase (all 165 by default)
+    # phases between the first and the last evaluate a fixed sample of this many of them, stratified by template,
+    # when a full evaluation costs too much (a 135M actor on 2 cores); None: every phase evaluates eval_tasks
+    eval_subset: int | None = None
     value_low: float = 0.05  # keep tasks with V in [0.05, 0.75] (paper, section 3.2)
     value_high: float = 0.75
     # Too few candidates in the band (a weak actor's critic rates nearly every task ~0): top the phase up with
@@ -176,8 +179,29 @@ class Pipeline:
         """Success of the phase's resulting actor on the held-out test tasks, per site and overall."""
         actor = self.options.actor if index == 0 else self.phase_metrics(index)["train.actor_path"]
         keys = self._task_keys(split="test", origin=None, limit=self.options.eval_tasks)
+        subset = self.options.eval_subset if 0 < index < self.options.phases else None
+        sampled = subset is not None and subset < len(keys)
+        if sampled:
+            keys = self._stratified(keys, subset)
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
-        return self._evaluation_metrics(ids)
+        return {**self._evaluation_metrics(ids), "subset": sampled}
+
+    def _stratified(self, keys: list[str], n: int) -> list[str]:
+        """A fixed sample of ``n`` of ``keys``, templates taken in turn (each template's tasks in a seeded order),
+        so every phase that evaluates a subset evaluates the same one and every template is represented."""
+        with session_scope(self.settings) as s:
+            template = {t.key: (t.config or {}).get("intent_template_id") for t in repo.tasks_where(s, split="test")}
+        by_template: dict[str, list[str]] = {}
+        for key in keys:
+            by_template.setdefault(str(template.get(key)), []).append(key)
+        rng = random.Random(self.options.seed * 7919 + 17)
+        queues = [rng.sample(group, len(group)) for _, group in sorted(by_template.items())]
+        chosen: list[str] = []
+        while len(chosen) < n:
+            for queue in queues:
+                if queue and len(chosen) < n:
+                    chosen.append(queue.pop())
+        return sorted(chosen, key=keys.index)
 
     def _stage_seed_rollout(self, index: int) -> dict[str, Any]:
         """Phase 0: the SFT actor on a sample of seed train tasks; its failures seed the curriculum."""
