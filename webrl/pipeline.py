@@ -281,6 +281,13 @@ class Pipeline:
             ids = [t.id for t in repo.trajectories_for_phase(s, index, purpose="train")]
         return self._label(ids, f"phase {index}: ORM")
 
+    def _train_max_length(self) -> int:
+        """Training sequences: the served prompt budget plus the completion, so the trainer re-renders states
+        exactly as the policy saw them (the trainer clamps it to the model's context)."""
+        from webrl.models.bootstrap import COMPLETION_BUDGET
+
+        return self.settings.actor_max_prompt_tokens + COMPLETION_BUDGET
+
     def _stage_train(self, index: int) -> dict[str, Any]:
         """Critic, then actor, on this phase's experience plus replay; publishes both checkpoints. A phase
         without labelled rollouts (a strict filter kept nothing) trains nothing: actor and critic carry over."""
@@ -294,7 +301,7 @@ class Pipeline:
         result = dispatch("train.phase", {
             "phase": index, "actor": self.actor_for_phase(index), "critic": self.critic_for_phase(index),
             "critic_base": self.options.actor, "replay": self.options.replay, "kl": self.options.kl,
-            "seed": self.options.seed, **self.options.train,
+            "seed": self.options.seed, "max_length": self._train_max_length(), **self.options.train,
         })
         return {"actor_path": result["actor"]["path"], "actor_version": result["actor"]["version"],
                 "critic_path": result["critic"]["path"], "critic_version": result["critic"]["version"],

@@ -218,7 +218,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> PhaseResult | None:
         log.info("phase %d (%s) already trained", job.phase, version)
         return done
     model, tokenizer = load_for_training(job.actor, settings)
-    max_length = job.max_length or min(MAX_LENGTH, int(getattr(model.config, "max_position_embeddings", MAX_LENGTH)))
+    context = int(getattr(model.config, "max_position_embeddings", MAX_LENGTH))
+    max_length = min(job.max_length or MAX_LENGTH, context)
     config = _loop_config(job, job.actor_lr, job.actor_epochs)
     accelerator = make_accelerator(config)
     actor = prepare(accelerator, model, config)
