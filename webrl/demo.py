@@ -1,8 +1,10 @@
 """``make demo``: the main job on the embedded default, from a fresh checkout.
 
 1. migrate the SQLite database under ``.webrl/`` and load the sandbox task suite;
-2. get the SFT actor: the shipped one (``webrl/assets/actor-sft``, made by ``webrl bootstrap``;
-   ``webrl/assets/PROVENANCE.md`` has the command and seed) after checking its sha256, else run ``webrl bootstrap``;
+2. get the SFT actor: a LoRA adapter on SmolLM2-135M-Instruct, whose base is converted from the installed PyPI
+   wheel on first use (``webrl models base smollm2-135m``). The shipped adapter (``webrl/assets/actor-sft-smollm2``,
+   made by ``webrl bootstrap --base smollm2-135m``; ``webrl/assets/PROVENANCE.md`` has the command and seed) after
+   checking its sha256, else ``webrl bootstrap --base smollm2-135m``;
 3. ``webrl train --preset cpu-demo``: three WebRL phases with progress bars, then the report
    (``.webrl/artifacts/reports/cpu-demo/report.md`` with its PNG plots).
 
@@ -20,33 +22,40 @@ from rich.console import Console
 from webrl.config import Settings, get_settings
 
 console = Console()
-SHIPPED_ACTOR = Path(__file__).parent / "assets" / "actor-sft"
+BASE = "smollm2-135m"
+SHIPPED_ACTOR = Path(__file__).parent / "assets" / "actor-sft-smollm2"
 RUN = "cpu-demo"
 
 
 def shipped_actor_is_intact(folder: Path = SHIPPED_ACTOR) -> bool:
     """True when the shipped actor exists and its files hash to the sha256 its manifest records."""
     from webrl.checkpoints import verify
+    from webrl.models.folders import is_model_folder
 
-    return (folder / "config.json").is_file() and verify(folder)
+    return is_model_folder(folder) and verify(folder)
 
 
 def sft_actor(settings: Settings) -> Path:
-    """The SFT actor under the artifacts folder: copied from the shipped one, or bootstrapped."""
+    """The SFT actor under the artifacts folder: copied from the shipped adapter, or bootstrapped."""
     from webrl.cli import app
+    from webrl.models.base import ensure_base
+    from webrl.models.folders import is_model_folder
 
     assert settings.artifacts_dir is not None
-    target = settings.artifacts_dir / "models" / "actor-sft"
-    if (target / "config.json").exists():
+    with console.status(f"base: converting {BASE} from its wheel (once, ~30 s)"):
+        base = ensure_base(settings, BASE)
+    console.print(f"base: {base}")
+    target = settings.artifacts_dir / "models" / "actor-sft-smollm2"
+    if is_model_folder(target):
         console.print(f"SFT actor: {target} (already there)")
         return target
     if shipped_actor_is_intact():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(SHIPPED_ACTOR, target)
-        console.print(f"SFT actor: copied the shipped checkpoint to {target} (see webrl/assets/PROVENANCE.md)")
+        console.print(f"SFT actor: copied the shipped adapter to {target} (see webrl/assets/PROVENANCE.md)")
         return target
-    console.print("SFT actor: none shipped, running `webrl bootstrap` (about 10 minutes)")
-    app(["bootstrap"], standalone_mode=False)
+    console.print(f"SFT actor: none shipped, running `webrl bootstrap --base {BASE}` (about 40 minutes)")
+    app(["bootstrap", "--base", BASE, "--output", str(target)], standalone_mode=False)
     return target
 
 
@@ -57,7 +66,7 @@ def main() -> None:
     # against them (measured faster on the 2-core machine); WEBRL_TORCH_THREADS overrides it.
     os.environ.setdefault("WEBRL_TORCH_THREADS", "1")
     settings = get_settings()
-    console.rule("webrl demo: WebRL on the built-in sandbox sites, tiny CPU model")
+    console.rule("webrl demo: WebRL on the built-in sandbox sites, SmolLM2-135M + LoRA on the CPU")
     actor = sft_actor(settings)
     app(["train", "--preset", RUN, "--run", RUN, "--actor", str(actor)], standalone_mode=False)
     assert settings.artifacts_dir is not None

@@ -121,7 +121,7 @@ def print_phase_table(settings: Settings, run: str) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("train")
     def train(
-        preset: str = typer.Option(None, help="Option set: cpu-demo, smoke or paper."),
+        preset: str = typer.Option(None, help="Option set: cpu-demo, cpu-long, tiny-demo, smoke or paper."),
         run: str = typer.Option("default", help="Run name; rerunning the same name resumes it."),
         phases: int = typer.Option(None, min=1, help="Number of WebRL phases."),
         actor: Path = typer.Option(None, help="Starting (SFT) actor folder. Default: artifacts/models/actor-sft."),
