@@ -42,6 +42,7 @@ from typing import Any
 import typer
 
 from webrl.config import Settings, get_settings
+from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
 
 log = logging.getLogger("webrl.judges")
 
@@ -280,7 +281,6 @@ def default_prompt_tokens(settings: Settings, folder: Path) -> int:
     ``WEBRL_ORM_MAX_PROMPT_TOKENS``."""
     from webrl.models.adapters import base_identity
     from webrl.models.base import BASES
-    from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
 
     if base_identity(folder).get("name") in BASES:
         return min(settings.orm_max_prompt_tokens, SMALL_ORM_MAX_PROMPT_TOKENS)
@@ -410,7 +410,8 @@ def register(app: typer.Typer) -> None:
         lora_rank: int = typer.Option(None, min=1, max=1024, help="Rank of the ORM's new LoRA adapter. Default: "
                                       f"{DEFAULT_LORA_RANK} on a pretrained base; a model folder is fully fine-tuned."),
         max_prompt_tokens: int = typer.Option(None, min=64, help="Prompt budget of a LoRA ORM (the last page is cut "
-                                              "to fit; the ORM folder records it). Default: 768 on a pretrained "
+                                              "to fit; the ORM folder records it). Default: "
+                                              f"{SMALL_ORM_MAX_PROMPT_TOKENS} on a pretrained "
                                               "base (examples under ~1,000 tokens), else WEBRL_ORM_MAX_PROMPT_TOKENS."),
         epochs: int = typer.Option(2, min=1),
         lr: float = typer.Option(None, min=0.0, help=f"Default {FULL_LR:g} (full fine-tuning), {LORA_LR:g} (LoRA)."),

@@ -44,12 +44,13 @@ def _folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
 
 
-@pytest.mark.slow  # converts SmolLM2 once per session (~30 s), trains two LoRA steps on it
+@pytest.mark.slow  # converts SmolLM2 once per session (~30 s), trains one LoRA step on it, scores twice
 def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_judges_with(
         with_smollm2: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     from services.orm.scoring import LocalOrm
+    from webrl.checkpoints import read_manifest
     from webrl.db.migrate import upgrade
 
     upgrade(with_smollm2)
@@ -64,7 +65,7 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
     torch.set_num_threads(1)  # a shared 2-core machine: one thread per matmul waits less
     try:
         options = TrainOrmOptions(base="smollm2-135m", output=str(tmp_path / "orm"), policies=["oracle"],
-                                  max_prompt_tokens=256, epochs=2, batch_size=4, lr=1e-3, seed=0,
+                                  max_prompt_tokens=256, epochs=1, batch_size=4, lr=1e-3, seed=0,
                                   report_dir=str(tmp_path / "report"))
         report = judges.train_orm(with_smollm2, options)
     finally:
@@ -72,7 +73,7 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
 
     orm, start = Path(report["orm"]["path"]), Path(report["start"]["path"])
     assert report["start"]["lora"] and report["start"]["max_length"] == 256 + 256
-    assert report["orm"]["metrics"]["steps"] == 2 and report["data"]["train_balanced"] == 4
+    assert report["orm"]["metrics"]["steps"] == 1 and report["data"]["train_balanced"] == 4
     for folder in (orm, start):
         assert (folder / "adapter_config.json").is_file() and not (folder / "config.json").exists()
         assert _folder_bytes(folder) < 30e6  # rank 16: ~20 MB of adapter, not the 540 MB base
@@ -80,10 +81,28 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
 
     judge = LocalOrm(orm, with_smollm2)
     assert judge.max_tokens == 256  # the budget it trained with, from its folder (WEBRL_ORM_MAX_PROMPT_TOKENS: 16384)
-    trained_p = judge.probabilities(test)
-    untrained_p = LocalOrm(start, with_smollm2).probabilities(test)
-    assert all(0.0 < p < 1.0 for p in trained_p + untrained_p)
-    assert max(abs(a - b) for a, b in zip(trained_p, untrained_p, strict=True)) > 1e-3  # the adapter trained
+    p = judge.probabilities(test)
+    assert all(0.0 < x < 1.0 for x in p)
+    stored = _stored_p(with_smollm2, ids["test"])  # what train-orm's measurement (orm.score) recorded
+    assert p == pytest.approx(stored[judge.version], abs=1e-4)
+    untrained = stored[read_manifest(start)["version"]]
+    assert max(abs(a - b) for a, b in zip(p, untrained, strict=True)) > 1e-3  # one step moved the adapter
+
+
+def _stored_p(settings: Settings, ids: list[int]) -> dict[str, list[float]]:
+    """ORM version -> P(YES) of each trajectory in ``ids`` (in order), from the stored labels."""
+    from sqlalchemy import select
+
+    from webrl.db import models as m
+    from webrl.db.session import session_scope
+
+    with session_scope(settings) as session:
+        rows = session.execute(select(m.OrmLabel.orm_version, m.OrmLabel.trajectory_id, m.OrmLabel.p_yes)
+                               .where(m.OrmLabel.trajectory_id.in_(ids))).all()
+    by_version: dict[str, dict[int, float]] = {}
+    for version, tid, p_yes in rows:
+        by_version.setdefault(version, {})[tid] = p_yes
+    return {version: [found[i] for i in ids] for version, found in by_version.items()}
 
 
 def test_the_sft_policy_needs_an_actor(tmp_path: Path) -> None:
