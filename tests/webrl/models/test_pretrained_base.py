@@ -109,3 +109,11 @@ def test_adapters_hot_reload_in_the_actor_engine_on_one_base(with_smollm2: Setti
     assert plain.backend.generate_batch([prompt], 6, 0.0)[0].token_ids == second.token_ids
     bad = CliRunner().invoke(app, ["models", "merge", str(merged), str(tmp_path / "again")])
     assert bad.exit_code != 0 and "not an adapter folder" in bad.output
+
+
+def test_the_shipped_adapter_is_intact_and_matches_the_converted_base(with_smollm2: Settings) -> None:
+    from webrl.demo import SHIPPED_ACTOR, shipped_actor_is_intact
+    from webrl.models.adapters import resolve_base
+
+    assert shipped_actor_is_intact()
+    assert resolve_base(SHIPPED_ACTOR, with_smollm2) == ensure_base(with_smollm2, "smollm2-135m")
