@@ -1,5 +1,5 @@
-"""Exact actions of SFT actors on held-out oracle steps: demonstrations of train tasks that ``webrl bootstrap``
-did not sample (another seed's per-template sample, minus the bootstrap's tasks), each actor greedy-decoding
+"""Exact actions of SFT actors on held-out oracle steps: demonstrations of train tasks that neither shipped actor's
+``webrl bootstrap`` sampled (another seed's per-template sample, minus those tasks), each actor greedy-decoding
 every step. The baseline is the shipped tiny actor (``webrl/assets/actor-sft``), measured in the same run.
 
     .venv/bin/python bench/heldout_steps.py --actor PATH [--baseline PATH] [--per-template 1] [--limit 200]
@@ -22,16 +22,18 @@ from isolated_home import isolated_home
 from sft_grounding import evaluate
 
 SHIPPED_TINY = Path(__file__).parents[1] / "webrl" / "assets" / "actor-sft"
-BOOTSTRAP_SEED, BOOTSTRAP_PER_TEMPLATE = 0, 4  # the sample `webrl bootstrap --base` trains on (excluded here)
+BOOTSTRAP_SEED = 0
+#: Per-template samples the shipped actors trained on (excluded here): 4 for the SmolLM2 adapter, 12 for the tiny one.
+TRAINED_PER_TEMPLATE = (4, 12)
 
 
 def held_out_tasks(per_template: int, seed: int) -> list[str]:
-    """Keys of ``per_template`` train tasks per template that the bootstrap's sample does not contain."""
+    """Keys of ``per_template`` train tasks per template that neither shipped actor's bootstrap sample contains."""
     from webrl.models.bootstrap import demo_tasks
     from webrl.sandbox.tasks.suite import build_suite, task_key
 
     train = build_suite(BOOTSTRAP_SEED)["train"]
-    used = {t.task_id for t in demo_tasks(train, BOOTSTRAP_PER_TEMPLATE, BOOTSTRAP_SEED)}
+    used = {t.task_id for n in TRAINED_PER_TEMPLATE for t in demo_tasks(train, n, BOOTSTRAP_SEED)}
     pool = [t for t in train if t.task_id not in used]
     return [task_key("train", t) for t in demo_tasks(pool, per_template, seed)]
 

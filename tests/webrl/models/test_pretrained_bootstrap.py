@@ -52,7 +52,7 @@ def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, 
             row.phase, row.purpose = 1, "train"
             s.add(m.OrmLabel(trajectory_id=row.id, orm_version="smoke", p_yes=float(i % 2), reward=float(i % 2),
                              threshold=0.5))
-    phase = run_phase(free_sites, PhaseJob(phase=1, actor=str(path), batch_size=2, max_length=640,
+    phase = run_phase(free_sites, PhaseJob(phase=1, actor=str(path), batch_size=2, max_length=448,
                                            actor_lr=1e-3, critic_lr=1e-3))
     assert is_adapter(phase.actor.path) and is_adapter(phase.critic.path)
     assert phase.metrics["current_steps"] == result.demo_steps and phase.metrics["kl"] == phase.metrics["kl"]
