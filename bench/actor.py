@@ -29,7 +29,8 @@ from rich.table import Table
 
 from webrl.config import Settings, get_settings
 from webrl.models.backends import Generation
-from webrl.models.backends.local import LocalBackend, common_prefix_length
+from webrl.models.backends.kv_cache import common_prefix_length
+from webrl.models.backends.local import LocalBackend
 from webrl.models.tiny import build_tiny_folder
 from webrl.prompts.actor import render_actor_prompt
 

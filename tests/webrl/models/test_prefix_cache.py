@@ -13,7 +13,8 @@ import torch
 
 from webrl.config import Settings
 from webrl.models.backends import Generation
-from webrl.models.backends.local import LocalBackend, common_prefix_length
+from webrl.models.backends.kv_cache import common_prefix_length
+from webrl.models.backends.local import LocalBackend
 from webrl.models.loading import load_causal_lm
 
 # A "system turn" every prompt starts with, then suffixes of different lengths (words of the tiny corpus)
