@@ -18,12 +18,13 @@ EVAL_PHASE = 0  # stand-alone evaluations share phase 0; their attempt number (>
 CHUNK = 16  # tasks per rollout job
 
 
-def evaluation_attempt(actor: Path) -> int:
-    """A stable attempt number per actor folder state, so re-evaluating the same actor is idempotent and a
-    different (or retrained) actor gets its own trajectories."""
+def evaluation_attempt(actor: Path, max_steps: int | None = None) -> int:
+    """A stable attempt number per actor folder state (and horizon, when not the default), so re-evaluating the
+    same actor is idempotent and a different (or retrained) actor gets its own trajectories."""
     from webrl.models.folders import model_config_file
 
     stamp = f"{actor.resolve()}:{model_config_file(actor).stat().st_mtime_ns}"
+    stamp += f":{max_steps}" if max_steps is not None else ""
     return 1 + int(hashlib.sha256(stamp.encode()).hexdigest()[:7], 16)  # 0 is the pipeline's own attempt
 
 
@@ -35,9 +36,10 @@ def external_task_keys(settings: Settings, tasks_file: Path) -> list[str]:
 
 
 def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", tasks_file: Path | None = None,
-                   limit: int | None = None, concurrency: int = 4,
+                   limit: int | None = None, concurrency: int = 4, max_steps: int | None = None,
                    on_progress: Callable[[str, int, int], None] | None = None) -> dict[str, tuple[int, float]]:
-    """Success per site (and ``overall``) as ``{site: (n_tasks, success_rate)}``."""
+    """Success per site (and ``overall``) as ``{site: (n_tasks, success_rate)}``; ``max_steps``: the horizon
+    (default WebRL's 30; the CPU presets train and evaluate at 8-10)."""
     if tasks_file is not None:
         keys = external_task_keys(settings, tasks_file)
     else:
@@ -46,14 +48,15 @@ def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", task
         if not keys:
             raise ValueError(f"no tasks in split {split!r}")
     keys = keys[:limit] if limit else keys
-    attempt = evaluation_attempt(actor)
+    attempt = evaluation_attempt(actor, max_steps)
+    horizon = {"max_steps": max_steps} if max_steps is not None else {}
     progress = on_progress or (lambda label, done, total: None)
     ids: list[int] = []
     for start in range(0, len(keys), CHUNK):
         progress("evaluate", start, len(keys))
         result = dispatch("rollout.run", {
             "task_keys": keys[start:start + CHUNK], "phase": EVAL_PHASE, "attempt": attempt, "purpose": "eval",
-            "policy": {"kind": "checkpoint", "path": str(actor.resolve())}, "concurrency": concurrency,
+            "policy": {"kind": "checkpoint", "path": str(actor.resolve())}, "concurrency": concurrency, **horizon,
         })
         ids.extend(result["trajectory_ids"])
     progress("evaluate", len(keys), len(keys))

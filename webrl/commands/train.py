@@ -173,6 +173,8 @@ def register(app: typer.Typer) -> None:
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
         concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes."),
+        max_steps: int = typer.Option(None, min=1, max=100, help="Episode horizon (default 30, WebRL's; the CPU "
+                                                                "presets use 8-10)."),
     ) -> None:
         """Success rate of an actor per site through the evaluator harness."""
         from webrl.evaluate import evaluate_actor
@@ -185,7 +187,7 @@ def register(app: typer.Typer) -> None:
         ensure_ready(settings)
         with sandbox_if_needed(settings), _progress() as progress:
             result = evaluate_actor(settings, actor, split=split, tasks_file=tasks, limit=limit,
-                                    concurrency=concurrency, on_progress=RichProgress(progress))
+                                    concurrency=concurrency, max_steps=max_steps, on_progress=RichProgress(progress))
         table = Table(title=f"success of {actor.name}")
         table.add_column("site")
         table.add_column("tasks", justify="right")
