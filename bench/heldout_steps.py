@@ -5,13 +5,12 @@ every step. The baseline is the shipped tiny actor (``webrl/assets/actor-sft``),
     .venv/bin/python bench/heldout_steps.py --actor PATH [--baseline PATH] [--per-template 1] [--limit 200]
 
 Runs in a fresh temporary home (the sandbox sites on free ports, embedded jobs). Prints a table and one JSON
-object: per actor the exact-action rate, parse rate, click-element rate, and the ratio to the baseline's.
+object: per actor the exact-action rate, parse rate, click-element rate, and ``ratio_vs_baseline``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from isolated_home import isolated_home
-from sft_grounding import evaluate
+from sft_grounding import add_ratios, emit_json, evaluate
 
 SHIPPED_TINY = Path(__file__).parents[1] / "webrl" / "assets" / "actor-sft"
 BOOTSTRAP_SEED = 0
@@ -82,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, path in (("baseline", args.baseline), ("actor", args.actor)):
         results[name] = {"path": str(path), **evaluate(settings, str(path), ids, settings.actor_max_prompt_tokens,
                                                         args.limit)}
-    base_rate = results["baseline"]["exact"]
-    results["actor"]["ratio_to_baseline"] = results["actor"]["exact"] / base_rate if base_rate else None
+    add_ratios(results)
     table = Table(title=f"held-out oracle steps ({results['actor']['steps']} steps, {len(ids)} demonstrations)")
     for column in ("actor", "exact", "parsed", "click element", "target visible"):
         table.add_column(column)
@@ -91,10 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(f"{name}: {Path(r['path']).name}", f"{r['exact']:.1%}", f"{r['parsed']:.1%}",
                       f"{r['click_element']:.1%}", f"{r['target_visible']:.1%}")
     Console().print(table)
-    text = json.dumps(results, indent=2, default=str)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit_json(results, args.out)
     return 0
 
 

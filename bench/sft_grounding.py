@@ -111,6 +111,21 @@ def evaluate(settings: Any, path: str, trajectory_ids: list[int], prompt_tokens:
             "exact_by_type": {kind: f"{ok}/{total}" for kind, (ok, total) in sorted(by_type.items())}}
 
 
+def add_ratios(results: dict[str, dict[str, Any]]) -> None:
+    """Each result's ``ratio_vs_baseline``: its exact-action rate over the "baseline" entry's (None when that is 0)."""
+    baseline = results["baseline"]["exact"]
+    for result in results.values():
+        result["ratio_vs_baseline"] = round(result["exact"] / baseline, 3) if baseline else None
+
+
+def emit_json(results: dict[str, Any], out: Path | None) -> None:
+    """Print ``results`` as JSON, and write it to ``out`` when given."""
+    text = json.dumps(results, indent=2, default=str)
+    print(text)
+    if out:
+        out.write_text(text)
+
+
 def run_variant(home: str, base: str, name: str, overrides: dict[str, Any], minutes: float,
                 limit: int) -> dict[str, Any]:
     """One variant in its own process with one thread: SFT on the train split, then the held-out evaluation."""
@@ -157,17 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         futures = {name: pool.submit(run_variant, args.home, base, name, overrides, args.minutes, args.limit)
                    for name, overrides in variants}
         results = {name: future.result() for name, future in futures.items()}
-    baseline = results["baseline"]["exact"]
-    for result in results.values():
-        result["ratio_vs_baseline"] = round(result["exact"] / baseline, 3) if baseline else None
+    add_ratios(results)
     print(f"{'variant':<16} {'exact':>6} {'click':>6} {'parsed':>6} {'visible':>7} {'steps':>6} {'loss':>7} ratio")
     for name, r in results.items():
         print(f"{name:<16} {r['exact']:6.3f} {r['click_element']:6.3f} {r['parsed']:6.3f} {r['target_visible']:7.3f}"
               f" {r['sft_steps'] or 0:6d} {r['last_loss'] or 0:7.3f} {r['ratio_vs_baseline']}")
-    text = json.dumps(results, indent=2, default=str)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit_json(results, args.out)
     return 0
 
 

@@ -59,13 +59,11 @@ class AdapterError(RuntimeError):
 
 
 def base_identity(folder: str | Path) -> dict[str, Any]:
-    """What an adapter trained on the model at ``folder`` records about it: a registered base's name, version and
-    sha256 (``webrl.models.base``); any other folder by its absolute path. An adapter folder passes its own on."""
+    """What an adapter trained on the full model at ``folder`` records about it: a registered base's name, version
+    and sha256 (``webrl.models.base``); any other folder by its absolute path."""
     from webrl.models.base import read_provenance
 
     folder = Path(folder)
-    if is_adapter(folder):
-        return dict(json.loads((folder / ADAPTER_FILE).read_text())["base"])
     manifest = read_provenance(folder)
     if manifest is not None:
         return {"name": manifest["metrics"]["name"], "version": manifest["version"], "sha256": manifest["sha256"]}
