@@ -41,8 +41,8 @@ from services.trainer.sft import COMPLETION_BUDGET, LORA_BASE_DTYPE, MAX_LENGTH,
 from webrl.checkpoints import CheckpointInfo, find, verify
 from webrl.config import Settings
 from webrl.db.session import session_scope
-from webrl.models.adapters import is_adapter
 from webrl.models.examples import pad_id_of
+from webrl.models.folders import is_adapter
 from webrl.models.logprobs import sequence_logprobs
 
 log = logging.getLogger("webrl.trainer.phase")

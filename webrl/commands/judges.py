@@ -212,11 +212,6 @@ def measure(named_paths: dict[str, str], labels: dict[int, int], threshold: floa
     return {"metrics": metrics, "calibration_png": str(png)}
 
 
-def is_model_folder(path: str | Path) -> bool:
-    """A full Hugging Face model folder or a LoRA adapter folder."""
-    return (Path(path) / "config.json").is_file() or (Path(path) / "adapter_config.json").is_file()
-
-
 def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tuple[str, str | None]:
     """(what the ORM starts from, the SFT actor the "sft" policy runs or None) from ``--base`` and ``--actor``.
 
@@ -224,6 +219,7 @@ def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tupl
     actor; ``--base FOLDER`` alone is also the actor (what ``--base`` meant before ``--actor`` existed).
     Raises :class:`typer.BadParameter` naming the option at fault."""
     from webrl.models.base import BASES
+    from webrl.models.folders import is_model_folder
 
     if actor is not None and not is_model_folder(actor):
         raise typer.BadParameter(f"{actor} is not a model or adapter folder", param_hint="--actor")
@@ -245,8 +241,8 @@ def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tupl
 
 def check_start(base: str, lora_rank: int | None, max_prompt_tokens: int | None) -> None:
     """Options that contradict the kind of ``base`` (resolved by :func:`resolve_models`); raises BadParameter."""
-    from webrl.models.adapters import is_adapter
     from webrl.models.base import BASES
+    from webrl.models.folders import is_adapter
 
     if base in BASES:
         return
@@ -289,8 +285,8 @@ def default_prompt_tokens(settings: Settings, folder: Path) -> int:
 
 def prepare_start(settings: Settings, options: TrainOrmOptions) -> OrmStart:
     """The folder the ORM trains from (see the module docstring, step 3); reused when already published."""
-    from webrl.models.adapters import is_adapter
     from webrl.models.base import BASES
+    from webrl.models.folders import is_adapter
     from webrl.prompts.orm import ORM_CONTEXT_RESERVE, orm_prompt_budget
 
     folder = base_folder(settings, options.base)
