@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from webrl.hyperparams import PAPER
+
 #: WebArena's site placeholders, in the order WebArena's configs use them.
 SITE_PLACEHOLDERS: dict[str, str] = {
     "shopping": "__SHOPPING__",
@@ -109,7 +111,7 @@ class Settings(BaseSettings):
     orm_model: str | None = Field(None, description="ORM folder (local) or served model name (openai).")
     orm_endpoint: str | None = Field(None, description="Base URL (…/v1) of the OpenAI-compatible ORM server.")
     orm_api_key: str | None = Field(None, description="Bearer key sent to orm_endpoint.")
-    orm_threshold: float = Field(0.5, ge=0.0, le=1.0, description="reward = 1 if p >= this (WebRL: 0.5).")
+    orm_threshold: float = Field(PAPER.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
     orm_max_prompt_tokens: int = Field(16384, ge=64, description="ORM prompt budget; only the observation is "
                                        "cut (WebRL: cutoff_len 16384). The model's own limit also applies.")
     orm_batch_size: int = Field(8, ge=1, description="Prompts per ORM forward pass (local backend).")

@@ -12,6 +12,7 @@ from webrl.config import Settings
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.queue import dispatch
+from webrl.rewards import is_success
 from webrl.schemas import load_task_file
 
 EVAL_PHASE = 0  # stand-alone evaluations share phase 0; their attempt number (>= 1) tells them apart
@@ -93,6 +94,6 @@ def success_by_site(scores: list[TaskScore]) -> dict[str, tuple[int, float]]:
     return out
 
 
-def solved_task_keys(scores: list[TaskScore], threshold: float = 0.5) -> list[str]:
-    """Keys of the tasks with a trajectory the evaluator scored at least ``threshold``, sorted."""
-    return sorted({score.key for score in scores if score.score >= threshold})
+def solved_task_keys(scores: list[TaskScore]) -> list[str]:
+    """Keys of the tasks with a trajectory the evaluator scored a success (``rewards.is_success``), sorted."""
+    return sorted({score.key for score in scores if is_success(score.score)})

@@ -30,6 +30,7 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
+from webrl.hyperparams import PAPER
 from webrl.queue import dispatch
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,12 @@ class PipelineOptions:
     # phases between the first and the last evaluate a fixed sample of this many of them, stratified by template,
     # when a full evaluation costs too much (a 135M actor on 2 cores); None: every phase evaluates eval_tasks
     eval_subset: int | None = None
-    value_low: float = 0.05  # keep tasks with V in [0.05, 0.75] (paper, section 3.2)
-    value_high: float = 0.75
+    value_low: float = PAPER.curriculum.value_low  # keep tasks with V in [value_low, value_high]
+    value_high: float = PAPER.curriculum.value_high
     # Too few candidates in the band (a weak actor's critic rates nearly every task ~0): top the phase up with
     # the candidates whose V is nearest the band, so a phase never runs empty; False keeps in-band tasks only.
     fill_filter: bool = True
-    orm_threshold: float = 0.5  # reward = 1 if P(YES) >= 0.5 (paper, section 3.1)
+    orm_threshold: float = PAPER.reward.orm_threshold  # reward = 1 if P(YES) >= this
     max_steps: int = 30  # rollout horizon (published code)
     rollout_temperature: float | None = None  # sampling of training rollouts; None: the actor's default (greedy).
     # Evaluation always uses the actor's default, so success rates stay comparable across phases.
@@ -226,7 +227,7 @@ class Pipeline:
                 "candidate_keys": result["task_keys"]}
 
     def _stage_filter(self, index: int) -> dict[str, Any]:
-        """Keep tasks the current critic finds neither hopeless nor solved: V(start) in [0.05, 0.75].
+        """Keep tasks the current critic finds neither hopeless nor solved: V(start) in [value_low, value_high].
 
         Phase 1 has no critic yet: the ORM's P(YES) on the start state stands in (as the WebRL authors did);
         with neither (rewards from the sandbox evaluators), every generated task is kept.

@@ -167,7 +167,7 @@ class ActorEngine:
     def logprobs(self, pairs: list[tuple[str, str]]) -> tuple[list[LogprobResult], str]:
         """Log-probs of each completion (end of turn appended) after its prompt, under the served model."""
         from webrl.models.examples import collate, encode_example, pad_id_of
-        from webrl.models.logprobs import token_logprobs
+        from webrl.models.logprobs import confidence, token_logprobs
 
         with self.lease() as backend:
             if not isinstance(backend, LocalBackend):
@@ -181,9 +181,9 @@ class ActorEngine:
             for row, example in zip(per_token.tolist(), examples, strict=True):
                 picked = [lp for lp, m in zip(row, example.target_mask, strict=False) if m]
                 total, n = float(sum(picked)), len(picked)
-                mean = total / max(n, 1)
-                results.append(LogprobResult(sum_logprob=total, n_tokens=n, mean_logprob=mean,
-                                             confidence=float(torch.exp(torch.tensor(mean))), token_logprobs=picked))
+                c = float(confidence(torch.tensor(total), torch.tensor(n)))
+                results.append(LogprobResult(sum_logprob=total, n_tokens=n, mean_logprob=total / max(n, 1),
+                                             confidence=c, token_logprobs=picked))
             return results, backend.version
 
     def describe(self) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""Critic values: V(s) = min of the two heads' P(success) for states (intent, observation, history).
+"""Critic values: V(s) = min of the two heads' P(success) (``webrl.models.critic.critic_value``) for states
+(intent, observation, history).
 
 WebRL filters generated tasks by the critic's value of the task's first state: round 0 of the actor prompt on
 the site's start page (``filter_by_critic`` in WebRL's scripts/gen_task.py reads one stored page per site; keep
-the task when V lies in [0.05, 0.75]). :func:`start_observations` finds that page for a task in the database:
-the first observation of a stored episode of the same task, else of a task with the same start URL, else of any
-task on the same site.
+the task when V lies in the band of ``webrl.hyperparams.Curriculum``). :func:`start_observations` finds that page
+for a task in the database: the first observation of a stored episode of the same task, else of a task with the
+same start URL, else of any task on the same site.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory, save_label
-from webrl.models.orm import orm_probabilities, reward_of, yes_no_token_ids
+from webrl.models.orm import orm_probabilities, yes_no_token_ids
 from webrl.prompts.orm import (
     NO,
     YES,
@@ -37,6 +37,7 @@ from webrl.prompts.orm import (
     orm_prompt_budget,
     render_llama3_orm,
 )
+from webrl.rewards import reward_of
 from webrl.schemas import Trajectory
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from services.taskgen.curriculum import VALUE_HIGH, VALUE_LOW, filter_by_value, generate_grounded, generate_llm
+from services.taskgen.curriculum import filter_by_value, generate_grounded, generate_llm
 from webrl.config import get_settings
+from webrl.hyperparams import PAPER
 from webrl.queue import MAX_RETRIES, celery_app
 
 
@@ -27,6 +28,6 @@ def generate(payload: dict) -> dict:
 def filter_tasks(payload: dict) -> dict:
     """Keep the tasks whose value lies in [low, high]; stores every value (idempotent per critic version)."""
     kept = filter_by_value(get_settings(), list(payload["task_keys"]), dict(payload["values"]),
-                           critic_version=payload["critic_version"], low=payload.get("low", VALUE_LOW),
-                           high=payload.get("high", VALUE_HIGH))
+                           critic_version=payload["critic_version"], low=payload.get("low", PAPER.curriculum.value_low),
+                           high=payload.get("high", PAPER.curriculum.value_high))
     return {"kept": kept}

@@ -29,12 +29,10 @@ from webrl.models.examples import (
     encode_example_ids,
     encode_prompt,
 )
+from webrl.rewards import is_success
 from webrl.schemas import Step, Trajectory
 
 log = logging.getLogger("webrl.trainer.data")
-
-#: Reward at or above which a trajectory counts as a success (rewards are 0/1: ORM p >= 0.5, DESIGN step 3).
-SUCCESS_REWARD = 0.5
 
 #: (intent, earlier steps, current simplified HTML) -> the actor prompt text.
 PromptFn = Callable[[str, Sequence[Step], str], str]
@@ -124,7 +122,7 @@ def first_success_examples(session: Session, before_phase: int, prompt: PromptFn
     out: list[StepExample] = []
     for row in rows:
         reward = _labelled_reward(row)
-        if reward is None or reward < SUCCESS_REWARD or row.task_id in seen:
+        if reward is None or not is_success(reward) or row.task_id in seen:
             continue
         seen.add(row.task_id)
         out.extend(trajectory_examples(load_trajectory(row), row.id, row.phase, reward, prompt, gamma))

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from webrl.models.critic import critic_value
+from webrl.models.logprobs import confidence
+
 Metrics = dict[str, float]
 
 
@@ -47,12 +50,6 @@ def critic_loss(logits_s: torch.Tensor, logits_next: torch.Tensor,
                   "critic_accuracy": float(accuracy), "value_mean": float(v.mean())}
 
 
-def critic_value(logits: torch.Tensor) -> torch.Tensor:
-    """V = min(softmax(head_1)[:, 1], softmax(head_2)[:, 1]): logits (2, B, 2) -> (B,)."""
-    p = logits.float().softmax(-1)[..., 1]  # (2, B)
-    return torch.minimum(p[0], p[1])
-
-
 def adaptive_beta(advantage: torch.Tensor, p_ref: torch.Tensor, r_hat: torch.Tensor,
                   config: ActorLossConfig = ActorLossConfig()) -> torch.Tensor:
     """beta = beta_high if (A > 0 and p_ref >= p+) or (A < 0 and p_ref < p-) else beta; then
@@ -76,7 +73,7 @@ def actor_loss(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, a
     mask = (advantage > 0).to(lp.dtype)  # (B,)
     n_masked = (n_tokens * mask).sum()
     big_n = torch.where(n_masked > 0, n_masked, torch.ones_like(n_masked))  # N
-    p_ref = torch.exp(lp_ref / n_tokens.clamp(min=1))  # (B,)
+    p_ref = confidence(lp_ref, n_tokens)  # (B,)
     r_hat = (lp - lp_ref) / big_n  # (B,)
     if config.kl:
         beta = adaptive_beta(advantage, p_ref, r_hat, config)  # (B,)

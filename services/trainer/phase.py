@@ -34,13 +34,14 @@ from services.trainer.data import (
     state_pair_items,
 )
 from services.trainer.loop import LoopConfig, Prepared, evaluate, make_accelerator, prepare, prepared_loader, train
-from services.trainer.losses import ActorLossConfig, actor_loss, critic_loss, critic_value
+from services.trainer.losses import ActorLossConfig, actor_loss, critic_loss
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model
 from services.trainer.returns import GAMMA, advantages, binarise
 from services.trainer.sft import COMPLETION_BUDGET, LORA_BASE_DTYPE, MAX_LENGTH, load_for_training
 from webrl.checkpoints import CheckpointInfo, find, verify
 from webrl.config import Settings
 from webrl.db.session import session_scope
+from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
 from webrl.models.folders import is_adapter
 from webrl.models.logprobs import sequence_logprobs

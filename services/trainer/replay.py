@@ -3,7 +3,8 @@ buffer with actor confidence filtering").
 
 From earlier phases, the first successful trajectory per task (``data.first_success_examples``); keep a
 step when the current actor's confidence in its action, c = 1/perplexity = exp(lp / n), lies in
-(LOW, HIGH]; keep at most CAP_RATIO x the current phase's step count; mix with the current steps; shuffle.
+(low, high]; keep at most cap_ratio x the current phase's step count; mix with the current steps; shuffle.
+The three numbers are :class:`webrl.hyperparams.Replay`.
 """
 
 from __future__ import annotations
@@ -14,35 +15,28 @@ from typing import Any
 
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
 from services.trainer.loop import evaluate, prepared_loader
+from webrl.hyperparams import PAPER, Replay
 from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import confidence, sequence_logprobs
 
-#: Lower bound (exclusive) of 1/perplexity: below it the actor finds the old action too unfamiliar to learn
-#: from safely. Published code (``if item['rank_score'] <= 0.5: continue``).
-CONFIDENCE_LOW = 0.5
-#: Upper bound (inclusive): above it the actor already knows the action and it teaches nothing.
-#: Published code (``if item['rank_score'] <= 0.95``).
-CONFIDENCE_HIGH = 0.95
-#: At most this many replayed steps per current-phase step. Published code (``num = 2 * len(current)``).
-CAP_RATIO = 2
 
-
-def keep_confident(scores: Sequence[float], low: float = CONFIDENCE_LOW, high: float = CONFIDENCE_HIGH) -> list[bool]:
-    """keep_i = low < c_i <= high."""
-    return [low < c <= high for c in scores]
+def keep_confident(scores: Sequence[float], replay: Replay = PAPER.replay) -> list[bool]:
+    """keep_i = confidence_low < c_i <= confidence_high: neither too unfamiliar to learn from safely nor
+    already known."""
+    return [replay.confidence_low < c <= replay.confidence_high for c in scores]
 
 
 def select_replay(candidates: Sequence[StepExample], scores: Sequence[float], n_current: int, *, seed: int = 0,
-                  low: float = CONFIDENCE_LOW, high: float = CONFIDENCE_HIGH,
-                  cap_ratio: int = CAP_RATIO) -> list[StepExample]:
-    """Shuffle the candidates, keep the confident ones, cap at ``cap_ratio * n_current``
-    (the published order: shuffle, filter, take the first min(kept, cap))."""
+                  replay: Replay = PAPER.replay) -> list[StepExample]:
+    """Shuffle the candidates, keep the confident ones (:func:`keep_confident`), cap at
+    ``replay.cap_ratio * n_current`` (the published order: shuffle, filter, take the first min(kept, cap))."""
     if len(candidates) != len(scores):
         raise ValueError(f"{len(candidates)} candidates but {len(scores)} scores")
+    keep = keep_confident(scores, replay)
     order = list(range(len(candidates)))
     random.Random(seed).shuffle(order)
-    kept = [candidates[i] for i in order if low < scores[i] <= high]
-    return kept[: cap_ratio * n_current]
+    kept = [candidates[i] for i in order if keep[i]]
+    return kept[: replay.cap_ratio * n_current]
 
 
 def build_experience(current: Sequence[StepExample], replayed: Sequence[StepExample], *, seed: int = 0

@@ -30,6 +30,7 @@ from webrl.models.adapters import LoraSpec, is_adapter, load_trainable
 from webrl.models.examples import EncodedExample, encode_example, pad_id_of
 from webrl.models.loading import attach_prompt_style
 from webrl.models.logprobs import token_logprobs
+from webrl.rewards import is_success
 
 log = logging.getLogger("webrl.trainer.sft")
 
@@ -42,8 +43,6 @@ MAX_LENGTH = 16384
 #: fwd+bwd 1.4x faster than fp32 on the 2-core avx512_bf16 CPU (211 vs 151 tokens/s, SmolLM2-135M, 800 tokens)
 #: and are what GPUs use anyway.
 LORA_BASE_DTYPE = torch.bfloat16
-#: Score at or above which a trajectory counts as a success (WebArena scores are 0/1).
-SUCCESS_SCORE = 0.5
 
 
 class SftJob(BaseModel):
@@ -99,7 +98,7 @@ def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int
     step of that many relabelled copies of each (``augment.relabelled_copies``)."""
     prompt = actor_prompt_fn(tokenizer, max_tokens=max_length - COMPLETION_BUDGET)
     demos = [(row, score, load_trajectory(row)) for row in rows
-             if (score := _score(row)) is not None and score >= SUCCESS_SCORE]
+             if (score := _score(row)) is not None and is_success(score)]
     names = [trajectory_names(traj) for _, _, traj in demos] if copies else [{} for _ in demos]
     pool = merge_names(*names)  # every demonstration's names: where a copy draws replacements from
     out = []
@@ -120,7 +119,7 @@ def orm_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int) 
         if row.env_score is None:
             continue
         text = build_orm_prompt(tokenizer, load_trajectory(row), max_tokens=budget)
-        answer = YES if row.env_score >= SUCCESS_SCORE else NO
+        answer = YES if is_success(row.env_score) else NO
         out.append(encode_example(tokenizer, text, answer, max_length=max_length))
     return out
 

@@ -13,6 +13,7 @@ from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.migrate import downgrade, upgrade
 from webrl.db.session import get_engine, session_scope
+from webrl.rewards import reward_of
 from webrl.schemas import Action, ActionType, Observation, Step, TaskConfig, Trajectory
 
 TABLES = {"tasks", "trajectories", "steps", "orm_labels", "critic_values", "runs", "phases", "checkpoints"}
@@ -95,6 +96,16 @@ def test_evaluation_scores_per_site_and_solved_tasks_come_from_one_read(db: Sett
     assert success_by_site(scores) == {"shopping": (1, 1.0), "reddit": (2, 0.0), "overall": (3, 1 / 3)}
     assert solved_task_keys(scores) == ["t/shop"]
     assert success_by_site([]) == {"overall": (0, 0.0)}
+
+
+def test_stored_labels_take_their_reward_from_the_reward_rule(db: Settings) -> None:
+    with session_scope(db) as s:
+        task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")
+        ids = [repo.save_trajectory(s, task.id, phase=1, attempt=a, traj=_trajectory()).id for a in range(3)]
+        p = [0.59, 0.6, 0.9]
+        labels = [repo.save_label(s, tid, "orm-v1", p_yes=x, threshold=0.6) for tid, x in zip(ids, p, strict=True)]
+        rewards = [label.reward for label in labels]
+        assert rewards == [reward_of(x, 0.6) for x in p] == [0.0, 1.0, 1.0]
 
 
 def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None:

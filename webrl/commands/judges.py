@@ -42,7 +42,9 @@ from typing import Any
 import typer
 
 from webrl.config import Settings, get_settings
+from webrl.hyperparams import PAPER
 from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
+from webrl.rewards import is_success
 
 log = logging.getLogger("webrl.judges")
 
@@ -52,7 +54,6 @@ log = logging.getLogger("webrl.judges")
 ORM_DATA_PHASE = 0
 ORM_ATTEMPT_BASE = 1000
 ORM_PURPOSE = "orm"
-SUCCESS_SCORE = 0.5  # env scores are 0/1; WebRL's build_rm_data labels YES when score > 0.5
 #: The trainer's longest sequence (services/trainer/sft.py MAX_LENGTH: WebRL's cutoff_len 16384).
 MAX_TRAIN_LENGTH = 16384
 
@@ -115,7 +116,7 @@ class TrainOrmOptions:
     seed: int = 0
     max_minutes: float | None = None
     concurrency: int = 4
-    threshold: float = 0.5
+    threshold: float = PAPER.reward.orm_threshold
     report_dir: str | None = None  # default <artifacts>/reports/orm
 
     def __post_init__(self) -> None:
@@ -171,7 +172,7 @@ def evaluator_labels(settings: Settings, ids: Sequence[int]) -> dict[int, int]:
 
     with session_scope(settings) as session:
         rows = session.execute(select(m.Trajectory.id, m.Trajectory.env_score).where(m.Trajectory.id.in_(list(ids))))
-        return {int(i): int(score >= SUCCESS_SCORE) for i, score in rows if score is not None}
+        return {int(i): int(is_success(score)) for i, score in rows if score is not None}
 
 
 def balance(labels: dict[int, int], seed: int) -> list[int]:
@@ -415,7 +416,8 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0),
         max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT."),
         concurrency: int = typer.Option(4, min=1, help="Episodes in flight per rollout."),
-        threshold: float = typer.Option(0.5, min=0.0, max=1.0, help="reward = 1 if p >= threshold."),
+        threshold: float = typer.Option(PAPER.reward.orm_threshold, min=0.0, max=1.0,
+                                        help="reward = 1 if p >= threshold."),
         report_dir: str = typer.Option(None, help="Report folder. Default: <artifacts>/reports/orm."),
     ) -> None:
         """Train the ORM on evaluator-labelled sandbox trajectories and report how often it is wrong."""

@@ -95,7 +95,7 @@ class OrmLabel(Base):
     orm_version: Mapped[str] = mapped_column(String(80))
     p_yes: Mapped[float] = mapped_column(Float)
     reward: Mapped[float] = mapped_column(Float)
-    threshold: Mapped[float] = mapped_column(Float, default=0.5)
+    threshold: Mapped[float] = mapped_column(Float)  # the one the reward was made with (``rewards.reward_of``)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     trajectory: Mapped[Trajectory] = relationship(back_populates="labels")

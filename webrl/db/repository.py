@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webrl.db import models as m
+from webrl.rewards import reward_of
 from webrl.schemas import Observation, TaskConfig, Trajectory
 
 _NON_WORD = re.compile(r"[^a-z0-9]+")
@@ -192,7 +193,7 @@ def save_label(session: Session, trajectory_id: int, orm_version: str, p_yes: fl
     if row is not None:
         return row
     row = m.OrmLabel(trajectory_id=trajectory_id, orm_version=orm_version, p_yes=p_yes,
-                     reward=1.0 if p_yes >= threshold else 0.0, threshold=threshold)
+                     reward=reward_of(p_yes, threshold), threshold=threshold)
     session.add(row)
     session.flush()
     return row

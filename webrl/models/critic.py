@@ -170,14 +170,19 @@ class CriticModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.head_logits(input_ids, attention_mask)
 
-    def head_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """V_k = softmax(head_k)[1] for both heads: shape (2, B)."""
-        return torch.softmax(self.head_logits(input_ids, attention_mask).float(), dim=-1)[..., 1]
-
     def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """V = min(V_1, V_2): shape (B,) (``torch.minimum(v1, v2)`` in WebRL's actor loss)."""
-        v = self.head_values(input_ids, attention_mask)  # (2, B)
-        return torch.minimum(v[0], v[1])
+        """V = min(V_1, V_2) of each state: shape (B,) (:func:`critic_value`)."""
+        return critic_value(self.head_logits(input_ids, attention_mask))
+
+
+def critic_value(logits: torch.Tensor) -> torch.Tensor:
+    """V = min(softmax(head_1)[1], softmax(head_2)[1]): both heads' logits (2, B, 2) -> (B,).
+
+    The one definition of the critic's value: the trainer's advantages and the critic service's filter values
+    both come from here (``torch.minimum(v1, v2)`` in WebRL's actor loss).
+    """
+    p = logits.float().softmax(-1)[..., 1]  # (2, B): V_k = P(success) of head k
+    return torch.minimum(p[0], p[1])
 
 
 def critic_prompt(tokenizer: Any, intent: str, observation: str, history: Sequence[Any] = (), *,

@@ -64,5 +64,8 @@ def sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch
 
 
 def confidence(lp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
-    """1 / perplexity = exp(lp / n): the geometric-mean token probability (B,). n = 0 gives 1."""
+    """1 / perplexity = exp(lp / n): the geometric-mean token probability (B,). n = 0 gives 1.
+
+    The one definition of the replay filter's score (DESIGN.md step 4), of the actor loss's p_ref = exp(lp_ref / n)
+    (step 6) and of the actor service's ``/v1/logprobs`` confidence."""
     return torch.exp(lp / n_tokens.clamp(min=1))

@@ -3,7 +3,7 @@
 WebRL's ``add_overall_reward`` (scripts/process_data.py; published code, not in the paper)::
 
     p = exp(logit_YES) / (exp(logit_YES) + exp(logit_NO))      # softmax over the two answers only
-    reward = 1 if p >= 0.5 else 0
+    reward = 1 if p >= 0.5 else 0                               # webrl.rewards.reward_of
 
 read at the position after the assistant header. Here prompts are left-padded into batches with explicit
 position ids, so a prompt's p does not depend on the batch it is scored in.
@@ -16,11 +16,10 @@ from typing import Any
 
 import torch
 
+from webrl.hyperparams import PAPER
 from webrl.models.batched import score_in_batches
 from webrl.prompts.orm import NO, YES
-
-#: Reward threshold on p (``add_overall_reward``: ``if scores[0] >= 0.5``).
-DEFAULT_THRESHOLD = 0.5
+from webrl.rewards import reward_of
 
 
 def answer_token_id(tokenizer: Any, answer: str) -> int:
@@ -41,11 +40,6 @@ def yes_no_token_ids(tokenizer: Any) -> tuple[int, int]:
     if yes == no:
         raise ValueError(f"YES and NO start with the same token ({yes}); the ORM cannot tell them apart")
     return yes, no
-
-
-def reward_of(p: float, threshold: float = DEFAULT_THRESHOLD) -> float:
-    """Outcome reward: 1 if p >= threshold else 0 (WebRL, threshold 0.5)."""
-    return 1.0 if p >= threshold else 0.0
 
 
 def _left_padded(tokenizer: Any, prompts: Sequence[str], device: torch.device) -> dict[str, torch.Tensor]:
@@ -86,7 +80,7 @@ def orm_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str], batch_
 
 
 # Measuring the ORM against the rule evaluators (`webrl train-orm`)
-def classification_metrics(p: Sequence[float], labels: Sequence[int], threshold: float = DEFAULT_THRESHOLD
+def classification_metrics(p: Sequence[float], labels: Sequence[int], threshold: float = PAPER.reward.orm_threshold
                            ) -> dict[str, float]:
     """Accuracy, precision, recall and F1 of ``reward = 1[p >= threshold]`` against 0/1 evaluator labels
     (positive class: success). Precision/recall/F1 are 0 when undefined (no predicted / actual positives)."""

@@ -16,6 +16,7 @@ from services.trainer.data import (
     load_phase_examples,
 )
 from webrl.db.session import session_scope
+from webrl.hyperparams import Replay
 
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
     'exit(message="done")'
@@ -84,6 +85,14 @@ def test_select_replay_filters_then_caps_at_twice_the_current_steps() -> None:
     assert sorted(e.trajectory_id for e in mixed) == sorted([100, 101, *[e.trajectory_id for e in kept]])
     with pytest.raises(ValueError):
         replay.select_replay(candidates, scores[:3], n_current=3)
+
+
+def test_select_replay_keeps_exactly_what_keep_confident_keeps() -> None:
+    window = Replay(confidence_low=0.2, confidence_high=0.4, cap_ratio=10)
+    scores = [0.1, 0.3, 0.4, 0.5, 0.2]
+    kept = replay.select_replay([_ex(i) for i in range(5)], scores, n_current=1, replay=window)
+    assert replay.keep_confident(scores, window) == [False, True, True, False, False]
+    assert sorted(e.trajectory_id for e in kept) == [1, 2]
 
 
 def test_score_confidence_is_inverse_perplexity_of_the_action(tiny) -> None:

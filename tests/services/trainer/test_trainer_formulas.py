@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from services.trainer.losses import ActorLossConfig, actor_loss, adaptive_beta, critic_loss, critic_value, sft_loss
+from services.trainer.losses import ActorLossConfig, actor_loss, adaptive_beta, critic_loss, sft_loss
 from services.trainer.returns import advantages, binarise, mc_returns
+from webrl.models.critic import critic_value
 
 
 def test_mc_returns_discount_with_gamma_0_9() -> None:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from webrl.models.orm import orm_probabilities, reward_of, yes_no_token_ids
+from webrl.models.orm import orm_probabilities, yes_no_token_ids
 from webrl.prompts.orm import render_llama3_orm
 
 
@@ -49,6 +49,3 @@ def test_batched_equals_unbatched(tiny_llama3) -> None:
     assert batched == pytest.approx(one_by_one, abs=1e-5)
     assert len({round(p, 6) for p in batched}) == 3  # different prompts, different judgements
 
-
-def test_reward_threshold() -> None:
-    assert reward_of(0.5) == 1.0 and reward_of(0.4999) == 0.0 and reward_of(0.7, threshold=0.8) == 0.0
