@@ -29,6 +29,7 @@ def main() -> None:
     isolated_home("webrl-bench-phase-")
     from webrl.config import get_settings
     from webrl.db.migrate import upgrade
+    from webrl.hyperparams import with_overrides
     from webrl.models.bootstrap import BootstrapConfig, run_bootstrap
     from webrl.pipeline import Pipeline, PipelineOptions, StageReport
     from webrl.presets import PRESETS
@@ -44,8 +45,8 @@ def main() -> None:
         console.print("bootstrapping a test-size actor ...")
         actor = Path(run_bootstrap(settings, BootstrapConfig(size="test", vocab_size=1024, demos_per_template=1,
                                                              max_demos=6, sft_minutes=0.5, concurrency=2)).path)
-    options = PipelineOptions(run="bench", actor=str(actor), orm=str(actor), **PRESETS[args.preset])
-    options.phases = 1
+    hyperparams = with_overrides(PRESETS[args.preset], {"curriculum.phases": 1})
+    options = PipelineOptions(run="bench", actor=str(actor), orm=str(actor), hyperparams=hyperparams)
     marks: list[tuple[int, str, float]] = []
     clock = time.perf_counter()
 
@@ -62,8 +63,8 @@ def main() -> None:
         kept = pipeline.phase_metrics(1)["filter.kept_keys"]
         start = time.perf_counter()
         dispatch("rollout.run", {"task_keys": kept, "phase": 99, "attempt": 0, "purpose": "eval",
-                                 "policy": {"kind": "oracle"}, "concurrency": options.concurrency,
-                                 "max_steps": options.max_steps})
+                                 "policy": {"kind": "oracle"}, "concurrency": hyperparams.rollout.concurrency,
+                                 "max_steps": hyperparams.rollout.max_steps})
         oracle_s = time.perf_counter() - start
 
     table = Table(title=f"one phase, preset {args.preset}, {len(kept)} tasks kept")

@@ -1,7 +1,8 @@
 """Settings: the one place webrl reads its environment (prefix ``WEBRL_``).
 
 Every other module receives a :class:`Settings` (usually through :func:`get_settings`) and never touches
-``os.environ``. Values are validated once, at load.
+``os.environ``. Values are validated once, at load. Settings are deployment facts (where things are, how they
+are served); the method's knobs (thresholds, bands, beta, learning rates) are :mod:`webrl.hyperparams`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-
-from webrl.hyperparams import PAPER
 
 #: WebArena's site placeholders, in the order WebArena's configs use them.
 SITE_PLACEHOLDERS: dict[str, str] = {
@@ -111,7 +110,6 @@ class Settings(BaseSettings):
     orm_model: str | None = Field(None, description="ORM folder (local) or served model name (openai).")
     orm_endpoint: str | None = Field(None, description="Base URL (…/v1) of the OpenAI-compatible ORM server.")
     orm_api_key: str | None = Field(None, description="Bearer key sent to orm_endpoint.")
-    orm_threshold: float = Field(PAPER.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
     orm_max_prompt_tokens: int = Field(16384, ge=64, description="ORM prompt budget; only the observation is "
                                        "cut (WebRL: cutoff_len 16384). The model's own limit also applies.")
     orm_batch_size: int = Field(8, ge=1, description="Prompts per ORM forward pass (local backend).")

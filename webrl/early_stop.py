@@ -1,16 +1,17 @@
 """WebArena's early stop, as WebRL runs its episodes (DESIGN.md step 2): at most 30 steps, and stop after 5
-unparsable responses or 5 identical actions in a row. Shared by the browser pool's episode loop and the
-actor's agent runs."""
+unparsable responses or 5 identical actions in a row (the numbers: ``webrl.hyperparams.Rollout``). Shared by the
+browser pool's episode loop and the actor's agent runs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webrl.hyperparams import DEFAULTS
 from webrl.schemas import Action
 
-MAX_STEPS = 30  # WebRL: at most 30 actions per episode
-MAX_PARSE_FAILURES = 5  # WebArena early_stop parsing_failure_th, as WebRL runs it
-MAX_REPEATED_ACTIONS = 5  # WebArena early_stop repeating_action_failure_th, as WebRL runs it
+MAX_STEPS = DEFAULTS.rollout.max_steps
+MAX_PARSE_FAILURES = DEFAULTS.rollout.max_parse_failures
+MAX_REPEATED_ACTIONS = DEFAULTS.rollout.max_repeated_actions
 
 
 @dataclass

@@ -1,29 +1,89 @@
 """WebRL's hyperparameters: one frozen record, grouped by the stage of the method that reads them.
 
-Every field's default is the paper's value (arXiv 2411.02337) or, where the paper is silent, the published
-code's; its docstring says which. :data:`PAPER` is the record with every default.
+The method's knobs default to the paper's values (arXiv 2411.02337) or, where the paper is silent, to the
+published code's; each field's docstring says which. The scale of a run (phases, tasks per phase, episodes in
+flight) defaults to this project's CPU demo; the ``paper`` preset (``webrl.presets``) has the paper's scale.
+:data:`DEFAULTS` is the record with every default. Presets are instances of :class:`WebRLHyperparams`, the
+pipeline stores one with each run, and it travels to the trainer inside the phase job as JSON
+(:func:`dataclasses.asdict` out, :func:`parse_hyperparams` in).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field, TypeAdapter
 
-#: Unknown keys are errors when a record is read from JSON (a job payload, a stored run).
+#: Unknown keys are errors when a record is read from JSON (a job payload, a stored run, an override).
 _FORBID_EXTRA = ConfigDict(extra="forbid")
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+PositiveFloat = Annotated[float, Field(gt=0.0)]
+Count = Annotated[int, Field(ge=1)]
 
 
 @dataclass(frozen=True)
 class Curriculum:
-    """Step 1: which generated tasks a phase keeps."""
+    """Step 1: how many phases, and which generated tasks a phase keeps."""
 
     __pydantic_config__ = _FORBID_EXTRA
 
-    value_low: float = 0.05
+    phases: Count = 3
+    """WebRL phases after the SFT actor (paper section 4.1: 8 on WebArena-Lite; 3 is the CPU demo's)."""
+    tasks_per_phase: Count = 48
+    """Tasks kept per phase after the filter (paper section 3.1: ~500; 48 is the CPU demo's)."""
+    candidates_per_phase: Count = 96
+    """Tasks generated per phase before the filter (published code: generated in bulk; 96 is the CPU demo's)."""
+    seed_tasks: Count = 48
+    """Phase 0: seed train tasks the SFT actor attempts; its failures seed the curriculum (this project's)."""
+    enabled: bool = True
+    """False: phase tasks are fresh seed tasks, no generation (the "w/o curriculum" ablation, paper section 4.3)."""
+    generator: Literal["grounded", "llm"] = "grounded"
+    """Task generator: grounded in the sandbox's data, or an LLM (paper section 3.1: GPT-4o) at an endpoint."""
+    value_low: Probability = 0.05
     """Keep a task when the critic's V(start) >= this: not hopeless (paper section 3.2: [0.05, 0.75])."""
-    value_high: float = 0.75
+    value_high: Probability = 0.75
     """... and V(start) <= this: not solved already (paper section 3.2)."""
+    fill_filter: bool = True
+    """Top a phase up with the tasks nearest the band when too few fall in it (this project's, not in the paper)."""
+
+    def __post_init__(self) -> None:
+        if self.value_low > self.value_high:
+            raise ValueError(f"curriculum.value_low {self.value_low} exceeds value_high {self.value_high}")
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Step 2: the actor's episodes on the phase's tasks."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    max_steps: Annotated[int, Field(ge=1, le=100)] = 30
+    """Horizon: at most this many actions per episode (published code, as WebArena runs it)."""
+    max_parse_failures: Count = 5
+    """Stop after this many unparsable responses in a row (WebArena's ``parsing_failure_th``; published code)."""
+    max_repeated_actions: Count = 5
+    """Stop after this many identical actions in a row (WebArena's ``repeating_action_failure_th``)."""
+    temperature: Annotated[float, Field(ge=0.0)] | None = None
+    """Sampling temperature of training rollouts; None: the actor's default (greedy). Evaluation is greedy."""
+    chunk: Count = 16
+    """Tasks per rollout job: the unit of progress and of resumable work (execution, not in the paper)."""
+    concurrency: Count = 4
+    """Browser episodes in flight per rollout job (execution, not in the paper)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Step 7: the held-out test tasks after each phase."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    tasks: Count = 165
+    """Test tasks evaluated after each phase (paper section 4.1: WebArena-Lite's 165)."""
+    subset: Count | None = None
+    """Phases between the first and the last evaluate a fixed stratified sample of this many (None: all)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +92,7 @@ class Reward:
 
     __pydantic_config__ = _FORBID_EXTRA
 
-    orm_threshold: float = 0.5
+    orm_threshold: Probability = 0.5
     """reward = 1 if P(YES) >= this (paper section 3.1; published code ``add_overall_reward``)."""
 
 
@@ -42,12 +102,83 @@ class Replay:
 
     __pydantic_config__ = _FORBID_EXTRA
 
-    confidence_low: float = 0.5
+    enabled: bool = True
+    """False: train on this phase's experience only (the "w/o replay" ablation, paper section 4.3)."""
+    confidence_low: Probability = 0.5
     """Keep a replayed step when c > this (paper section 3.3; published code ``rank_score <= 0.5: continue``)."""
-    confidence_high: float = 0.95
+    confidence_high: Probability = 0.95
     """... and c <= this: the actor has not learnt it yet (paper section 3.3; published code ``<= 0.95``)."""
-    cap_ratio: int = 2
+    cap_ratio: Annotated[int, Field(ge=0)] = 2
     """At most this many replayed steps per current step (published code ``2 * len(current)``, not in the paper)."""
+
+    def __post_init__(self) -> None:
+        if self.confidence_low >= self.confidence_high:
+            raise ValueError(f"replay.confidence_low {self.confidence_low} must be below confidence_high "
+                             f"{self.confidence_high}")
+
+
+@dataclass(frozen=True)
+class Advantage:
+    """Step 6: returns and the binarised advantage."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    gamma: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
+    """Discount of the MC return G_t (published code ``add_mc_return(gamma=0.9)``; the paper does not give it)."""
+    step_penalty: float = 0.05
+    """Subtracted from V(s') - V(s) + r + G_t (published code ``nv - v - 0.05 + ...``, not in the paper)."""
+    clip: PositiveFloat = 1.0
+    """A is clamped to [-clip, clip] before binarising (published code ``torch.clamp(A, -1, 1)``)."""
+    positive: float = 1.0
+    """Binarised A of a step with A >= 0 (published code ``torch.where(A >= 0, 1.0, -0.6)``)."""
+    negative: float = -0.6
+    """Binarised A of a step with A < 0 (published code, not in the paper)."""
+
+
+@dataclass(frozen=True)
+class ActorLoss:
+    """Step 6: the KL-constrained actor objective and its optimisation."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    kl: bool = True
+    """False: the "w/o KL" ablation (paper section 4.3): loss = -mean(A * lp / N * 1[A > 0])."""
+    beta: PositiveFloat = 1.0
+    """beta: weight of the KL constraint (paper eq. 4; published code ``torch.ones_like``)."""
+    beta_high: PositiveFloat = 5.0
+    """beta on steps the reference is already sure about (published code ``beta[cond] = 5.0``; not in the paper)."""
+    p_ref_positive: Probability = 0.8
+    """A > 0 and p_ref >= this -> beta_high: don't push up what the reference already does (published code)."""
+    p_ref_negative: Probability = 0.9
+    """A < 0 and p_ref < this -> beta_high: stay near the reference on unsure bad steps (published code)."""
+    lr: PositiveFloat = 1e-6
+    """AdamW learning rate of the actor (published config ``lm_lr``, for 8B models)."""
+    epochs: Count = 1
+    """Passes over the phase's experience (published code ``actor_epochs``)."""
+
+
+@dataclass(frozen=True)
+class Critic:
+    """Step 5: training the critic on s and s'."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    lr: PositiveFloat = 1e-6
+    """AdamW learning rate of the critic (published config ``critic_lr``)."""
+    epochs: Count = 1
+    """Passes over the phase's experience (published code ``critic_epochs``)."""
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Steps 5 and 6: how the experience is batched for the critic and the actor."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    batch_size: Count = 8
+    """Sequences per micro-batch, bucketed by length (published code: 1 per GPU; buckets keep padding small)."""
+    grad_accum: Count = 1
+    """Micro-batches per optimizer step (published code: ``grad_accum_steps``)."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +188,37 @@ class WebRLHyperparams:
     __pydantic_config__ = _FORBID_EXTRA
 
     curriculum: Curriculum = field(default_factory=Curriculum)
+    rollout: Rollout = field(default_factory=Rollout)
+    evaluation: Evaluation = field(default_factory=Evaluation)
     reward: Reward = field(default_factory=Reward)
     replay: Replay = field(default_factory=Replay)
+    advantage: Advantage = field(default_factory=Advantage)
+    actor: ActorLoss = field(default_factory=ActorLoss)
+    critic: Critic = field(default_factory=Critic)
+    batching: Batching = field(default_factory=Batching)
 
 
-#: The paper's (and, where it is silent, the published code's) values.
-PAPER = WebRLHyperparams()
+#: The record with every default: the paper's method at the CPU demo's scale.
+DEFAULTS = WebRLHyperparams()
+
+_ADAPTER: TypeAdapter[WebRLHyperparams] = TypeAdapter(WebRLHyperparams)
+
+
+def parse_hyperparams(data: dict[str, Any]) -> WebRLHyperparams:
+    """A record from its JSON form (:func:`dataclasses.asdict`), validated: an unknown group or field, a value of
+    the wrong type or out of range raises ``pydantic.ValidationError`` naming it."""
+    return _ADAPTER.validate_python(data)
+
+
+def with_overrides(record: WebRLHyperparams, overrides: dict[str, Any]) -> WebRLHyperparams:
+    """``record`` with ``{"group.field": value}`` replaced, validated (:func:`parse_hyperparams`).
+
+    An unknown ``group.field`` raises ``ValueError`` listing the known ones."""
+    data = dataclasses.asdict(record)
+    for key, value in overrides.items():
+        group, _, name = key.partition(".")
+        if group not in data or name not in data[group]:
+            known = sorted(f"{g}.{n}" for g, fields in data.items() for n in fields)
+            raise ValueError(f"unknown hyperparameter {key!r}; known: {', '.join(known)}")
+        data[group][name] = value
+    return parse_hyperparams(data)

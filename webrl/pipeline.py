@@ -19,18 +19,19 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 from sqlalchemy import select
 
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
-from webrl.hyperparams import PAPER
+from webrl.hyperparams import WebRLHyperparams, with_overrides
 from webrl.queue import dispatch
 
 log = logging.getLogger(__name__)
@@ -39,38 +40,30 @@ STAGES: tuple[str, ...] = ("generate", "filter", "rollout", "label", "train", "e
 BASELINE_STAGES: tuple[str, ...] = ("evaluate", "seed-rollout")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PipelineOptions:
-    """Everything a run depends on; stored with the run so a resume uses the same values."""
+    """Everything a run depends on; stored with the run (:meth:`to_json`) so a resume uses the same values."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     run: str = "default"
-    phases: int = 3  # the paper runs 8 phases on WebArena-Lite; the CPU demo runs 3
-    actor: str = ""  # path of the starting (SFT) actor, a Hugging Face folder
-    orm: str = ""  # path of the ORM checkpoint; "" = reward from the sandbox evaluators
-    tasks_per_phase: int = 48  # tasks kept per phase after filtering (the paper keeps ~500 on a GPU cluster)
-    candidates_per_phase: int = 96  # generated before filtering; the filter keeps those in [value_low, value_high]
-    seed_tasks: int = 48  # phase-0 sample of seed train tasks whose failures seed the curriculum
-    eval_tasks: int = 165  # test-split tasks evaluated after each phase (all 165 by default)
-    # phases between the first and the last evaluate a fixed sample of this many of them, stratified by template,
-    # when a full evaluation costs too much (a 135M actor on 2 cores); None: every phase evaluates eval_tasks
-    eval_subset: int | None = None
-    value_low: float = PAPER.curriculum.value_low  # keep tasks with V in [value_low, value_high]
-    value_high: float = PAPER.curriculum.value_high
-    # Too few candidates in the band (a weak actor's critic rates nearly every task ~0): top the phase up with
-    # the candidates whose V is nearest the band, so a phase never runs empty; False keeps in-band tasks only.
-    fill_filter: bool = True
-    orm_threshold: float = PAPER.reward.orm_threshold  # reward = 1 if P(YES) >= this
-    max_steps: int = 30  # rollout horizon (published code)
-    rollout_temperature: float | None = None  # sampling of training rollouts; None: the actor's default (greedy).
-    # Evaluation always uses the actor's default, so success rates stay comparable across phases.
-    rollout_chunk: int = 16  # tasks per rollout job: the unit of progress and of resumable work
-    concurrency: int = 4  # concurrent browser episodes per rollout job
-    generator: str = "grounded"  # task generator: grounded (sandbox) or llm (any OpenAI-compatible endpoint)
-    curriculum: bool = True  # --no-curriculum: phase tasks are fresh seed train tasks instead of generated ones
-    replay: bool = True  # --no-replay: train on this phase's experience only
-    kl: bool = True  # --no-kl: drop the KL term (plain filtered behaviour cloning of positive-advantage steps)
-    train: dict[str, Any] = field(default_factory=dict)  # extra trainer options (epochs, lr, batch size...)
+    """Run name; rerunning the same name resumes it."""
+    actor: str = ""
+    """Path of the starting (SFT) actor, a Hugging Face folder."""
+    orm: str = ""
+    """Path of the ORM checkpoint; "" = rewards from the sandbox evaluators."""
     seed: int = 0
+    """Seed of every sample the run draws (tasks, generation, training)."""
+    hyperparams: WebRLHyperparams = field(default_factory=WebRLHyperparams)
+    """The method's knobs and the run's scale (``webrl.hyperparams``; a preset is one)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PipelineOptions:
+        """Options stored by :meth:`to_json`, validated: unknown keys are errors."""
+        return TypeAdapter(cls).validate_python(data)
 
 
 @dataclass
@@ -87,7 +80,7 @@ ProgressHook = Callable[[str, int, int], None]  # (label, done, total)
 
 def nearest_to_band(keys: Sequence[str], values: dict[str, float], low: float, high: float) -> list[str]:
     """``keys`` ordered by the distance of their value V to the band: d = max(low - V, 0, V - high), ties in
-    the given order (the filter's top-up, :attr:`PipelineOptions.fill_filter`)."""
+    the given order (the filter's top-up, :attr:`webrl.hyperparams.Curriculum.fill_filter`)."""
     return sorted(keys, key=lambda k: max(low - values[k], 0.0, values[k] - high))
 
 
@@ -108,16 +101,28 @@ class Pipeline:
         with session_scope(self.settings) as s:
             run = s.scalar(select(m.Run).where(m.Run.name == self.options.run))
             if run is None:
-                run = m.Run(name=self.options.run, options=asdict(self.options))
+                run = m.Run(name=self.options.run, options=self.options.to_json())
                 s.add(run)
                 s.flush()
             else:
-                # a resume keeps the options the run started with; only the phase count may grow
-                stored = PipelineOptions(**{**run.options, "phases": max(self.options.phases,
-                                                                         run.options.get("phases", 0))})
-                self.options = stored
-                run.options = asdict(stored)
+                self.options = self._resumed(run.options)
+                run.options = self.options.to_json()
             return run.id
+
+    def _resumed(self, stored_json: dict[str, Any]) -> PipelineOptions:
+        """A resume keeps the options the run started with; only the phase count may grow."""
+        try:
+            stored = PipelineOptions.from_json(stored_json)
+        except ValidationError as exc:
+            raise RuntimeError(f"run {self.options.run!r} was stored with options this webrl cannot read "
+                               f"(an older layout?); start it under a new --run name.\n{exc}") from exc
+        phases = max(self.hp.curriculum.phases, stored.hyperparams.curriculum.phases)
+        return replace(stored, hyperparams=with_overrides(stored.hyperparams, {"curriculum.phases": phases}))
+
+    @property
+    def hp(self) -> WebRLHyperparams:
+        """The run's hyperparameters."""
+        return self.options.hyperparams
 
     def _phase_row(self, s: Any, index: int) -> m.Phase:
         row = s.scalar(select(m.Phase).where(m.Phase.run_id == self.run_id, m.Phase.index == index))
@@ -149,7 +154,7 @@ class Pipeline:
     def run(self) -> None:
         """Run every phase that is not finished yet, resuming inside a phase after its last finished stage."""
         self._run_phase(0, BASELINE_STAGES)
-        for index in range(1, self.options.phases + 1):
+        for index in range(1, self.hp.curriculum.phases + 1):
             self._run_phase(index, STAGES)
 
     def _run_phase(self, index: int, stages: Sequence[str]) -> None:
@@ -179,8 +184,8 @@ class Pipeline:
     def _stage_evaluate(self, index: int) -> dict[str, Any]:
         """Success of the phase's resulting actor on the held-out test tasks, per site and overall."""
         actor = self.options.actor if index == 0 else self.phase_metrics(index)["train.actor_path"]
-        keys = self._task_keys(split="test", origin=None, limit=self.options.eval_tasks)
-        subset = self.options.eval_subset if 0 < index < self.options.phases else None
+        keys = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
+        subset = self.hp.evaluation.subset if 0 < index < self.hp.curriculum.phases else None
         sampled = subset is not None and subset < len(keys)
         if sampled:
             keys = self._stratified(keys, subset)
@@ -206,22 +211,22 @@ class Pipeline:
 
     def _stage_seed_rollout(self, index: int) -> dict[str, Any]:
         """Phase 0: the SFT actor on a sample of seed train tasks; its failures seed the curriculum."""
-        keys = self._sample(self._task_keys(split="train", origin="seed"), self.options.seed_tasks, salt=0)
+        keys = self._sample(self._task_keys(split="train", origin="seed"), self.hp.curriculum.seed_tasks, salt=0)
         ids = self._rollout(keys, index, self.options.actor, purpose="train", label="phase 0: seed rollout",
-                            temperature=self.options.rollout_temperature)
+                            temperature=self.hp.rollout.temperature)
         labelled = self._label(ids, "phase 0: ORM")
         return {"rollouts": len(ids), **labelled}
 
     def _stage_generate(self, index: int) -> dict[str, Any]:
         """New tasks in breadth from the previous phase's failures (paper, section 3.1)."""
-        if not self.options.curriculum:
+        if not self.hp.curriculum.enabled:
             return {"generated": 0}
         failed = self._failed_task_keys(index - 1)
         # a phase without failures still evolves: from every task it attempted (published code: any seed set)
         parents = failed or self._attempted_task_keys(index - 1)
         result = dispatch("taskgen.generate", {
-            "phase": index, "parent_keys": parents, "n": self.options.candidates_per_phase,
-            "generator": self.options.generator, "seed": self.options.seed * 1000 + index,
+            "phase": index, "parent_keys": parents, "n": self.hp.curriculum.candidates_per_phase,
+            "generator": self.hp.curriculum.generator, "seed": self.options.seed * 1000 + index,
         })
         return {"failed_parents": len(failed), "generated": len(result["task_keys"]),
                 "candidate_keys": result["task_keys"]}
@@ -232,8 +237,9 @@ class Pipeline:
         Phase 1 has no critic yet: the ORM's P(YES) on the start state stands in (as the WebRL authors did);
         with neither (rewards from the sandbox evaluators), every generated task is kept.
         """
-        if not self.options.curriculum:
-            keys = self._sample(self._task_keys(split="train", origin="seed"), self.options.tasks_per_phase,
+        curriculum = self.hp.curriculum
+        if not curriculum.enabled:
+            keys = self._sample(self._task_keys(split="train", origin="seed"), curriculum.tasks_per_phase,
                                 salt=index)
             return {"kept": len(keys), "kept_keys": keys}
         candidates = self.phase_metrics(index)["generate.candidate_keys"]
@@ -243,15 +249,15 @@ class Pipeline:
         else:
             kept = dispatch("taskgen.filter", {
                 "task_keys": candidates, "values": values, "critic_version": judge,
-                "low": self.options.value_low, "high": self.options.value_high,
+                "low": curriculum.value_low, "high": curriculum.value_high,
             })["kept"]
-        quota = self.options.tasks_per_phase
+        quota = curriculum.tasks_per_phase
         kept = kept[:quota]
         in_band = len(kept)
-        if values is not None and self.options.fill_filter and len(kept) < quota:
+        if values is not None and curriculum.fill_filter and len(kept) < quota:
             taken = set(kept)
             rest = [k for k in candidates if k not in taken]
-            kept += nearest_to_band(rest, values, self.options.value_low, self.options.value_high)[: quota - len(kept)]
+            kept += nearest_to_band(rest, values, curriculum.value_low, curriculum.value_high)[: quota - len(kept)]
         return {"kept": len(kept), "in_band": in_band, "kept_keys": kept, "candidates": len(candidates),
                 "judge": judge}
 
@@ -274,7 +280,7 @@ class Pipeline:
     def _stage_rollout(self, index: int) -> dict[str, Any]:
         keys = self.phase_metrics(index)["filter.kept_keys"]
         ids = self._rollout(keys, index, self.actor_for_phase(index), purpose="train",
-                            label=f"phase {index}: rollout", temperature=self.options.rollout_temperature)
+                            label=f"phase {index}: rollout", temperature=self.hp.rollout.temperature)
         return {"rollouts": len(ids)}
 
     def _stage_label(self, index: int) -> dict[str, Any]:
@@ -299,14 +305,16 @@ class Pipeline:
             critic = self.critic_for_phase(index)
             return {"skipped": True, "actor_path": self.actor_for_phase(index),
                     **({"critic_path": critic} if critic else {})}
-        result = dispatch("train.phase", {
-            "phase": index, "actor": self.actor_for_phase(index), "critic": self.critic_for_phase(index),
-            "critic_base": self.options.actor, "replay": self.options.replay, "kl": self.options.kl,
-            "seed": self.options.seed, "max_length": self._train_max_length(), **self.options.train,
-        })
+        result = dispatch("train.phase", self.phase_job(index))
         return {"actor_path": result["actor"]["path"], "actor_version": result["actor"]["version"],
                 "critic_path": result["critic"]["path"], "critic_version": result["critic"]["version"],
                 **{k: v for k, v in result.get("metrics", {}).items() if isinstance(v, int | float)}}
+
+    def phase_job(self, index: int) -> dict[str, Any]:
+        """The ``train.phase`` payload of phase ``index``: its checkpoints and the run's hyperparameters."""
+        return {"phase": index, "actor": self.actor_for_phase(index), "critic": self.critic_for_phase(index),
+                "critic_base": self.options.actor, "seed": self.options.seed, "max_length": self._train_max_length(),
+                "hyperparams": asdict(self.hp)}
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _task_keys(self, *, split: str, origin: str | None, limit: int | None = None) -> list[str]:
@@ -327,13 +335,13 @@ class Pipeline:
         if temperature is not None:
             policy["temperature"] = temperature
         ids: list[int] = []
-        chunk = self.options.rollout_chunk
+        rollout = self.hp.rollout
+        chunk = rollout.chunk
         self.on_progress(label, 0, len(keys))
         for start in range(0, len(keys), chunk):
             result = dispatch("rollout.run", {
                 "task_keys": keys[start:start + chunk], "phase": phase, "attempt": 0, "purpose": purpose,
-                "policy": policy, "concurrency": self.options.concurrency,
-                "max_steps": self.options.max_steps,
+                "policy": policy, "concurrency": rollout.concurrency, "max_steps": rollout.max_steps,
             })
             ids.extend(result["trajectory_ids"])
             self.on_progress(label, min(start + chunk, len(keys)), len(keys))
@@ -352,13 +360,13 @@ class Pipeline:
         self.on_progress(label, 0, len(trajectory_ids))
         if self.options.orm:
             dispatch("orm.score", {"trajectory_ids": trajectory_ids, "orm": self.options.orm,
-                                   "threshold": self.options.orm_threshold})
+                                   "threshold": self.hp.reward.orm_threshold})
         else:
             with session_scope(self.settings) as s:
                 for tid in trajectory_ids:
                     traj = s.get(m.Trajectory, tid)
                     p = float(traj.env_score or 0.0) if traj is not None else 0.0
-                    repo.save_label(s, tid, "env-evaluator", p_yes=p, threshold=self.options.orm_threshold)
+                    repo.save_label(s, tid, "env-evaluator", p_yes=p, threshold=self.hp.reward.orm_threshold)
         self.on_progress(label, len(trajectory_ids), len(trajectory_ids))
         return self._orm_agreement(trajectory_ids)
 

@@ -7,14 +7,14 @@ report and the ORM's own training all call these.
 
 from __future__ import annotations
 
-from webrl.hyperparams import PAPER
+from webrl.hyperparams import DEFAULTS
 
 #: An evaluator score or a reward at or above this is a success. Scores and rewards are 0/1, so any value in
 #: (0, 1] gives the same split; 0.5 is the midpoint WebRL's scripts use (``build_rm_data``: YES when score > 0.5).
 SUCCESS_SCORE = 0.5
 
 
-def reward_of(p: float, threshold: float = PAPER.reward.orm_threshold) -> float:
+def reward_of(p: float, threshold: float = DEFAULTS.reward.orm_threshold) -> float:
     """Outcome reward r = 1 if p >= threshold else 0 (``add_overall_reward`` in WebRL's scripts)."""
     return 1.0 if p >= threshold else 0.0
 

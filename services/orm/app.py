@@ -21,6 +21,7 @@ from services.orm.scoring import (
 )
 from webrl.config import Settings, get_settings
 from webrl.db.session import session_scope
+from webrl.hyperparams import DEFAULTS
 from webrl.schemas import Trajectory
 from webrl.service import create_app
 
@@ -33,7 +34,7 @@ class ScoreRequest(BaseModel):
 
     trajectories: list[Trajectory] | None = Field(None, max_length=MAX_ITEMS)
     trajectory_ids: list[Annotated[int, Field(ge=1, le=DB_MAX_ID)]] | None = Field(None, max_length=MAX_ITEMS)
-    threshold: float | None = Field(None, ge=0.0, le=1.0, description="Default: WEBRL_ORM_THRESHOLD (0.5).")
+    threshold: float = Field(DEFAULTS.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
@@ -94,7 +95,7 @@ def create_orm_app(settings: Settings | None = None, backend: OrmBackend | None 
     @app.post("/v1/orm/score", response_model=ScoreResponse, tags=["orm"])
     def score(body: ScoreRequest, state: StateDep) -> ScoreResponse:
         """Judge trajectories: p = P(YES), reward = 1[p >= threshold]. Labels of stored ones are kept."""
-        threshold = body.threshold if body.threshold is not None else state.settings.orm_threshold
+        threshold = body.threshold
         with state.lock:
             backend = state.backend
             if body.trajectories:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, model_validator
 from services.orm.scoring import OrmBackend, backend_from_settings, phase_trajectory_ids, score_stored
 from webrl.config import get_settings
 from webrl.db.session import session_scope
+from webrl.hyperparams import DEFAULTS
 from webrl.queue import celery_app
 from webrl.schemas import Observation, Trajectory
 
@@ -23,7 +24,7 @@ class ScorePayload(BaseModel):
     phase: int | None = None
     purpose: str = "train"
     orm: str | None = Field(None, description="ORM folder (or served name); default WEBRL_ORM_MODEL.")
-    threshold: float | None = Field(None, ge=0.0, le=1.0)
+    threshold: float = Field(DEFAULTS.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
 
     @model_validator(mode="after")
     def _ids_or_phase(self) -> ScorePayload:
@@ -59,7 +60,7 @@ def score(payload: dict) -> dict:
     "mean_reward"}``. Idempotent: labels are unique per (trajectory, ORM version)."""
     request = ScorePayload.model_validate(payload)
     settings = get_settings()
-    threshold = request.threshold if request.threshold is not None else settings.orm_threshold
+    threshold = request.threshold
     backend = _backend(request.orm)
     with session_scope(settings) as session:
         ids = request.trajectory_ids

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from services.taskgen.curriculum import filter_by_value, generate_grounded, generate_llm
 from webrl.config import get_settings
-from webrl.hyperparams import PAPER
+from webrl.hyperparams import DEFAULTS
 from webrl.service import create_app
 
 
@@ -41,8 +41,8 @@ class FilterRequest(BaseModel):
     task_keys: list[str] = Field(min_length=1, max_length=10000)
     values: dict[str, float] = Field(description="V(start state) per task key, in [0, 1].")
     critic_version: str = Field(min_length=1, max_length=80)
-    low: float = Field(PAPER.curriculum.value_low, ge=0.0, le=1.0)
-    high: float = Field(PAPER.curriculum.value_high, ge=0.0, le=1.0)
+    low: float = Field(DEFAULTS.curriculum.value_low, ge=0.0, le=1.0)
+    high: float = Field(DEFAULTS.curriculum.value_high, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _check(self) -> FilterRequest:

@@ -16,7 +16,7 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
-from webrl.hyperparams import PAPER
+from webrl.hyperparams import DEFAULTS
 from webrl.schemas import TaskConfig
 
 log = logging.getLogger(__name__)
@@ -106,8 +106,8 @@ def generate_llm(settings: Settings, phase: int, parent_keys: list[str], n: int,
 
 
 def filter_by_value(settings: Settings, task_keys: list[str], values: dict[str, float], *,
-                    critic_version: str, low: float = PAPER.curriculum.value_low,
-                    high: float = PAPER.curriculum.value_high) -> list[str]:
+                    critic_version: str, low: float = DEFAULTS.curriculum.value_low,
+                    high: float = DEFAULTS.curriculum.value_high) -> list[str]:
     """Keep tasks whose start-state value V lies in [low, high]; every value is stored (idempotent).
 
     V is the critic's P(success) of the task's start state (the min of its two heads); right after SFT,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from services.taskgen.curriculum import filter_by_value, generate_grounded, generate_llm
 from webrl.config import get_settings
-from webrl.hyperparams import PAPER
+from webrl.hyperparams import DEFAULTS
 from webrl.queue import MAX_RETRIES, celery_app
 
 
@@ -27,7 +27,8 @@ def generate(payload: dict) -> dict:
 @celery_app.task(name="taskgen.filter", max_retries=MAX_RETRIES)
 def filter_tasks(payload: dict) -> dict:
     """Keep the tasks whose value lies in [low, high]; stores every value (idempotent per critic version)."""
+    band = DEFAULTS.curriculum
     kept = filter_by_value(get_settings(), list(payload["task_keys"]), dict(payload["values"]),
-                           critic_version=payload["critic_version"], low=payload.get("low", PAPER.curriculum.value_low),
-                           high=payload.get("high", PAPER.curriculum.value_high))
+                           critic_version=payload["critic_version"], low=payload.get("low", band.value_low),
+                           high=payload.get("high", band.value_high))
     return {"kept": kept}

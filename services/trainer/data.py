@@ -18,9 +18,10 @@ import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.trainer.returns import GAMMA, mc_returns
+from services.trainer.returns import mc_returns
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory, trajectories_for_phase
+from webrl.hyperparams import DEFAULTS
 from webrl.models.examples import (
     EncodedExample,
     collate,
@@ -66,7 +67,7 @@ def actor_prompt_fn(tokenizer: Any, max_tokens: int | None = None) -> PromptFn:
 
 
 def trajectory_examples(traj: Trajectory, trajectory_id: int, phase: int, reward: float, prompt: PromptFn,
-                        gamma: float = GAMMA) -> list[StepExample]:
+                        gamma: float = DEFAULTS.advantage.gamma) -> list[StepExample]:
     """Every step of ``traj`` as a :class:`StepExample` whose reward is ``reward``."""
     steps = traj.steps
     if not steps:
@@ -93,7 +94,7 @@ def _labelled_reward(row: m.Trajectory) -> float | None:
     return float(max(row.labels, key=lambda label: label.id).reward)
 
 
-def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, gamma: float = GAMMA,
+def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, gamma: float = DEFAULTS.advantage.gamma,
                         purpose: str = "train") -> list[StepExample]:
     """All steps of the phase's labelled trajectories (unlabelled ones are skipped and counted in the log)."""
     out: list[StepExample] = []
@@ -109,8 +110,8 @@ def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, gamma
     return out
 
 
-def first_success_examples(session: Session, before_phase: int, prompt: PromptFn, *, gamma: float = GAMMA,
-                           purpose: str = "train") -> list[StepExample]:
+def first_success_examples(session: Session, before_phase: int, prompt: PromptFn, *,
+                           gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train") -> list[StepExample]:
     """Replay candidates: from phases < ``before_phase``, the first successful trajectory of each task
     (earliest phase, then earliest id), all its steps (DESIGN.md step 4)."""
     rows = session.scalars(

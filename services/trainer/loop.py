@@ -34,14 +34,15 @@ LOG_EVERY = 10
 
 @dataclass
 class LoopConfig:
-    """Optimisation settings shared by every training run."""
+    """Optimisation settings shared by every training run. A WebRL phase fills lr, epochs, batch_size and
+    grad_accum from its :class:`webrl.hyperparams.WebRLHyperparams` (``actor`` / ``critic``, ``batching``)."""
 
     lr: float = 1e-5
-    """AdamW learning rate (published WebRL config: ``lm_lr`` = ``critic_lr`` = 1e-6 for 8B models)."""
+    """AdamW learning rate (the SFT default; a phase: ``ActorLoss.lr`` / ``Critic.lr``)."""
     epochs: int = 1
-    """Passes over the data (published code: ``actor_epochs`` / ``critic_epochs`` = 1)."""
+    """Passes over the data."""
     batch_size: int = 8
-    """Sequences per micro-batch, bucketed by length (WebRL uses 1; buckets keep padding small)."""
+    """Sequences per micro-batch, bucketed by length."""
     grad_accum: int = 1
     """Micro-batches per optimizer step."""
     max_grad_norm: float = 1.0

@@ -1,35 +1,19 @@
 """WebRL's losses as pure functions ``(inputs) -> (loss, metrics)``; the loop does backward and logging.
 
-Shapes: B = batch, T = sequence length. Formulas: DESIGN.md steps 5 and 6.
+Shapes: B = batch, T = sequence length. Formulas: DESIGN.md steps 5 and 6; the actor objective's constants
+(beta, beta_high, the p_ref thresholds, kl) are :class:`webrl.hyperparams.ActorLoss`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
+from webrl.hyperparams import DEFAULTS, ActorLoss
 from webrl.models.critic import critic_value
 from webrl.models.logprobs import confidence
 
 Metrics = dict[str, float]
-
-
-@dataclass(frozen=True)
-class ActorLossConfig:
-    """The actor objective's constants, named after the paper's symbols."""
-
-    beta: float = 1.0
-    """beta: weight of the KL constraint, the default of the adaptive rule (published code ``torch.ones_like``)."""
-    beta_high: float = 5.0
-    """beta for steps the reference is already sure about (published code ``beta[cond] = 5.0``; not in the paper)."""
-    p_ref_positive: float = 0.8
-    """A > 0 and p_ref >= this -> beta_high: don't push up what the reference already does (published code)."""
-    p_ref_negative: float = 0.9
-    """A < 0 and p_ref < this -> beta_high: stay near the reference on unsure bad steps (published code)."""
-    kl: bool = True
-    """False: the "w/o KL" ablation (no reference term): loss = -mean(A * lp / N * 1[A > 0])."""
 
 
 def critic_loss(logits_s: torch.Tensor, logits_next: torch.Tensor,
@@ -51,7 +35,7 @@ def critic_loss(logits_s: torch.Tensor, logits_next: torch.Tensor,
 
 
 def adaptive_beta(advantage: torch.Tensor, p_ref: torch.Tensor, r_hat: torch.Tensor,
-                  config: ActorLossConfig = ActorLossConfig()) -> torch.Tensor:
+                  config: ActorLoss = DEFAULTS.actor) -> torch.Tensor:
     """beta = beta_high if (A > 0 and p_ref >= p+) or (A < 0 and p_ref < p-) else beta; then
     beta = min(beta, |A / r_hat|), detached. All (B,). r_hat = 0 leaves beta unchanged (|A / 0| = inf)."""
     high = ((advantage > 0) & (p_ref >= config.p_ref_positive)) | ((advantage < 0) & (p_ref < config.p_ref_negative))
@@ -61,7 +45,7 @@ def adaptive_beta(advantage: torch.Tensor, p_ref: torch.Tensor, r_hat: torch.Ten
 
 
 def actor_loss(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, advantage: torch.Tensor,
-               config: ActorLossConfig = ActorLossConfig()) -> tuple[torch.Tensor, Metrics]:
+               config: ActorLoss = DEFAULTS.actor) -> tuple[torch.Tensor, Metrics]:
     """WebRL's KL-constrained actor loss (DESIGN.md step 6).
 
     lp, lp_ref: summed action-token log-probs under actor and reference (B,); n_tokens: action tokens (B,);

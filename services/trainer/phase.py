@@ -8,6 +8,8 @@ Order, with one model in training at a time:
    ``losses.critic_loss`` on s and s', then gives V(s), V(s') for every step and is published.
 3. A = binarise(clamp(V(s') - V(s) - 0.05 + r + G_t, -1, 1)) (``returns``).
 4. The actor is trained with ``losses.actor_loss`` and published.
+
+Every knob of these steps comes from the job's :class:`webrl.hyperparams.WebRLHyperparams`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.trainer import replay
 from services.trainer.data import (
@@ -34,13 +36,14 @@ from services.trainer.data import (
     state_pair_items,
 )
 from services.trainer.loop import LoopConfig, Prepared, evaluate, make_accelerator, prepare, prepared_loader, train
-from services.trainer.losses import ActorLossConfig, actor_loss, critic_loss
+from services.trainer.losses import actor_loss, critic_loss
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model
-from services.trainer.returns import GAMMA, advantages, binarise
+from services.trainer.returns import advantages, binarise
 from services.trainer.sft import COMPLETION_BUDGET, LORA_BASE_DTYPE, MAX_LENGTH, load_for_training
 from webrl.checkpoints import CheckpointInfo, find, verify
 from webrl.config import Settings
 from webrl.db.session import session_scope
+from webrl.hyperparams import ActorLoss, WebRLHyperparams
 from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
 from webrl.models.folders import is_adapter
@@ -50,22 +53,18 @@ log = logging.getLogger("webrl.trainer.phase")
 
 
 class PhaseJob(BaseModel):
-    """Payload of ``train.phase`` and ``POST /v1/train`` with kind "phase"."""
+    """Payload of ``train.phase`` and ``POST /v1/train`` with kind "phase". Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
 
     phase: int = Field(ge=1, description="The phase whose trajectories are trained on.")
     actor: str = Field(description="The actor at the start of the phase (a causal LM folder).")
     critic: str | None = Field(None, description="The previous critic; None in phase 1 (fresh heads).")
     critic_base: str | None = Field(None, description="Backbone of a fresh critic (the SFT model); default actor.")
     reference: str | None = Field(None, description="Frozen reference; default the actor at the phase start.")
-    replay: bool = Field(True, description="Add replayed steps from earlier phases (DESIGN.md step 4).")
-    kl: bool = Field(True, description="False: the w/o-KL ablation of the actor loss.")
-    gamma: float = Field(GAMMA, gt=0, le=1, description="Discount of the MC return.")
-    actor_lr: float = Field(1e-6, gt=0, description="Published WebRL config lm_lr.")
-    critic_lr: float = Field(1e-6, gt=0, description="Published WebRL config critic_lr.")
-    actor_epochs: int = Field(1, ge=1)
-    critic_epochs: int = Field(1, ge=1)
-    batch_size: int = Field(8, ge=1)
-    grad_accum: int = Field(1, ge=1)
+    hyperparams: WebRLHyperparams = Field(default_factory=WebRLHyperparams,
+                                          description="The run's WebRL hyperparameters (replay, advantage, actor "
+                                                      "loss, critic, batching are read here).")
     seed: int = 0
     max_minutes: float | None = Field(None, gt=0, description="Budget for each of critic and actor training.")
     max_length: int | None = Field(None, ge=16)
@@ -93,8 +92,9 @@ def _free(*objects: Any) -> None:
 
 
 def _loop_config(job: PhaseJob, lr: float, epochs: int) -> LoopConfig:
-    return LoopConfig(lr=lr, epochs=epochs, batch_size=job.batch_size, grad_accum=job.grad_accum, seed=job.seed,
-                      max_minutes=job.max_minutes)
+    batching = job.hyperparams.batching
+    return LoopConfig(lr=lr, epochs=epochs, batch_size=batching.batch_size, grad_accum=batching.grad_accum,
+                      seed=job.seed, max_minutes=job.max_minutes)
 
 
 def _action_items(tokenizer: Any, examples: list[StepExample], max_length: int,
@@ -120,16 +120,17 @@ def reference_logprobs(accelerator: Any, model: Any, tokenizer: Any, items: list
 def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
                 max_length: int) -> tuple[list[StepExample], dict[str, Any]]:
     prompt = actor_prompt_fn(tokenizer, max_tokens=max_length - COMPLETION_BUDGET)
+    hp = job.hyperparams
     with session_scope(settings) as session:
-        current = load_phase_examples(session, job.phase, prompt, gamma=job.gamma, purpose=job.purpose)
-        candidates = (first_success_examples(session, job.phase, prompt, gamma=job.gamma, purpose=job.purpose)
-                      if job.replay else [])
+        current = load_phase_examples(session, job.phase, prompt, gamma=hp.advantage.gamma, purpose=job.purpose)
+        candidates = (first_success_examples(session, job.phase, prompt, gamma=hp.advantage.gamma,
+                                             purpose=job.purpose) if hp.replay.enabled else [])
     if not current:
         raise ValueError(f"phase {job.phase} has no labelled '{job.purpose}' trajectories to train on")
     with accelerator.autocast():
         scores = replay.score_confidence(accelerator, actor.model, tokenizer, candidates,
-                                         batch_size=job.batch_size, max_length=max_length)
-    replayed = replay.select_replay(candidates, scores, len(current), seed=job.seed)
+                                         batch_size=hp.batching.batch_size, max_length=max_length)
+    replayed = replay.select_replay(candidates, scores, len(current), seed=job.seed, replay=hp.replay)
     experience = replay.build_experience(current, replayed, seed=job.seed)
     stats = {"current_steps": len(current), "replay_candidates": len(candidates), "replay_steps": len(replayed)}
     log.info("phase %d experience: %s", job.phase, stats)
@@ -159,7 +160,7 @@ def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: 
                  max_length: int, version: str, dest: Path) -> tuple[CheckpointInfo | None, list[float], list[float]]:
     """Train and publish the critic; return it (None on non-main processes) with V(s) and V(s') of every
     experience step."""
-    config = _loop_config(job, job.critic_lr, job.critic_epochs)
+    config = _loop_config(job, job.hyperparams.critic.lr, job.hyperparams.critic.epochs)
     accelerator = make_accelerator(config)
     prepared = prepare(accelerator, _load_critic(settings, job), config)
     items = state_pair_items(tokenizer, experience, max_length)
@@ -191,7 +192,7 @@ def _version_of(path: str | None) -> str | None:
     return checkpoint_version(path)
 
 
-def actor_loss_fn(config: ActorLossConfig):
+def actor_loss_fn(config: ActorLoss):
     """Actor objective on one batch: lp under the actor, lp_ref and A from the batch -> ``losses.actor_loss``."""
 
     def fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
@@ -221,29 +222,32 @@ def run_phase(settings: Settings, job: PhaseJob) -> PhaseResult | None:
     model, tokenizer = load_for_training(job.actor, settings)
     context = int(getattr(model.config, "max_position_embeddings", MAX_LENGTH))
     max_length = min(job.max_length or MAX_LENGTH, context)
-    config = _loop_config(job, job.actor_lr, job.actor_epochs)
+    hp = job.hyperparams
+    config = _loop_config(job, hp.actor.lr, hp.actor.epochs)
     accelerator = make_accelerator(config)
     actor = prepare(accelerator, model, config)
     experience, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
     items = _action_items(tokenizer, experience, max_length)
     if job.reference and Path(job.reference).resolve() != Path(job.actor).resolve():
         ref_model, _ = load_for_training(job.reference, settings)
-        lp_ref = reference_logprobs(accelerator, ref_model.to(accelerator.device), tokenizer, items, job.batch_size)
+        lp_ref = reference_logprobs(accelerator, ref_model.to(accelerator.device), tokenizer, items,
+                                    config.batch_size)
         _free(ref_model)
     else:
-        lp_ref = reference_logprobs(accelerator, actor.model, tokenizer, items, job.batch_size)
+        lp_ref = reference_logprobs(accelerator, actor.model, tokenizer, items, config.batch_size)
 
     critic_dest = Path(job.critic_output) if job.critic_output else checkpoint_dir(settings, "critic", version)
     critic_info, v_s, v_next = train_critic(settings, job, tokenizer, experience, max_length, version, critic_dest)
 
     reward = torch.tensor([ex.reward for ex in experience])
     mc_return = torch.tensor([ex.mc_return for ex in experience])
-    a = binarise(advantages(torch.tensor(v_s), torch.tensor(v_next), reward, mc_return))  # (N,)
+    a = binarise(advantages(torch.tensor(v_s), torch.tensor(v_next), reward, mc_return, hp.advantage),
+                 hp.advantage)  # (N,)
     scalars = [{"lp_ref": lp_ref[i], "advantage": float(a[i])} for i in range(len(experience))]
     items = _action_items(tokenizer, experience, max_length, scalars)
     loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items],
                              sequence_collate(pad_id_of(tokenizer)), config.batch_size, shuffle=True, seed=job.seed)
-    summary = train(accelerator, actor, loader, actor_loss_fn(ActorLossConfig(kl=job.kl)), config)
+    summary = train(accelerator, actor, loader, actor_loss_fn(hp.actor), config)
     metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
                "positive_fraction": float((a > 0).float().mean()), "value_mean": float(torch.tensor(v_s).mean()),

@@ -15,19 +15,19 @@ from typing import Any
 
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
 from services.trainer.loop import evaluate, prepared_loader
-from webrl.hyperparams import PAPER, Replay
+from webrl.hyperparams import DEFAULTS, Replay
 from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import confidence, sequence_logprobs
 
 
-def keep_confident(scores: Sequence[float], replay: Replay = PAPER.replay) -> list[bool]:
+def keep_confident(scores: Sequence[float], replay: Replay = DEFAULTS.replay) -> list[bool]:
     """keep_i = confidence_low < c_i <= confidence_high: neither too unfamiliar to learn from safely nor
     already known."""
     return [replay.confidence_low < c <= replay.confidence_high for c in scores]
 
 
 def select_replay(candidates: Sequence[StepExample], scores: Sequence[float], n_current: int, *, seed: int = 0,
-                  replay: Replay = PAPER.replay) -> list[StepExample]:
+                  replay: Replay = DEFAULTS.replay) -> list[StepExample]:
     """Shuffle the candidates, keep the confident ones (:func:`keep_confident`), cap at
     ``replay.cap_ratio * n_current`` (the published order: shuffle, filter, take the first min(kept, cap))."""
     if len(candidates) != len(scores):

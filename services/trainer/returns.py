@@ -2,6 +2,7 @@
 
 Every step of a trajectory carries the trajectory's outcome reward r (DESIGN.md step 3), so
 G_t = sum_{k=t}^{T-1} gamma^(k-t) r_k is r * (1 - gamma^(T-t)) / (1 - gamma) for a constant r.
+The constants (gamma, step penalty, clip, the binarised values) are :class:`webrl.hyperparams.Advantage`.
 """
 
 from __future__ import annotations
@@ -10,21 +11,10 @@ from collections.abc import Sequence
 
 import torch
 
-#: Discount of the Monte-Carlo return. Published code (``add_mc_return(..., gamma=0.9)`` in
-#: scripts/process_data.py, the ``WebRLTrainer`` default); the paper does not give it.
-GAMMA = 0.9
-#: Subtracted from every one-step advantage. Published code (``nv - v - 0.05 + reward + mc_return`` in
-#: webrl/algorithms/webrl/trainer.py), not in the paper.
-STEP_PENALTY = 0.05
-#: Bound of the advantage before binarisation (``torch.clamp(advantage, -1, 1)``). Published code.
-ADVANTAGE_CLIP = 1.0
-#: Binarised advantage of a step with A >= 0. Published code (``torch.where(A >= 0, 1.0, -0.6)``).
-POSITIVE_ADVANTAGE = 1.0
-#: Binarised advantage of a step with A < 0. Published code, not in the paper.
-NEGATIVE_ADVANTAGE = -0.6
+from webrl.hyperparams import DEFAULTS, Advantage
 
 
-def mc_returns(rewards: Sequence[float] | torch.Tensor, gamma: float = GAMMA) -> torch.Tensor:
+def mc_returns(rewards: Sequence[float] | torch.Tensor, gamma: float = DEFAULTS.advantage.gamma) -> torch.Tensor:
     """G_t = sum_{k=t}^{T-1} gamma^(k-t) r_k for one trajectory: rewards (T,) -> returns (T,)."""
     r = torch.as_tensor(rewards, dtype=torch.float64)  # (T,)
     out = torch.zeros_like(r)  # (T,)
@@ -35,13 +25,13 @@ def mc_returns(rewards: Sequence[float] | torch.Tensor, gamma: float = GAMMA) ->
     return out.to(torch.float32)
 
 
-def advantages(v_s: torch.Tensor, v_next: torch.Tensor, reward: torch.Tensor, mc_return: torch.Tensor, *,
-               step_penalty: float = STEP_PENALTY, clip: float = ADVANTAGE_CLIP) -> torch.Tensor:
+def advantages(v_s: torch.Tensor, v_next: torch.Tensor, reward: torch.Tensor, mc_return: torch.Tensor,
+               config: Advantage = DEFAULTS.advantage) -> torch.Tensor:
     """A = clamp(V(s') - V(s) - step_penalty + r + G_t, -clip, clip). All inputs and the output (B,)."""
-    return torch.clamp(v_next - v_s - step_penalty + reward + mc_return, -clip, clip)
+    return torch.clamp(v_next - v_s - config.step_penalty + reward + mc_return, -config.clip, config.clip)
 
 
-def binarise(advantage: torch.Tensor, *, positive: float = POSITIVE_ADVANTAGE,
-             negative: float = NEGATIVE_ADVANTAGE) -> torch.Tensor:
+def binarise(advantage: torch.Tensor, config: Advantage = DEFAULTS.advantage) -> torch.Tensor:
     """A_bin = positive if A >= 0 else negative: (B,) -> (B,)."""
-    return torch.where(advantage >= 0, torch.full_like(advantage, positive), torch.full_like(advantage, negative))
+    return torch.where(advantage >= 0, torch.full_like(advantage, config.positive),
+                       torch.full_like(advantage, config.negative))

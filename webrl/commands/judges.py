@@ -42,7 +42,7 @@ from typing import Any
 import typer
 
 from webrl.config import Settings, get_settings
-from webrl.hyperparams import PAPER
+from webrl.hyperparams import DEFAULTS
 from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
 from webrl.rewards import is_success
 
@@ -116,7 +116,7 @@ class TrainOrmOptions:
     seed: int = 0
     max_minutes: float | None = None
     concurrency: int = 4
-    threshold: float = PAPER.reward.orm_threshold
+    threshold: float = DEFAULTS.reward.orm_threshold
     report_dir: str | None = None  # default <artifacts>/reports/orm
 
     def __post_init__(self) -> None:
@@ -416,7 +416,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0),
         max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT."),
         concurrency: int = typer.Option(4, min=1, help="Episodes in flight per rollout."),
-        threshold: float = typer.Option(PAPER.reward.orm_threshold, min=0.0, max=1.0,
+        threshold: float = typer.Option(DEFAULTS.reward.orm_threshold, min=0.0, max=1.0,
                                         help="reward = 1 if p >= threshold."),
         report_dir: str = typer.Option(None, help="Report folder. Default: <artifacts>/reports/orm."),
     ) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from rich.table import Table
 
 from webrl.commands import quiet_model_loading
 from webrl.config import Settings, get_settings
+from webrl.hyperparams import DEFAULTS, WebRLHyperparams, with_overrides
 from webrl.models.folders import is_model_folder
 
 console = Console()
@@ -67,18 +67,18 @@ def _progress() -> Progress:
                     console=console)
 
 
-def _options(preset: str | None, overrides: dict[str, Any]) -> Any:
-    from webrl.pipeline import PipelineOptions
+def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyperparams:
+    """The preset's record (the defaults without one) with the ``{"group.field": value}`` flags that were given
+    (None: not given) replaced; a value the record refuses is a ``typer.BadParameter``."""
     from webrl.presets import PRESETS
 
-    values: dict[str, Any] = {}
-    if preset:
-        if preset not in PRESETS:
-            raise typer.BadParameter(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}", param_hint="--preset")
-        values.update(PRESETS[preset])
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    known = {f.name for f in fields(PipelineOptions)}
-    return PipelineOptions(**{k: v for k, v in values.items() if k in known})
+    if preset and preset not in PRESETS:
+        raise typer.BadParameter(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}", param_hint="--preset")
+    base = PRESETS[preset] if preset else DEFAULTS
+    try:
+        return with_overrides(base, {k: v for k, v in overrides.items() if v is not None})
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def default_actor(settings: Settings) -> Path:
@@ -132,13 +132,23 @@ def register(app: typer.Typer) -> None:
         kl: bool = typer.Option(True, "--kl/--no-kl", help="KL-constrained actor objective."),
         fill_filter: bool = typer.Option(True, "--fill-filter/--strict-filter", help="Top a phase up with the "
                                          "tasks whose value is nearest the filter's band when too few fall in it."),
-        seed: int = typer.Option(None, help="Random seed."),
+        seed: int = typer.Option(0, help="Random seed."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
+        max_steps: int = typer.Option(None, min=1, max=100, help="Rollout horizon: actions per episode at most "
+                                      f"(paper: {DEFAULTS.rollout.max_steps}). Default: the preset's."),
+        beta: float = typer.Option(None, min=0.0, help="beta, weight of the KL constraint of the actor loss "
+                                   f"(paper: {DEFAULTS.actor.beta}; the adaptive rule raises it to beta_high)."),
+        value_low: float = typer.Option(None, min=0.0, max=1.0, help="Keep generated tasks whose critic value "
+                                        f"V >= this (paper: {DEFAULTS.curriculum.value_low})."),
+        value_high: float = typer.Option(None, min=0.0, max=1.0, help="... and V <= this "
+                                         f"(paper: {DEFAULTS.curriculum.value_high})."),
+        replay_cap: int = typer.Option(None, min=0, help="Replayed steps per current step at most "
+                                       f"(published code: {DEFAULTS.replay.cap_ratio})."),
         report: Path = typer.Option(None, help="Report folder. Default: artifacts/reports/<run>."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
-        from webrl.pipeline import Pipeline, StageReport
+        from webrl.pipeline import Pipeline, PipelineOptions, StageReport
         from webrl.report import write_report
 
         settings = get_settings()
@@ -148,10 +158,14 @@ def register(app: typer.Typer) -> None:
         orm_path = orm or (default_orm(settings) if is_model_folder(default_orm(settings)) else None)
         if orm is not None and not is_model_folder(orm):
             raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
-        options = _options(preset, {"run": run, "phases": phases, "actor": str(actor_path.resolve()),
-                                    "orm": str(orm_path.resolve()) if orm_path else "", "curriculum": curriculum,
-                                    "replay": replay, "kl": kl, "seed": seed, "fill_filter": fill_filter,
-                                    "rollout_temperature": rollout_temperature})
+        hyperparams = hyperparams_for(preset, {
+            "curriculum.phases": phases, "curriculum.enabled": curriculum, "curriculum.fill_filter": fill_filter,
+            "curriculum.value_low": value_low, "curriculum.value_high": value_high,
+            "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
+            "replay.enabled": replay, "replay.cap_ratio": replay_cap, "actor.kl": kl, "actor.beta": beta,
+        })
+        options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
+                                  orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams)
         ensure_ready(settings)
 
         def on_stage(r: StageReport) -> None:
@@ -173,8 +187,8 @@ def register(app: typer.Typer) -> None:
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
         concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes."),
-        max_steps: int = typer.Option(None, min=1, max=100, help="Episode horizon (default 30, WebRL's; the CPU "
-                                                                "presets use 8-10)."),
+        max_steps: int = typer.Option(None, min=1, max=100, help="Episode horizon (default "
+                                      f"{DEFAULTS.rollout.max_steps}, WebRL's; the CPU presets use 8-10)."),
     ) -> None:
         """Success rate of an actor per site through the evaluator harness."""
         from webrl.evaluate import evaluate_actor

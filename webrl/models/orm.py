@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from webrl.hyperparams import PAPER
+from webrl.hyperparams import DEFAULTS
 from webrl.models.batched import score_in_batches
 from webrl.prompts.orm import NO, YES
 from webrl.rewards import reward_of
@@ -80,7 +80,7 @@ def orm_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str], batch_
 
 
 # Measuring the ORM against the rule evaluators (`webrl train-orm`)
-def classification_metrics(p: Sequence[float], labels: Sequence[int], threshold: float = PAPER.reward.orm_threshold
+def classification_metrics(p: Sequence[float], labels: Sequence[int], threshold: float = DEFAULTS.reward.orm_threshold
                            ) -> dict[str, float]:
     """Accuracy, precision, recall and F1 of ``reward = 1[p >= threshold]`` against 0/1 evaluator labels
     (positive class: success). Precision/recall/F1 are 0 when undefined (no predicted / actual positives)."""

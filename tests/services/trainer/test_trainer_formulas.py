@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from services.trainer.losses import ActorLossConfig, actor_loss, adaptive_beta, critic_loss, sft_loss
+from services.trainer.losses import actor_loss, adaptive_beta, critic_loss, sft_loss
 from services.trainer.returns import advantages, binarise, mc_returns
+from webrl.hyperparams import ActorLoss
 from webrl.models.critic import critic_value
 
 
@@ -110,7 +111,7 @@ def test_actor_loss_with_no_positive_step_is_zero_and_finite() -> None:
 
 def test_actor_loss_without_kl_is_masked_advantage_weighted_likelihood() -> None:
     loss, _ = actor_loss(torch.tensor([-2.0, -3.0, -1.0]), torch.tensor([-2.5, -3.0, -1.2]),
-                         torch.tensor([2.0, 3.0, 1.0]), torch.tensor([1.0, 1.0, -0.6]), ActorLossConfig(kl=False))
+                         torch.tensor([2.0, 3.0, 1.0]), torch.tensor([1.0, 1.0, -0.6]), ActorLoss(kl=False))
     assert float(loss) == pytest.approx(-(1 * -2 / 5 + 1 * -3 / 5) / 3)
 
 

@@ -12,6 +12,7 @@ import torch
 from services.trainer.phase import PhaseJob, run_phase
 from services.trainer.sft import SftJob, load_for_training, run_sft
 from webrl.checkpoints import read_manifest, verify
+from webrl.hyperparams import DEFAULTS, with_overrides
 from webrl.models.adapters import ADAPTER_FILE, AdapterError, is_adapter, resolve_base
 from webrl.models.loading import load_causal_lm
 
@@ -71,7 +72,8 @@ def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_di
     actor, _ = _sft_adapter(tiny_dir, store_trajectory, db)
     store_trajectory("a", 1, 0, [CLICK, EXIT], reward=1.0)
     store_trajectory("b", 1, 0, [TYPE, TYPE], reward=0.0)
-    job = PhaseJob(phase=1, actor=str(actor), batch_size=4, actor_lr=5e-2, critic_lr=1e-2, max_length=400)
+    hp = with_overrides(DEFAULTS, {"batching.batch_size": 4, "actor.lr": 5e-2, "critic.lr": 1e-2})
+    job = PhaseJob(phase=1, actor=str(actor), hyperparams=hp, max_length=400)
     result = run_phase(db, job)
     for info in (result.actor, result.critic):
         assert is_adapter(info.path) and verify(info.path, info.sha256)
@@ -82,7 +84,7 @@ def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_di
     assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
 
     nxt = run_phase(db, PhaseJob(phase=1, actor=result.actor.path, critic=result.critic.path, reference=str(actor),
-                                 batch_size=4, actor_lr=5e-2, critic_lr=1e-2, max_length=400, replay=False,
+                                 hyperparams=with_overrides(hp, {"replay.enabled": False}), max_length=400,
                                  actor_output=str(Path(db.home) / "next-actor")))  # resumes both adapters
     assert nxt.critic.parent_version == result.critic.version and is_adapter(nxt.actor.path)
     assert read_manifest(nxt.actor.path)["parent_version"] == result.actor.version

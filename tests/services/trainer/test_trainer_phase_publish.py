@@ -13,6 +13,7 @@ from services.trainer.publish import payload_version, publish_model
 from services.trainer.sft import SftJob, run_sft
 from webrl.checkpoints import list_checkpoints, read_manifest, verify
 from webrl.db.session import session_scope
+from webrl.hyperparams import DEFAULTS, with_overrides
 
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
     'exit(message="done")'
@@ -63,7 +64,8 @@ def _seed_two_phases(store) -> None:
 
 def test_a_phase_trains_critic_then_actor_and_publishes_both(tiny_dir: Path, store_trajectory, db) -> None:
     _seed_two_phases(store_trajectory)
-    job = PhaseJob(phase=2, actor=str(tiny_dir), batch_size=4, actor_lr=1e-3, critic_lr=1e-3, max_length=400)
+    hp = with_overrides(DEFAULTS, {"batching.batch_size": 4, "actor.lr": 1e-3, "critic.lr": 1e-3})
+    job = PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=hp, max_length=400)
     result = run_phase(db, job)
     assert result.actor.version == result.critic.version
     for info in (result.actor, result.critic):
@@ -84,7 +86,7 @@ def test_a_phase_trains_critic_then_actor_and_publishes_both(tiny_dir: Path, sto
     assert (again.actor.sha256, again.critic.sha256) == (result.actor.sha256, result.critic.sha256)
 
     phase3 = PhaseJob(phase=2, actor=result.actor.path, critic=result.critic.path, reference=str(tiny_dir),
-                      batch_size=4, actor_lr=1e-3, critic_lr=1e-3, max_length=400, replay=False, kl=False,
+                      hyperparams=with_overrides(hp, {"replay.enabled": False, "actor.kl": False}), max_length=400,
                       actor_output=str(Path(db.home) / "next-actor"))
     nxt = run_phase(db, phase3)  # resumes the critic, separate reference, w/o-KL ablation
     assert nxt.actor.path == str((Path(db.home) / "next-actor").resolve())

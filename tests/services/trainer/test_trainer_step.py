@@ -8,9 +8,10 @@ import torch
 
 from services.trainer.data import SequenceItem, sequence_collate
 from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
-from services.trainer.losses import ActorLossConfig, actor_loss, sft_loss
+from services.trainer.losses import actor_loss, sft_loss
 from services.trainer.phase import actor_loss_fn
 from services.trainer.sft import sft_loss_fn
+from webrl.hyperparams import ActorLoss
 from webrl.models.examples import collate, encode_example, pad_id_of
 from webrl.models.logprobs import sequence_logprobs, token_logprobs
 
@@ -62,7 +63,7 @@ def test_one_actor_step_lowers_the_actor_loss_and_keeps_kl_finite(tiny) -> None:
              for i, e in enumerate(encoded)]
     loader = prepared_loader(accelerator, items, [len(e) for e in encoded], sequence_collate(pad_id_of(tokenizer)),
                              3, shuffle=False, seed=0)
-    summary = train(accelerator, prepared, loader, actor_loss_fn(ActorLossConfig()), config)
+    summary = train(accelerator, prepared, loader, actor_loss_fn(ActorLoss()), config)
     assert summary.steps == 1
     assert summary.metrics["grad_norm"] > 0
     with torch.no_grad():

@@ -23,6 +23,7 @@ def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, 
     from services.trainer.phase import PhaseJob, run_phase
     from webrl.db import models as m
     from webrl.db.session import session_scope
+    from webrl.hyperparams import DEFAULTS, with_overrides
     from webrl.models.base import base_dir
     from webrl.models.policy import LocalModelPolicy
     from webrl.policy import PolicyRequest
@@ -52,7 +53,7 @@ def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, 
             row.phase, row.purpose = 1, "train"
             s.add(m.OrmLabel(trajectory_id=row.id, orm_version="smoke", p_yes=float(i % 2), reward=float(i % 2),
                              threshold=0.5))
-    phase = run_phase(free_sites, PhaseJob(phase=1, actor=str(path), batch_size=2, max_length=448,
-                                           actor_lr=1e-3, critic_lr=1e-3))
+    hp = with_overrides(DEFAULTS, {"batching.batch_size": 2, "actor.lr": 1e-3, "critic.lr": 1e-3})
+    phase = run_phase(free_sites, PhaseJob(phase=1, actor=str(path), max_length=448, hyperparams=hp))
     assert is_adapter(phase.actor.path) and is_adapter(phase.critic.path)
     assert phase.metrics["current_steps"] == result.demo_steps and phase.metrics["kl"] == phase.metrics["kl"]

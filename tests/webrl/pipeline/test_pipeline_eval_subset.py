@@ -6,6 +6,7 @@ from webrl.config import Settings
 from webrl.db import repository as repo
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
+from webrl.hyperparams import DEFAULTS, with_overrides
 from webrl.pipeline import Pipeline, PipelineOptions
 from webrl.sandbox.tasks.suite import load_suite
 
@@ -13,7 +14,8 @@ from webrl.sandbox.tasks.suite import load_suite
 def test_the_subset_is_fixed_and_covers_the_templates(settings: Settings) -> None:
     upgrade(settings)
     load_suite(settings, 0)
-    pipeline = Pipeline(settings, PipelineOptions(run="subset", phases=3, eval_subset=40))
+    pipeline = Pipeline(settings, PipelineOptions(run="subset", hyperparams=with_overrides(
+        DEFAULTS, {"curriculum.phases": 3, "evaluation.subset": 40})))
     keys = pipeline._task_keys(split="test", origin=None)
     with session_scope(settings) as s:
         template = {t.key: t.config["intent_template_id"] for t in repo.tasks_where(s, split="test")}

@@ -54,7 +54,8 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
         assert Path(metrics["train.actor_path"], "model.safetensors").exists()
         parents = {c.role: c.parent_version for c in s.scalars(select(m.Checkpoint))}
         assert parents["actor"]  # lineage recorded
-        assert s.scalar(select(m.Run.options)).get("rollout_temperature") == 0.7  # training rollouts sampled
+        stored = s.scalar(select(m.Run.options))
+        assert stored["hyperparams"]["rollout"]["temperature"] == 0.7  # training rollouts sampled
 
     report = world.artifacts_dir / "reports" / "smoke"
     lines = (report / "report.md").read_text().splitlines()

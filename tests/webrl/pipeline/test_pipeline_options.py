@@ -1,0 +1,34 @@
+"""A run stores its options with their hyperparameter record; a resume reads them back (only the phase count may
+grow) and refuses options it cannot read."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db.migrate import upgrade
+from webrl.db.session import session_scope
+from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.pipeline import Pipeline, PipelineOptions
+
+
+def test_a_resume_keeps_the_stored_record_and_only_grows_the_phases(settings: Settings) -> None:
+    upgrade(settings)
+    first = with_overrides(DEFAULTS, {"curriculum.phases": 2, "actor.beta": 2.0})
+    Pipeline(settings, PipelineOptions(run="r", seed=3, hyperparams=first))
+    again = Pipeline(settings, PipelineOptions(run="r", hyperparams=with_overrides(DEFAULTS, {"curriculum.phases": 4})))
+    assert again.options.seed == 3 and again.hp.actor.beta == 2.0 and again.hp.curriculum.phases == 4
+    fewer = Pipeline(settings, PipelineOptions(run="r", hyperparams=with_overrides(DEFAULTS, {"curriculum.phases": 1})))
+    assert fewer.hp.curriculum.phases == 4
+    with session_scope(settings) as s:
+        assert PipelineOptions.from_json(s.scalar(select(m.Run.options))) == again.options
+
+
+def test_options_stored_in_another_layout_are_refused_with_the_reason(settings: Settings) -> None:
+    upgrade(settings)
+    with session_scope(settings) as s:
+        s.add(m.Run(name="old", options={"run": "old", "phases": 3, "tasks_per_phase": 48}))
+    with pytest.raises(RuntimeError, match=r"run 'old' was stored with options this webrl cannot read"):
+        Pipeline(settings, PipelineOptions(run="old"))

@@ -1,0 +1,114 @@
+"""The WebRL hyperparameter record: the paper's defaults, typed presets, unknown keys refused, and the CLI's flags
+travelling to the trainer's phase job."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from services.trainer.phase import PhaseJob
+from webrl.config import Settings
+from webrl.db.migrate import upgrade
+from webrl.hyperparams import DEFAULTS, ActorLoss, WebRLHyperparams, parse_hyperparams, with_overrides
+from webrl.presets import PRESETS
+
+
+def test_defaults_are_the_papers_and_the_published_codes_values() -> None:
+    d = DEFAULTS
+    assert (d.curriculum.value_low, d.curriculum.value_high) == (0.05, 0.75)  # paper section 3.2
+    assert d.reward.orm_threshold == 0.5  # paper section 3.1
+    assert (d.replay.confidence_low, d.replay.confidence_high, d.replay.cap_ratio) == (0.5, 0.95, 2)
+    assert (d.advantage.gamma, d.advantage.step_penalty, d.advantage.clip) == (0.9, 0.05, 1.0)
+    assert (d.advantage.positive, d.advantage.negative) == (1.0, -0.6)
+    assert (d.actor.beta, d.actor.beta_high, d.actor.p_ref_positive, d.actor.p_ref_negative) == (1.0, 5.0, 0.8, 0.9)
+    assert d.actor.kl and d.replay.enabled and d.curriculum.enabled
+    assert (d.actor.lr, d.critic.lr, d.actor.epochs, d.critic.epochs) == (1e-6, 1e-6, 1, 1)  # published config
+    assert (d.rollout.max_steps, d.rollout.max_parse_failures, d.rollout.max_repeated_actions) == (30, 5, 5)
+    assert d.evaluation.tasks == 165  # WebArena-Lite's test set
+    paper = PRESETS["paper"]
+    assert (paper.curriculum.phases, paper.curriculum.tasks_per_phase) == (8, 500)
+
+
+def test_every_field_has_a_docstring_that_names_its_source() -> None:
+    import ast
+    import inspect
+
+    import webrl.hyperparams as module
+
+    tree = ast.parse(inspect.getsource(module))
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name != "WebRLHyperparams"):
+        body = cls.body
+        for i, node in enumerate(body):
+            if isinstance(node, ast.AnnAssign):
+                doc = body[i + 1] if i + 1 < len(body) else None
+                assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), (cls.name, node.target.id)
+
+
+def test_presets_are_records_and_round_trip_through_json() -> None:
+    for name, preset in PRESETS.items():
+        assert isinstance(preset, WebRLHyperparams), name
+        assert parse_hyperparams(json.loads(json.dumps(dataclasses.asdict(preset)))) == preset
+
+
+def test_a_misspelt_key_is_an_error_that_names_it() -> None:
+    with pytest.raises(TypeError, match="betta"):
+        ActorLoss(betta=2.0)  # a preset is Python: it fails when webrl.presets is imported
+    with pytest.raises(ValidationError, match=r"actor\.betta"):
+        parse_hyperparams({"actor": {"betta": 2.0}})
+    with pytest.raises(ValueError, match=r"unknown hyperparameter 'actor\.betta'; known: .*actor\.beta,"):
+        with_overrides(DEFAULTS, {"actor.betta": 2.0})
+    with pytest.raises(ValidationError, match="actor_lr"):  # the trainer's job: no key is silently dropped
+        PhaseJob.model_validate({"phase": 1, "actor": "/a", "actor_lr": 1e-3})
+    with pytest.raises(ValidationError, match=r"hyperparams\.replay\.cap"):
+        PhaseJob.model_validate({"phase": 1, "actor": "/a", "hyperparams": {"replay": {"cap": 3}}})
+
+
+def test_values_out_of_range_are_refused() -> None:
+    with pytest.raises(ValidationError, match=r"value_low 0\.9 exceeds value_high 0\.75"):
+        with_overrides(DEFAULTS, {"curriculum.value_low": 0.9})
+    with pytest.raises(ValidationError, match=r"actor\.beta"):
+        with_overrides(DEFAULTS, {"actor.beta": 0.0})
+
+
+def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from webrl.cli import app
+    from webrl.commands import train as train_command
+    from webrl.pipeline import Pipeline
+
+    upgrade(settings)
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}")
+    jobs: list[dict] = []
+    monkeypatch.setattr(train_command, "ensure_ready", lambda s: None)
+    monkeypatch.setattr(train_command, "sandbox_if_needed", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(train_command, "print_phase_table", lambda s, run: None)
+    monkeypatch.setattr("webrl.report.write_report", lambda s, run, out: out)
+    monkeypatch.setattr(Pipeline, "run", lambda self: jobs.append(self.phase_job(1)))
+    result = CliRunner().invoke(app, [
+        "train", "--preset", "smoke", "--actor", str(actor), "--beta", "2", "--value-low", "0.1",
+        "--value-high", "0.6", "--replay-cap", "3", "--rollout-temperature", "0.3", "--max-steps", "12", "--no-kl",
+    ])
+    assert result.exit_code == 0, result.output
+    hp = PhaseJob.model_validate(json.loads(json.dumps(jobs[0]))).hyperparams  # as the Celery task receives it
+    assert (hp.actor.beta, hp.actor.kl, hp.replay.cap_ratio) == (2.0, False, 3)
+    assert (hp.curriculum.value_low, hp.curriculum.value_high) == (0.1, 0.6)
+    assert (hp.rollout.temperature, hp.rollout.max_steps) == (0.3, 12)
+    smoke = PRESETS["smoke"]
+    assert (hp.actor.lr, hp.batching.batch_size, hp.curriculum.phases) == (
+        smoke.actor.lr, smoke.batching.batch_size, smoke.curriculum.phases)  # what no flag names: the preset's
+
+
+def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
+    from webrl.cli import app
+
+    result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "200"})
+    for flag in ("--beta", "--value-low", "--value-high", "--replay-cap", "--rollout-temperature", "--max-steps"):
+        assert flag in result.output, flag
