@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webrl.schemas import Action
+from webrl.actions import Action
 
 MAX_STEPS = 30  # WebRL: at most 30 actions per episode
 MAX_PARSE_FAILURES = 5  # WebArena early_stop parsing_failure_th, as WebRL runs it

@@ -27,11 +27,11 @@ from services.browser_pool.act import execute
 from services.browser_pool.observe import INFLIGHT_JS, ElementMap, PageView, observe_view
 from services.browser_pool.pool import BrowserPool, BrowserSlot
 from services.browser_pool.safety import AllowList
-from webrl.actions import ActionParseError, parse_action
+from webrl.actions import Action, ActionParseError, ActionType, parse_action
+from webrl.agent.policy import Policy, PolicyRequest, PolicyResponse
 from webrl.config import SITE_PLACEHOLDERS, Settings
 from webrl.early_stop import MAX_STEPS, EarlyStop
-from webrl.policy import Policy, PolicyRequest, PolicyResponse
-from webrl.schemas import Action, ActionType, Observation, Step, TaskConfig, Trajectory
+from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
 log = logging.getLogger(__name__)
 

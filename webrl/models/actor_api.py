@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from webrl.schemas import Action, Observation, Seed
+from webrl.actions import Action
+from webrl.schemas import Observation, Seed
 
 MAX_ACT_BATCH = 256  # one request carries at most this many observations
 

@@ -1,6 +1,6 @@
 """Policies backed by models: :class:`LocalModelPolicy` (a checkpoint folder in this process) and
 :class:`ActorEndpointPolicy` (an actor service's ``POST /v1/act``). Both implement
-:class:`webrl.policy.Policy`; the browser pool hands them one batch of requests per step."""
+:class:`webrl.agent.policy.Policy`; the browser pool hands them one batch of requests per step."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 
+from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import Settings
 from webrl.models.actor_api import ActItem, ActRequest, ActResponse
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
 from webrl.models.folders import model_config_file
-from webrl.policy import PolicyRequest, PolicyResponse
 from webrl.prompts.actor import render_actor_prompt
 
 

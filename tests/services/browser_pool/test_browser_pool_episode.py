@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from services.browser_pool.episode import MAX_STEPS, run_batch, run_episode
-from webrl.policy import PolicyRequest, PolicyResponse
+from webrl.agent.policy import PolicyRequest, PolicyResponse
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

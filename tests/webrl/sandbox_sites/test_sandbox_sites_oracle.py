@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from webrl.policy import PolicyRequest, PolicyResponse
+from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.sandbox.oracles import OraclePolicy
 from webrl.sandbox.sites.gitlab.templates_tasks import TEMPLATES as GITLAB
 from webrl.sandbox.sites.reddit.templates_tasks import TEMPLATES as REDDIT
