@@ -27,9 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from services.browser_pool.episode import VIEWPORT, BrowserEpisode, _episode_cookies, _login_cookies, run_batch  # noqa: E402
+from services.browser_pool.episode import VIEWPORT, BrowserEpisode, _episode_cookies, _login_cookies  # noqa: E402
 from services.browser_pool.observe import observe_view  # noqa: E402
 from services.browser_pool.pool import BrowserPool  # noqa: E402
+from services.browser_pool.runs import run_batch  # noqa: E402
 from webrl.actions import ActionType, parse_action  # noqa: E402
 from webrl.agent.policy import PolicyRequest  # noqa: E402
 from webrl.config import SITE_PLACEHOLDERS, Settings  # noqa: E402

@@ -9,8 +9,9 @@ import signal
 
 import pytest
 
-from services.browser_pool.episode import BrowserEpisode, run_episode
+from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
+from services.browser_pool.runs import run_episode
 from services.browser_pool.safety import blocked_url_regex, is_allowed
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 

@@ -91,8 +91,8 @@ def test_corrupt_policy_emits_random_valid_actions_deterministically() -> None:
 
 
 async def _run_oracle(tasks: list[TaskConfig], settings: Settings) -> list[float | None]:
-    from services.browser_pool.episode import run_batch
     from services.browser_pool.pool import BrowserPool
+    from services.browser_pool.runs import run_batch
 
     async with BrowserPool(settings, size=4) as pool:  # bench/browser_pool.py: 4 episodes ~2.2x one at a time
         trajectories = await run_batch(tasks, OraclePolicy(), pool, settings, concurrency=4)
