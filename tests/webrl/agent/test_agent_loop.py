@@ -151,8 +151,8 @@ async def test_step_timeout_records_the_step() -> None:
 
 
 async def test_episode_timeout() -> None:
-    env = Counter(step_delay_s=0.02)
-    traj = await run_episode(env, TASK, Script(CLICK, SCROLL), step_timeout_s=1.0, episode_timeout_s=0.05)
+    env = Counter(step_delay_s=0.02)  # 30 steps would take 0.6 s: the episode's limit comes first, however loaded
+    traj = await run_episode(env, TASK, Script(*[CLICK, SCROLL] * 15), episode_timeout_s=0.05)
     assert traj.stop_reason == "episode_timeout" and env.closed == 1 and env.evaluated == []
     assert all(s.done == (s is traj.steps[-1]) for s in traj.steps)
 
