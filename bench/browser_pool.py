@@ -27,13 +27,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from services.browser_pool.episode import VIEWPORT, BrowserEpisode, _episode_cookies, _login_cookies, run_batch  # noqa: E402
+from services.browser_pool.episode import VIEWPORT, BrowserEpisode, _episode_cookies, _login_cookies  # noqa: E402
 from services.browser_pool.observe import observe_view  # noqa: E402
 from services.browser_pool.pool import BrowserPool  # noqa: E402
-from webrl.actions import parse_action  # noqa: E402
+from services.browser_pool.runs import run_batch  # noqa: E402
+from webrl.actions import ActionType, parse_action  # noqa: E402
+from webrl.agent.policy import PolicyRequest  # noqa: E402
 from webrl.config import SITE_PLACEHOLDERS, Settings  # noqa: E402
-from webrl.policy import PolicyRequest  # noqa: E402
-from webrl.schemas import ActionType, Step, TaskConfig  # noqa: E402
+from webrl.schemas import Step, TaskConfig  # noqa: E402
 
 CSS_PATH_JS = """el => { const parts = [];
   for (let e = el; e && e.nodeType === 1 && e !== document.documentElement; e = e.parentElement) {

@@ -1,4 +1,4 @@
-"""The WebRL action grammar: parse model output into an :class:`Action`, format an action back.
+"""The WebRL action grammar: the :class:`Action` record, parsing model output into one, formatting one back.
 
 Grammar (DESIGN.md), optionally preceded by ``#`` comment lines::
 
@@ -15,8 +15,57 @@ from __future__ import annotations
 import ast
 import json
 import warnings
+from enum import StrEnum
 
-from webrl.schemas import ACTION_ARGUMENTS, Action, ActionType
+from pydantic import BaseModel, ConfigDict
+
+
+class ActionType(StrEnum):
+    """The eleven forms of the WebRL action grammar (``exit`` is the answer)."""
+
+    CLICK = "Click"
+    TYPE = "Type"
+    SEARCH = "Search"
+    HOVER = "Hover"
+    SCROLL_UP = "Scroll Up"
+    SCROLL_DOWN = "Scroll Down"
+    PRESS_ENTER = "Press Enter"
+    SELECT = "Select Dropdown Option"
+    GO_BACKWARD = "Go Backward"
+    GO_FORWARD = "Go Forward"
+    EXIT = "exit"
+
+
+#: Which keyword arguments each action needs; nothing else is accepted.
+ACTION_ARGUMENTS: dict[ActionType, tuple[str, ...]] = {
+    ActionType.CLICK: ("element",),
+    ActionType.TYPE: ("argument", "element"),
+    ActionType.SEARCH: ("argument", "element"),
+    ActionType.HOVER: ("element",),
+    ActionType.SCROLL_UP: (),
+    ActionType.SCROLL_DOWN: (),
+    ActionType.PRESS_ENTER: (),
+    ActionType.SELECT: ("argument", "element"),
+    ActionType.GO_BACKWARD: (),
+    ActionType.GO_FORWARD: (),
+    ActionType.EXIT: ("message",),
+}
+
+
+class Action(BaseModel):
+    """A parsed action. ``element`` is the integer id shown in the observation, kept as text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: ActionType
+    element: str | None = None
+    argument: str | None = None
+    message: str | None = None
+
+    def format(self) -> str:
+        """The canonical text (:func:`format_action`)."""
+        return format_action(self)
+
 
 _BY_NAME = {t.value.lower(): t for t in ActionType if t is not ActionType.EXIT}
 MAX_ACTION_CHARS = 4096  # longer output is not an action; bounds the parser's work on garbage

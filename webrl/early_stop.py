@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webrl.actions import Action
 from webrl.hyperparams import DEFAULTS
-from webrl.schemas import Action
 
 MAX_STEPS = DEFAULTS.rollout.max_steps
 MAX_PARSE_FAILURES = DEFAULTS.rollout.max_parse_failures

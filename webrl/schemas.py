@@ -1,4 +1,5 @@
-"""Typed records the parts hand each other: tasks (WebArena configs), actions, steps, trajectories.
+"""Typed records the parts hand each other: tasks (WebArena configs), observations, steps, trajectories
+(actions are in :mod:`webrl.actions`).
 
 ``TaskConfig`` loads a WebArena task config and dumps it back unchanged (unknown fields kept), so the
 real WebArena and WebArena-Lite files are used as they are.
@@ -7,12 +8,12 @@ real WebArena and WebArena-Lite files are used as they are.
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from webrl.actions import Action
 from webrl.config import SITE_PLACEHOLDERS, Settings
 
 
@@ -85,54 +86,6 @@ def load_task_file(path: str | Path) -> list[TaskConfig]:
     data = json.loads(Path(path).read_text())
     items = data if isinstance(data, list) else [data]
     return [TaskConfig.from_json(item) for item in items]
-
-
-class ActionType(StrEnum):
-    """The eleven forms of the WebRL action grammar (``exit`` is the answer)."""
-
-    CLICK = "Click"
-    TYPE = "Type"
-    SEARCH = "Search"
-    HOVER = "Hover"
-    SCROLL_UP = "Scroll Up"
-    SCROLL_DOWN = "Scroll Down"
-    PRESS_ENTER = "Press Enter"
-    SELECT = "Select Dropdown Option"
-    GO_BACKWARD = "Go Backward"
-    GO_FORWARD = "Go Forward"
-    EXIT = "exit"
-
-
-#: Which keyword arguments each action needs; nothing else is accepted.
-ACTION_ARGUMENTS: dict[ActionType, tuple[str, ...]] = {
-    ActionType.CLICK: ("element",),
-    ActionType.TYPE: ("argument", "element"),
-    ActionType.SEARCH: ("argument", "element"),
-    ActionType.HOVER: ("element",),
-    ActionType.SCROLL_UP: (),
-    ActionType.SCROLL_DOWN: (),
-    ActionType.PRESS_ENTER: (),
-    ActionType.SELECT: ("argument", "element"),
-    ActionType.GO_BACKWARD: (),
-    ActionType.GO_FORWARD: (),
-    ActionType.EXIT: ("message",),
-}
-
-
-class Action(BaseModel):
-    """A parsed action. ``element`` is the integer id shown in the observation, kept as text."""
-
-    model_config = ConfigDict(frozen=True)
-
-    type: ActionType
-    element: str | None = None
-    argument: str | None = None
-    message: str | None = None
-
-    def format(self) -> str:
-        from webrl.actions import format_action
-
-        return format_action(self)
 
 
 #: A sampling seed a request may carry: torch's generators take at most a signed 64-bit value, so a larger one is

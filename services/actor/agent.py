@@ -1,8 +1,9 @@
 """Agent runs: one episode of the served actor through the browser pool service (over HTTP).
 
-The actor service owns no browser: it opens an episode on the browser pool (``POST /v1/episodes``), asks
-itself for an action at each step (``ActorEngine.act``), sends the action text to the episode's ``step``
-route, and at the end asks the pool to evaluate and close the episode.
+The actor service owns no browser: the shared episode loop (:func:`webrl.agent.loop.run_episode`) drives a
+:class:`RemoteEpisode`, which opens an episode on the browser pool (``POST /v1/episodes``), sends each action
+text to the episode's ``step`` route, and at the end asks the pool to evaluate and close the episode; the
+actions come from this service's own engine (``ActorEngine.act``).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import uuid
 from urllib.parse import urlsplit
 
 from webrl.actions import parse_action
+from webrl.agent.environment import StepResult
+from webrl.agent.loop import run_episode
+from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import SITE_PLACEHOLDERS, Settings
-from webrl.early_stop import MAX_STEPS, EarlyStop
+from webrl.early_stop import MAX_STEPS
 from webrl.models.actor_api import ActItem, ActRequest
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory, resolve_placeholders
+from webrl.schemas import Observation, TaskConfig, Trajectory, resolve_placeholders
 
 
 class AgentRunError(ValueError):
@@ -73,7 +77,7 @@ def resolve_run(body, settings: Settings) -> TaskConfig:  # body: services.actor
     return task
 
 
-# The episode loop ------------------------------------------------------------------------------------------
+# The episode on the browser pool -----------------------------------------------------------------------------
 POOL_TIMEOUT_S = 120.0  # one browser pool call (opening an episode logs in and loads the start page)
 
 
@@ -82,14 +86,19 @@ class PoolUnavailableError(RuntimeError):
     could not finish); the actor answers 503 with this message."""
 
 
-class BrowserPoolClient:
-    """The browser pool service's episode routes."""
+class RemoteEpisode:
+    """An episode on the browser pool service (its ``/v1/episodes`` routes), as the episode loop's
+    :class:`webrl.agent.environment.Environment`. The pool's errors are raised: :class:`PoolUnavailableError`
+    when it cannot be reached or has no browser, :class:`httpx.HTTPStatusError` for a refused request. A step
+    that ends the episode on the pool (a dead browser, a step over its time limit) comes back ``done``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, task: TaskConfig, settings: Settings) -> None:
         import httpx
 
+        self.task = task
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         self.http = httpx.AsyncClient(base_url=settings.browser_pool_url, timeout=POOL_TIMEOUT_S, headers=headers)
+        self.id: str | None = None
 
     async def _post(self, path: str, body: dict) -> dict:
         import httpx
@@ -104,68 +113,42 @@ class BrowserPoolClient:
         reply.raise_for_status()
         return reply.json()
 
-    async def open(self, task: TaskConfig) -> tuple[str, Observation]:
-        body = await self._post("/v1/episodes", {"task": task.to_json()})
-        return str(body["episode_id"]), Observation.model_validate(body["observation"])
+    async def reset(self) -> Observation:
+        body = await self._post("/v1/episodes", {"task": self.task.to_json()})
+        self.id = str(body["episode_id"])
+        return Observation.model_validate(body["observation"])
 
-    async def step(self, episode_id: str, text: str) -> dict:
-        return await self._post(f"/v1/episodes/{episode_id}/step", {"action": text})
+    async def step(self, text: str) -> StepResult:
+        outcome = await self._post(f"/v1/episodes/{self.id}/step", {"action": text})
+        action = parse_action(outcome["action"]) if outcome.get("action") else None  # canonical text
+        return StepResult(observation=Observation.model_validate(outcome["observation"]), action=action,
+                          parse_error=outcome.get("parse_error"), error=outcome.get("error"),
+                          done=bool(outcome.get("done")), answer=outcome.get("answer"))
 
-    async def evaluate(self, episode_id: str, answer: str | None) -> float | None:
-        body = await self._post(f"/v1/episodes/{episode_id}/evaluate", {"answer": answer})
+    async def evaluate(self, answer: str | None) -> float | None:
+        body = await self._post(f"/v1/episodes/{self.id}/evaluate", {"answer": answer})
         return body.get("score")
 
-    async def close(self, episode_id: str) -> None:
+    async def close(self) -> None:
         import httpx
 
         try:
-            await self.http.delete(f"/v1/episodes/{episode_id}")
+            if self.id is not None:
+                await self.http.delete(f"/v1/episodes/{self.id}")
         except httpx.TransportError:
             pass  # the pool went away mid-run: its episodes went with it, and the run's own error is raised
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-
-
-async def _episode(pool: BrowserPoolClient, episode_id: str, obs: Observation, task: TaskConfig, engine,
-                   traj: Trajectory, max_steps: int, temperature: float | None) -> Observation:
-    early_stop = EarlyStop()
-    traj.stop_reason = "max_steps"
-    for index in range(max_steps):
-        item = ActItem(intent=task.intent, observation=obs, history=[s.response for s in traj.steps])
-        result = (await engine.act(ActRequest(batch=[item], temperature=temperature))).results[0]
-        traj.actor_version = result.version
-        outcome = await pool.step(episode_id, result.response)
-        action = parse_action(outcome["action"]) if outcome.get("action") else None  # canonical text
-        traj.steps.append(Step(index=index, observation=obs, response=result.response, action=action,
-                               parse_error=outcome.get("parse_error"), token_ids=result.token_ids,
-                               logprobs=result.logprobs, url=obs.url, error=outcome.get("error")))
-        obs = Observation.model_validate(outcome["observation"])
-        if outcome.get("done"):
-            traj.answer, traj.stop_reason = outcome.get("answer"), "exit"
-            break
-        stop = early_stop.update(action)
-        if stop:
-            traj.stop_reason = stop
-            break
-    return obs
+        finally:
+            self.id = None
+            await self.http.aclose()
 
 
 async def run_agent(task: TaskConfig, engine, settings: Settings, *, max_steps: int = MAX_STEPS,
                     temperature: float | None = None, evaluate: bool = True) -> Trajectory:
     """Run the served actor on ``task`` in a browser pool episode; the trajectory carries the env score."""
-    traj = Trajectory(task_id=str(task.task_id), intent=task.intent, actor_version=engine.version)
-    pool = BrowserPoolClient(settings)
-    try:
-        episode_id, obs = await pool.open(task)
-        try:
-            traj.last_observation = await _episode(pool, episode_id, obs, task, engine, traj, max_steps, temperature)
-            if evaluate:
-                traj.env_score = await pool.evaluate(episode_id, traj.answer)
-        finally:
-            await pool.close(episode_id)
-    finally:
-        await pool.aclose()
-    if traj.steps:
-        traj.steps[-1].done = True
-    return traj
+
+    async def decide(request: PolicyRequest) -> PolicyResponse:
+        reply = await engine.act(ActRequest(batch=[ActItem.of(request)], temperature=temperature))
+        return reply.results[0].policy_response()
+
+    return await run_episode(RemoteEpisode(task, settings), task, decide, max_steps=max_steps, evaluate=evaluate,
+                             actor_version=engine.version)

@@ -22,7 +22,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Locator, Page
 
 from services.browser_pool.observe import MARK_ATTRIBUTE, ElementMap
-from webrl.schemas import Action, ActionType
+from webrl.actions import Action, ActionType
 
 log = logging.getLogger(__name__)
 

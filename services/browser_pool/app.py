@@ -1,5 +1,5 @@
 """REST routes of the browser pool (``uvicorn services.browser_pool.app:app``). Routes only; the logic is
-in ``sessions.py``, ``episode.py`` and ``rollout.py``."""
+in ``sessions.py``, ``episode.py``, ``runs.py`` and ``rollout.py``."""
 
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
-"""Episodes: reset a browser context from a task config, step it with action text, evaluate, close; and
-the episode loop (``run_episode``, ``run_batch``) that drives a policy through up to 30 steps.
+"""The browser environment: one episode of a task on a leased Chromium. Reset (``open``), observe
+(``refresh``), act (``step``, with WebRL action text), evaluate, close. The episode loop that drives it is
+:func:`webrl.agent.loop.run_episode` (see ``runs.py``); the REST routes drive it step by step (``sessions.py``).
 
 Reset (``BrowserEpisode.open``): resolve the ``__SITE__`` placeholders, open a fresh context on a leased
 browser (WebArena's 1280x720 viewport), log in (the task's storage_state file when it exists, else the
 sandbox's login cookies for each site of a ``require_login`` task), set the geolocation, put the context in
 its own sandbox episode (cookie ``webrl_episode``), open each `` |AND| `` part of ``start_url`` in a tab,
 make the first tab active and observe it.
-
-Stopping (DESIGN.md, WebArena's ``early_stop`` as WebRL runs it): ``exit(...)``, 30 steps, 5 parse failures
-in a row, or 5 identical actions in a row; also a step or an episode over its time limit, or a dead browser.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,40 +24,18 @@ from services.browser_pool.act import execute
 from services.browser_pool.observe import INFLIGHT_JS, ElementMap, PageView, observe_view
 from services.browser_pool.pool import BrowserPool, BrowserSlot
 from services.browser_pool.safety import AllowList
-from webrl.actions import ActionParseError, parse_action
+from webrl.actions import ActionParseError, ActionType, parse_action
+from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.config import SITE_PLACEHOLDERS, Settings
-from webrl.early_stop import MAX_STEPS, EarlyStop
-from webrl.policy import Policy, PolicyRequest, PolicyResponse
-from webrl.schemas import Action, ActionType, Observation, Step, TaskConfig, Trajectory
+from webrl.schemas import Observation, TaskConfig
 
 log = logging.getLogger(__name__)
 
 VIEWPORT = {"width": 1280, "height": 720}  # WebArena's viewport (browser_env default)
 GOTO_TIMEOUT_MS = 30_000  # opening a start URL
-BATCH_WAIT_S = 0.05  # run_batch: how long a ready episode waits for the others before its batch goes alone
 POPUP_WAIT_S = 5.0  # a page that opened a tab: wait this long at most for the tab to show up
 NAVIGATION_WAIT_S = 10.0  # a navigation that started while observing: wait this long at most for it
 EPISODE_CLEANUP_TIMEOUT_S = 5.0  # freeing a sandbox episode's state and closing the context
-
-
-class EpisodeCrashed(Exception):
-    """The browser or page under an episode died; the episode cannot go on."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass
-class StepResult:
-    """What one step did: the observation after it, the parsed action (None if it did not parse), errors."""
-
-    observation: Observation
-    action: Action | None
-    parse_error: str | None = None
-    error: str | None = None
-    done: bool = False
-    answer: str | None = None
 
 
 @dataclass
@@ -130,7 +105,9 @@ class BrowserEpisode:
     # ----- reset ---------------------------------------------------------------------------------------
     @classmethod
     async def open(cls, pool: BrowserPool, task: TaskConfig, settings: Settings) -> BrowserEpisode:
-        """Reset: a fresh context for ``task`` with its start tabs open; ``.observation`` is the first one."""
+        """Reset: a fresh context for ``task`` (placeholders resolved) with its start tabs open, on a browser
+        leased from ``pool``. Returns the episode; its ``.observation`` is the first observation. On failure the
+        browser goes back to the pool and the error (a Playwright error, :class:`EpisodeCrashed`) is raised."""
         resolved = task.resolved(settings)
         slot = await pool.acquire()
         episode_id = uuid.uuid4().hex[:16]
@@ -232,7 +209,9 @@ class BrowserEpisode:
 
     async def refresh(self, error: str | None = None) -> PageView:
         """Observe the active tab and remember its ids. If the page just opened a tab, wait for that tab
-        (event-driven, at most POPUP_WAIT_S) and observe it instead."""
+        (event-driven, at most POPUP_WAIT_S) and observe it instead. Returns the page view: the observation
+        (its ``error`` carries ``error`` and what happened in the browser since the last observation; it is
+        also ``.observation``) and the element ids. Raises :class:`EpisodeCrashed` when the page cannot be observed."""
         view: PageView | None = None
         for _ in range(4):
             page = await self._active_page()
@@ -274,7 +253,10 @@ class BrowserEpisode:
         return self.active
 
     async def step(self, text: str) -> StepResult:
-        """Parse ``text`` as a WebRL action, carry it out, observe. Errors come back in the observation."""
+        """Parse ``text`` as a WebRL action, carry it out, observe (:meth:`webrl.agent.environment.Environment.step`).
+        Returns the observation after the action and what happened; a text that does not parse or an action
+        that fails comes back as an error in the result and in the observation. Raises
+        :class:`EpisodeCrashed` when the browser or the page died."""
         assert self.observation is not None, "open() the episode first"
         try:
             action = parse_action(text)
@@ -297,7 +279,8 @@ class BrowserEpisode:
         return StepResult(observation=view.observation, action=action, error=error)
 
     async def evaluate(self, answer: str | None) -> float | None:
-        """The task's evaluator score for ``answer`` on the current state; None when the task has no eval."""
+        """The task's evaluator score (0..1) for ``answer`` on the current state; None when the task has no eval.
+        Raises :class:`webrl.evaluation.errors.EvaluationError` when its evaluator cannot run here."""
         if self.task.eval is None:
             return None
         from webrl.evaluation import build_evaluator
@@ -329,177 +312,3 @@ class BrowserEpisode:
             except PlaywrightError:
                 pass  # not a sandbox site, or already gone
         await self.context.close()
-
-
-# ----- the episode loop ----------------------------------------------------------------------------------
-Decide = Callable[[PolicyRequest], Awaitable[PolicyResponse]]
-
-
-async def _loop(episode: BrowserEpisode, task: TaskConfig, decide: Decide, traj: Trajectory, max_steps: int) -> None:
-    """Policy -> action -> observation, until a stop condition; fills ``traj``."""
-    assert episode.observation is not None
-    obs, streaks = episode.observation, EarlyStop()
-    traj.stop_reason = "max_steps"
-    for index in range(max_steps):
-        request = PolicyRequest(task=episode.task, intent=task.intent, observation=obs, history=list(traj.steps))
-        response = await decide(request)
-        traj.actor_version = response.version or traj.actor_version
-        try:
-            result = await asyncio.wait_for(episode.step(response.response), episode.settings.browser_step_timeout_s)
-        except TimeoutError:
-            traj.steps.append(_step(index, obs, response, None, None, "step timed out"))
-            traj.stop_reason = "step_timeout"
-            break
-        traj.steps.append(_step(index, obs, response, result.action, result.parse_error, result.error))
-        obs = result.observation
-        if result.done:
-            traj.answer, traj.stop_reason = result.answer, "exit"
-            break
-        stop = streaks.update(result.action)
-        if stop:
-            traj.stop_reason = stop
-            break
-    traj.last_observation = obs
-
-
-def _step(index: int, obs: Observation, response: PolicyResponse, action: Action | None,
-          parse_error: str | None, error: str | None) -> Step:
-    return Step(index=index, observation=obs, response=response.response, action=action, parse_error=parse_error,
-                token_ids=list(response.token_ids), logprobs=list(response.logprobs), url=obs.url, error=error)
-
-
-async def _run(task: TaskConfig, decide: Decide, pool: BrowserPool, settings: Settings, max_steps: int) -> Trajectory:
-    traj = Trajectory(task_id=str(task.task_id), intent=task.intent)
-    episode: BrowserEpisode | None = None
-    try:
-        async with asyncio.timeout(settings.browser_episode_timeout_s):
-            episode = await BrowserEpisode.open(pool, task, settings)
-            await _loop(episode, task, decide, traj, max_steps)
-            if episode.task.eval is not None:
-                traj.env_score = await _score(episode, traj.answer)
-    except TimeoutError:
-        traj.stop_reason = "episode_timeout"
-    except EpisodeCrashed as exc:
-        log.warning("episode of task %s ended: %s", task.task_id, exc)
-        traj.stop_reason = exc.reason
-        _record_failure(traj, str(exc))
-    except PlaywrightError as exc:  # reset or teardown trouble: this episode fails, the batch goes on
-        alive = episode is None or episode.slot.alive
-        log.warning("episode of task %s failed in the browser: %s", task.task_id, exc.message.splitlines()[0])
-        traj.stop_reason = "browser_error" if alive else "browser_crashed"
-        _record_failure(traj, exc.message.splitlines()[0])
-    finally:
-        if episode is not None:
-            await episode.close()
-    if traj.steps:
-        traj.steps[-1].done = True
-    return traj
-
-
-async def _score(episode: BrowserEpisode, answer: str | None) -> float | None:
-    """The evaluator's score; None (logged) when this task's evaluator cannot run here, so one task's
-    unsupported eval block does not end a whole batch."""
-    from webrl.evaluation.errors import EvaluationError
-
-    try:
-        return await episode.evaluate(answer)
-    except EvaluationError as exc:
-        log.warning("task %s not scored: %s", episode.task.task_id, exc)
-        return None
-
-
-def _record_failure(traj: Trajectory, message: str) -> None:
-    if traj.steps and traj.steps[-1].error is None:
-        traj.steps[-1].error = message
-    if traj.last_observation is None and traj.steps:
-        traj.last_observation = traj.steps[-1].observation.model_copy(update={"error": message})
-
-
-async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, settings: Settings,
-                      max_steps: int = MAX_STEPS) -> Trajectory:
-    """One episode of ``policy`` on ``task``: at most ``max_steps`` actions; evaluated when the task has an
-    ``eval`` block. Never raises for browser trouble (the trajectory's stop_reason says what happened);
-    a policy that raises propagates."""
-
-    async def decide(request: PolicyRequest) -> PolicyResponse:
-        return (await policy.act([request]))[0]
-
-    return await _run(task, decide, pool, settings, max_steps)
-
-
-class _Batcher:
-    """Collects the episodes' policy requests into batches: a batch goes when every live episode waits,
-    or ``wait_s`` after its first request (so a slow page does not hold the others back for long)."""
-
-    def __init__(self, policy: Policy, wait_s: float) -> None:
-        self.policy, self.wait_s = policy, wait_s
-        self.live = 0
-        self.pending: list[tuple[PolicyRequest, asyncio.Future[PolicyResponse]]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def act(self, request: PolicyRequest) -> PolicyResponse:
-        future: asyncio.Future[PolicyResponse] = asyncio.get_running_loop().create_future()
-        self.pending.append((request, future))
-        self._maybe_flush()
-        return await future
-
-    def leave(self) -> None:
-        self.live -= 1
-        self._maybe_flush()
-
-    def _maybe_flush(self) -> None:
-        if not self.pending:
-            return
-        if len(self.pending) >= self.live:
-            self._flush()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.wait_s, self._flush)
-
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self.pending = self.pending, []
-        if batch:
-            task = asyncio.ensure_future(self._answer(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _answer(self, batch: list[tuple[PolicyRequest, asyncio.Future[PolicyResponse]]]) -> None:
-        try:
-            responses = await self.policy.act([request for request, _ in batch])
-            if len(responses) != len(batch):
-                raise RuntimeError(f"policy answered {len(responses)} responses for {len(batch)} requests")
-        except Exception as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (_, future), response in zip(batch, responses, strict=True):
-            if not future.done():
-                future.set_result(response)
-
-
-async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, settings: Settings,
-                    concurrency: int, max_steps: int = MAX_STEPS, batch_wait_s: float = BATCH_WAIT_S
-                    ) -> list[Trajectory]:
-    """Run ``tasks`` with up to ``concurrency`` episodes at once (bounded by the pool's size); the policy
-    gets batches of requests. Trajectories come back in task order."""
-    limit = asyncio.Semaphore(max(1, min(concurrency, pool.size)))
-    batcher = _Batcher(policy, batch_wait_s)
-
-    async def one(task: TaskConfig) -> Trajectory:
-        async with limit:
-            batcher.live += 1
-            try:
-                return await _run(task, batcher.act, pool, settings, max_steps)
-            finally:
-                batcher.leave()
-
-    try:
-        async with asyncio.TaskGroup() as group:
-            running = [group.create_task(one(task)) for task in tasks]
-    except BaseExceptionGroup as group_error:
-        raise group_error.exceptions[0] from None
-    return [t.result() for t in running]

@@ -14,8 +14,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.browser_pool.episode import run_batch
 from services.browser_pool.pool import BrowserPool
+from services.browser_pool.runs import run_batch
 from webrl.config import Settings
 from webrl.db import repository
 from webrl.db.session import session_scope

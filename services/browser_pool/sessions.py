@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from services.browser_pool.episode import BrowserEpisode, EpisodeCrashed, StepResult
+from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.rollout import RolloutPayload, run_rollout
+from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.config import Settings
 from webrl.schemas import TaskConfig
 

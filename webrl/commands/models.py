@@ -127,7 +127,8 @@ def merge(adapter: Path = typer.Argument(..., help="An adapter folder (a LoRA ch
           dtype: str = typer.Option("bfloat16", help="Weights' dtype in the merged folder: bfloat16, float16 or "
                                                      "float32 (vLLM/TGI serve bf16).")) -> None:
     """Merge an adapter into its base and write a plain HF folder that vLLM, SGLang or TGI serve as is."""
-    from webrl.models.adapters import AdapterError, is_adapter, merge_to_folder
+    from webrl.models.adapters import AdapterError, is_adapter
+    from webrl.models.merged import merge_to_folder
 
     if not is_adapter(adapter):
         raise typer.BadParameter(f"{adapter} has no adapter_config.json: not an adapter folder", param_hint="ADAPTER")

@@ -1,10 +1,13 @@
-"""The actor service's ``POST /v1/act`` records, shared by the service and :class:`ActorEndpointPolicy`."""
+"""The actor service's ``POST /v1/act`` records, shared by the service and :class:`ActorEndpointPolicy`, and
+their conversions from and to the policy interface (:mod:`webrl.agent.policy`)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from webrl.schemas import Action, Observation, Seed
+from webrl.actions import Action
+from webrl.agent.policy import PolicyRequest, PolicyResponse
+from webrl.schemas import Observation, Seed
 
 MAX_ACT_BATCH = 256  # one request carries at most this many observations
 
@@ -16,6 +19,12 @@ class ActItem(BaseModel):
     observation: Observation
     history: list[str] = Field(default_factory=list, description="Earlier raw responses of this episode, oldest "
                                                                   "first (their observations are elided).")
+
+    @classmethod
+    def of(cls, request: PolicyRequest) -> ActItem:
+        """The item of a policy request: its intent, observation and earlier raw responses."""
+        return cls(intent=request.intent, observation=request.observation,
+                   history=[step.response for step in request.history])
 
 
 class ActRequest(BaseModel):
@@ -33,6 +42,11 @@ class ActResult(BaseModel):
     logprobs: list[float] = Field(default_factory=list)
     prompt_tokens: int = 0
     version: str = ""
+
+    def policy_response(self) -> PolicyResponse:
+        """The result as a policy's response (text, token ids, log-probs, version)."""
+        return PolicyResponse(response=self.response, token_ids=self.token_ids, logprobs=self.logprobs,
+                              version=self.version)
 
 
 class ActResponse(BaseModel):

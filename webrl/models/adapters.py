@@ -163,23 +163,5 @@ def save_adapter(model: Any, folder: Path, state_dict: dict[str, Any] | None = N
     write_adapter_record(folder, record["base"], record["lora"])
 
 
-def merge_to_folder(adapter: str | Path, output: str | Path, settings: Settings, dtype: str = "bfloat16") -> Any:
-    """Write base + adapter, merged, as a plain HF folder for vLLM/SGLang/TGI (published: manifest, sha256; its
-    version is the adapter's with a ``-merged`` suffix)."""
-    from webrl.checkpoints import publish_folder
-    from webrl.models.loading import checkpoint_version, load_tokenizer, save_tokenizer
-
-    model = load_merged(adapter, settings, getattr(torch, dtype))
-    tokenizer = load_tokenizer(adapter, settings)
-
-    def write(folder: Path) -> None:
-        model.save_pretrained(str(folder), safe_serialization=True)
-        save_tokenizer(tokenizer, folder)
-
-    record = json.loads((Path(adapter) / ADAPTER_FILE).read_text())
-    return publish_folder(write, output, role="merged", version=f"{checkpoint_version(adapter)}-merged",
-                          metrics={"adapter": str(Path(adapter).resolve()), "base": record["base"], "dtype": dtype})
-
-
 def is_peft_model(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")

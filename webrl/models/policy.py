@@ -1,6 +1,6 @@
 """Policies backed by models: :class:`LocalModelPolicy` (a checkpoint folder in this process) and
 :class:`ActorEndpointPolicy` (an actor service's ``POST /v1/act``). Both implement
-:class:`webrl.policy.Policy`; the browser pool hands them one batch of requests per step."""
+:class:`webrl.agent.policy.Policy`; the browser pool hands them one batch of requests per step."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 
+from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import Settings
 from webrl.models.actor_api import ActItem, ActRequest, ActResponse
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
 from webrl.models.folders import model_config_file
-from webrl.policy import PolicyRequest, PolicyResponse
 from webrl.prompts.actor import render_actor_prompt
 
 
@@ -32,11 +32,6 @@ def prompt_budget(settings: Settings, max_positions: int | None, max_new_tokens:
 def actor_prompt(tokenizer: Any, item: ActItem, budget: int) -> str:
     """The chat-template actor prompt of one step, within ``budget`` tokens."""
     return render_actor_prompt(tokenizer, item.intent, item.history, item.observation.html, max_tokens=budget)
-
-
-def item_of(request: PolicyRequest) -> ActItem:
-    return ActItem(intent=request.intent, observation=request.observation,
-                   history=[step.response for step in request.history])
 
 
 #: Backends kept loaded across policies of the same folder (rollout jobs come in chunks of one checkpoint).
@@ -77,7 +72,7 @@ class LocalModelPolicy:
         return self.backend.version
 
     async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
-        prompts = [actor_prompt(self.backend.tokenizer, item_of(r), self.budget) for r in requests]
+        prompts = [actor_prompt(self.backend.tokenizer, ActItem.of(r), self.budget) for r in requests]
         futures = [asyncio.wrap_future(self.backend.submit(p, self.max_new_tokens, self.temperature))
                    for p in prompts]
         generations: list[Generation] = await asyncio.gather(*futures)
@@ -97,11 +92,10 @@ class ActorEndpointPolicy:
         self._timeout = timeout
 
     async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
-        body = ActRequest(batch=[item_of(r) for r in requests], temperature=self.temperature,
+        body = ActRequest(batch=[ActItem.of(r) for r in requests], temperature=self.temperature,
                           max_new_tokens=self.max_new_tokens)
         async with httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client:
             reply = await client.post(self.url, json=body.model_dump(mode="json"))
         reply.raise_for_status()
         result = ActResponse.model_validate(reply.json())
-        return [PolicyResponse(response=r.response, token_ids=r.token_ids, logprobs=r.logprobs, version=r.version)
-                for r in result.results]
+        return [r.policy_response() for r in result.results]

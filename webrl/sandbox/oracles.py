@@ -1,13 +1,13 @@
 """Oracle solvers: scripted policies that read the observation and emit WebRL actions.
 
-The observation is WebRL's simplified HTML, where each interactive element carries an integer ``id``
-attribute and keeps its text and its ``placeholder``/``title``/``value`` attributes. :class:`ObservedPage`
-parses it; the helpers below (:func:`click`, :func:`type_text`, :func:`search`, :func:`select`,
-:func:`answer`, ...) find the element whose text or label matches and format the action, raising
-:class:`OracleStuck` when nothing matches.
+The observation is WebRL's simplified HTML, parsed by :class:`webrl.observed_page.ObservedPage`; the
+helpers below (:func:`click`, :func:`type_text`, :func:`search`, :func:`select`, :func:`answer`, ...) find
+the element whose text or label matches and format the action, raising
+:class:`webrl.observed_page.NotOnPage` when nothing matches (a solver raises :class:`OracleStuck`, one kind
+of it, when a page is not what it expected).
 
 A template's solver is a generator (see :mod:`webrl.sandbox.tasks.base`). :class:`OraclePolicy` implements
-:class:`webrl.policy.Policy`: for each request it finds the solver by ``task.intent_template_id``, replays it
+:class:`webrl.agent.policy.Policy`: for each request it finds the solver by ``task.intent_template_id``, replays it
 over the episode's earlier observations (so it keeps no state between calls and many episodes can run at
 once) and returns its next action. With ``corrupt > 0`` each step is, with that probability, replaced by a
 random valid action on the page (negative data for the ORM); the draw is seeded by (seed, task, step).
@@ -19,156 +19,17 @@ import hashlib
 import random
 import re
 from collections.abc import Generator
-from dataclasses import dataclass, field
-from html.parser import HTMLParser
 
-from webrl.actions import format_action
-from webrl.policy import PolicyRequest, PolicyResponse
-from webrl.schemas import Action, ActionType, Observation, Step, TaskConfig
+from webrl.actions import Action, ActionType, format_action
+from webrl.agent.policy import PolicyRequest, PolicyResponse
+from webrl.observed_page import FORM_FIELDS, Element, NotOnPage, ObservedPage
+from webrl.schemas import Observation, Step, TaskConfig
 
 ORACLE_VERSION = "oracle"
-_SPACE = re.compile(r"\s+")
-_VOID = {"input", "img", "br", "hr", "meta", "link", "area", "base", "col", "source", "wbr"}
-_FORM_FIELDS = ("input", "textarea", "select")
 
 
-class OracleStuck(RuntimeError):
+class OracleStuck(NotOnPage):
     """The page does not offer what the solver expected (it was led astray, e.g. by a corrupted step)."""
-
-
-def norm(text: str | None) -> str:
-    return _SPACE.sub(" ", text or "").strip().lower()
-
-
-@dataclass
-class Element:
-    """One element of the observation with an integer id."""
-
-    id: str
-    tag: str
-    attrs: dict[str, str]
-    text: str = ""
-    options: list[str] = field(default_factory=list)
-    path: str = ""
-    """Tags from the root down to this element (``html/main/ol/li/a``): items of one list share it."""
-
-    @property
-    def label(self) -> str:
-        """What a person would read on it: its text, else placeholder, title, value."""
-        for value in (self.text, self.attrs.get("placeholder"), self.attrs.get("title"),
-                      self.attrs.get("value"), self.attrs.get("data-text")):
-            if value and value.strip():
-                return _SPACE.sub(" ", value).strip()
-        return ""
-
-    @property
-    def description(self) -> str:
-        """How an ``# Element:`` line names it: a form field by its placeholder or title (a select's text is
-        all its options), anything else by its label."""
-        if self.tag in _FORM_FIELDS:
-            for value in (self.attrs.get("placeholder"), self.attrs.get("title")):
-                if value and value.strip():
-                    return _SPACE.sub(" ", value).strip()
-        return self.label
-
-    def names(self) -> list[str]:
-        return [norm(v) for v in (self.text, self.attrs.get("placeholder"), self.attrs.get("title"),
-                                  self.attrs.get("value"), self.attrs.get("data-text")) if v and v.strip()]
-
-
-class _Parser(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.elements: list[Element] = []
-        self.open: list[tuple[str, Element | None]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = {k: v or "" for k, v in attrs}
-        element = None
-        if values.get("id", "").strip().isdigit():
-            element = Element(values["id"].strip(), tag, values, path="/".join([*(t for t, _ in self.open), tag]))
-            self.elements.append(element)
-        if tag == "option" and self._innermost("select") is not None:
-            self.open.append((tag, Element("", "option", values)))
-            return
-        if tag not in _VOID:
-            self.open.append((tag, element))
-
-    def _innermost(self, tag: str) -> Element | None:
-        for t, el in reversed(self.open):
-            if t == tag and el is not None:
-                return el
-        return None
-
-    def handle_endtag(self, tag: str) -> None:
-        for i in range(len(self.open) - 1, -1, -1):
-            if self.open[i][0] == tag:
-                closed = self.open[i][1]
-                del self.open[i:]
-                if tag == "option" and closed is not None:
-                    select = self._innermost("select")
-                    if select is not None:
-                        select.options.append(_SPACE.sub(" ", closed.text).strip())
-                return
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-        for _, el in self.open:
-            if el is not None:
-                el.text += data
-
-
-class ObservedPage:
-    """An observation, parsed: its elements with ids, its text, its URL."""
-
-    def __init__(self, observation: Observation | str, url: str = "") -> None:
-        if isinstance(observation, Observation):
-            html, self.url = observation.html, observation.url
-        else:
-            html, self.url = observation, url
-        parser = _Parser()
-        parser.feed(html)
-        parser.close()
-        self.elements = parser.elements
-        self.text = _SPACE.sub(" ", " ".join(parser.text)).strip()
-
-    def find(self, label: str, tags: tuple[str, ...] | None = None, exact: bool = False) -> Element:
-        """The first element whose text/placeholder/title/value matches ``label``: exact (case-insensitive)
-        matches first, then prefix, then substring (unless ``exact``)."""
-        want = norm(label)
-        candidates = [e for e in self.elements if tags is None or e.tag in tags]
-        tiers = [lambda n: n == want] + ([] if exact else [lambda n: n.startswith(want), lambda n: want in n])
-        for matches in tiers:
-            for element in candidates:
-                if any(matches(n) for n in element.names()):
-                    return element
-        where = f" among <{'|'.join(tags)}>" if tags else ""
-        raise OracleStuck(f"no element labelled {label!r}{where} on {self.url or 'the page'}")
-
-    def has(self, label: str, tags: tuple[str, ...] | None = None, exact: bool = False) -> bool:
-        try:
-            self.find(label, tags, exact)
-        except OracleStuck:
-            return False
-        return True
-
-    def field(self, label: str) -> Element:
-        """A form field by placeholder/title (inputs, text areas, selects)."""
-        return self.find(label, _FORM_FIELDS)
-
-    def select_with_option(self, option: str) -> Element:
-        for element in self.elements:
-            if element.tag == "select" and any(norm(o) == norm(option) for o in element.options):
-                return element
-        raise OracleStuck(f"no dropdown offers {option!r} on {self.url or 'the page'}")
-
-    def search_text(self, pattern: str, group: int = 1) -> str:
-        """The first regex match in the page text (group ``group``); raises :class:`OracleStuck`."""
-        match = re.search(pattern, self.text)
-        if match is None:
-            raise OracleStuck(f"pattern {pattern!r} not on {self.url or 'the page'}")
-        return match.group(group)
 
 
 # Action helpers: each takes the current observation and returns WebRL action text. -----------------------
@@ -252,7 +113,7 @@ def do_click(obs: Observation, label: str, tags: tuple[str, ...] | None = None, 
 def do_type(obs: Observation, field_label: str, text: str, enter: bool = False
             ) -> Generator[str, Observation, Observation]:
     """Type into the field labelled ``field_label`` (WebRL's Search when ``enter``)."""
-    obs, element = yield from locate(obs, field_label, _FORM_FIELDS)
+    obs, element = yield from locate(obs, field_label, FORM_FIELDS)
     kind = ActionType.SEARCH if enter else ActionType.TYPE
     return (yield _fmt(kind, element, argument=text))
 
@@ -304,7 +165,7 @@ def next_oracle_action(task: TaskConfig, history: list[Step], observation: Obser
         for step in history:
             script.send(step.observation)
         action = script.send(observation)
-    except OracleStuck as exc:
+    except NotOnPage as exc:
         return answer(f"stuck: {exc}")
     except StopIteration:
         return answer("")

@@ -60,9 +60,9 @@ def test_sandbox_round_trip_and_rollout_job(sandbox, sandbox_tasks, stored_keys)
     """A stored sandbox task through REST, driven by the oracle, scored by its evaluator; then a job."""
     import asyncio
 
+    from webrl.agent.policy import PolicyRequest
     from webrl.db import repository
     from webrl.db.session import session_scope
-    from webrl.policy import PolicyRequest
     from webrl.sandbox.oracles import OraclePolicy
     from webrl.schemas import Observation, Step
 

@@ -7,8 +7,9 @@ import asyncio
 
 import pytest
 
-from services.browser_pool.episode import MAX_STEPS, run_batch, run_episode
-from webrl.policy import PolicyRequest, PolicyResponse
+from services.browser_pool.runs import run_batch, run_episode
+from webrl.agent.policy import PolicyRequest, PolicyResponse
+from webrl.early_stop import MAX_STEPS
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

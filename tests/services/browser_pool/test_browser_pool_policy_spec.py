@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from webrl.agent.policy import Policy
 from webrl.config import Settings
-from webrl.policy import Policy, policy_from_spec
+from webrl.policy import policy_from_spec
 
 
 def test_oracle_spec():

@@ -9,10 +9,11 @@ import signal
 
 import pytest
 
-from services.browser_pool.episode import BrowserEpisode, run_episode
+from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
+from services.browser_pool.runs import run_episode
 from services.browser_pool.safety import blocked_url_regex, is_allowed
-from webrl.policy import PolicyRequest, PolicyResponse
+from webrl.agent.policy import PolicyRequest, PolicyResponse
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from services.browser_pool.episode import run_batch
 from services.browser_pool.pool import BrowserPool
+from services.browser_pool.runs import run_batch
 from webrl.config import SITE_PLACEHOLDERS, Settings
 
 REPO = Path(__file__).resolve().parents[3]

@@ -61,8 +61,8 @@ def test_grounded_tasks_are_new_valid_and_carry_their_lineage(suite_db: Settings
 
 @pytest.mark.browser
 def test_the_oracle_solves_generated_tasks(suite_db: Settings) -> None:
-    from services.browser_pool.episode import run_batch
     from services.browser_pool.pool import BrowserPool
+    from services.browser_pool.runs import run_batch
     from webrl.sandbox.oracles import OraclePolicy
     from webrl.sandbox.server import running_sandbox, sandbox_ports
 

@@ -17,7 +17,7 @@ from services.trainer.augment import (
     trajectory_names,
 )
 from webrl.actions import parse_action
-from webrl.sandbox.oracles import ObservedPage
+from webrl.observed_page import ObservedPage
 from webrl.schemas import Observation, Step, Trajectory
 
 URL = "http://127.0.0.1:7770/"

@@ -27,8 +27,8 @@ def test_demo_sample_is_deterministic_and_covers_templates() -> None:
 def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None:
     import asyncio
 
+    from webrl.agent.policy import PolicyRequest
     from webrl.models.policy import LocalModelPolicy
-    from webrl.policy import PolicyRequest
     from webrl.schemas import Observation, TaskConfig
 
     assert sandbox_ports(free_sites)["shopping"] == int(free_sites.shopping_url.rsplit(":", 1)[1])

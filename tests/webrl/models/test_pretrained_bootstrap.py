@@ -21,12 +21,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, smollm2_base: Path) -> None:
     from services.trainer.phase import PhaseJob, run_phase
+    from webrl.agent.policy import PolicyRequest
     from webrl.db import models as m
     from webrl.db.session import session_scope
     from webrl.hyperparams import DEFAULTS, with_overrides
     from webrl.models.base import base_dir
     from webrl.models.policy import LocalModelPolicy
-    from webrl.policy import PolicyRequest
     from webrl.schemas import Observation, TaskConfig
 
     link = base_dir(free_sites, "smollm2-135m")

@@ -7,12 +7,13 @@ import asyncio
 
 import pytest
 
-from webrl.actions import parse_action
+from webrl.actions import ActionType, parse_action
+from webrl.agent.policy import Policy, PolicyRequest
 from webrl.config import Settings
-from webrl.policy import Policy, PolicyRequest
-from webrl.sandbox.oracles import ObservedPage, OraclePolicy, OracleStuck, click, scroll_down, search, select
+from webrl.observed_page import NotOnPage, ObservedPage
+from webrl.sandbox.oracles import OraclePolicy, click, scroll_down, search, select
 from webrl.sandbox.tasks.suite import build_suite
-from webrl.schemas import ActionType, Observation, Step, TaskConfig
+from webrl.schemas import Observation, Step, TaskConfig
 
 OBSERVATION = """<html> <header> <a id="0"> One Stop Market </a> <form> <input id="1" type="text"
 placeholder="Search entire store here..."/> <button id="2" type="submit"> Search </button> </form>
@@ -33,7 +34,7 @@ def test_observed_page_finds_elements_by_text_placeholder_and_title() -> None:
     assert page.find("Remove Pacer Pro Yoga Mat, Blue", exact=True).id == "7"
     assert page.select_with_option("Price: Low to High").id == "4"
     assert page.search_text(r"(\d+) items") == "23"
-    with pytest.raises(OracleStuck, match="no element labelled"):
+    with pytest.raises(NotOnPage, match="no element labelled"):
         page.find("Checkout")
     assert parse_action(click(page, "Apply")).element == "5"
     assert parse_action(search(page, "Search entire", "yoga")).type is ActionType.SEARCH
@@ -90,8 +91,8 @@ def test_corrupt_policy_emits_random_valid_actions_deterministically() -> None:
 
 
 async def _run_oracle(tasks: list[TaskConfig], settings: Settings) -> list[float | None]:
-    from services.browser_pool.episode import run_batch
     from services.browser_pool.pool import BrowserPool
+    from services.browser_pool.runs import run_batch
 
     async with BrowserPool(settings, size=4) as pool:  # bench/browser_pool.py: 4 episodes ~2.2x one at a time
         trajectories = await run_batch(tasks, OraclePolicy(), pool, settings, concurrency=4)

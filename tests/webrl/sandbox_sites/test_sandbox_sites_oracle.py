@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from webrl.policy import PolicyRequest, PolicyResponse
+from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.sandbox.oracles import OraclePolicy
 from webrl.sandbox.sites.gitlab.templates_tasks import TEMPLATES as GITLAB
 from webrl.sandbox.sites.reddit.templates_tasks import TEMPLATES as REDDIT
@@ -36,7 +36,7 @@ def _configs(site_data, ids: tuple[int, ...] | None, per_template: int = 1) -> l
 
 
 async def _scores(configs: list[TaskConfig], policy, pool, settings) -> dict[str, float | None]:
-    from services.browser_pool.episode import run_batch
+    from services.browser_pool.runs import run_batch
 
     trajectories = await run_batch(configs, policy, pool, settings, concurrency=2)
     return {str(c.task_id): t.env_score for c, t in zip(configs, trajectories, strict=True)}

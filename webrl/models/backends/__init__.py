@@ -5,42 +5,16 @@
 - ``tgi``: TGI's native ``/generate`` through ``huggingface_hub.InferenceClient`` (:mod:`.tgi`).
 
 Log-probs are those of the model's own distribution (temperature 1) for each generated token, the end-of-turn
-token included when generation stopped on it; ``text`` leaves special tokens out.
+token included when generation stopped on it; ``text`` leaves special tokens out. The interface is in
+:mod:`.base`, so that the backends need not import this package's factory.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
-
 from webrl.config import Settings
+from webrl.models.backends.base import Backend, BackendConfigError, Generation
 
-
-@dataclass
-class Generation:
-    """One completion: its text, the exact generated token ids and their log-probs."""
-
-    text: str
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str = "stop"  # "stop" (end of turn or stop string) | "length"
-
-
-@runtime_checkable
-class Backend(Protocol):
-    """Anything that completes a batch of prompts, in order."""
-
-    name: str
-    version: str
-
-    def generate(self, prompts: list[str], max_new_tokens: int, temperature: float, *,
-                 seed: int | None = None) -> list[Generation]: ...
-
-    def close(self) -> None: ...
-
-
-class BackendConfigError(ValueError):
-    """Settings do not describe a usable backend; the message names the missing setting."""
+__all__ = ["Backend", "BackendConfigError", "Generation", "make_backend"]
 
 
 def make_backend(settings: Settings, *, kind: str | None = None, model: str | None = None,

@@ -33,7 +33,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache
 
 from webrl.config import Settings
-from webrl.models.backends import Generation
+from webrl.models.backends.base import Generation
 from webrl.models.backends.kv_cache import BufferLayer, common_prefix_length, plain_cache_layers
 from webrl.models.loading import checkpoint_version, eos_token_ids, load_causal_lm
 

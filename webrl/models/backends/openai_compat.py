@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 
-from webrl.models.backends import Generation
+from webrl.models.backends.base import Generation
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's `return_tokens_as_token_ids` token spelling
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from huggingface_hub import InferenceClient
 
-from webrl.models.backends import Generation
+from webrl.models.backends.base import Generation
 
 NO_TOKEN = "none"  # sent as the bearer token when the server needs none
 MAX_PARALLEL = 16  # concurrent /generate calls per batch; TGI's default max_concurrent_requests is 128

@@ -13,7 +13,8 @@ from collections.abc import Callable, Generator
 from typing import Any
 from urllib.parse import quote
 
-from webrl.sandbox.oracles import ObservedPage, answer, click, select, type_text
+from webrl.observed_page import ObservedPage
+from webrl.sandbox.oracles import answer, click, select, type_text
 from webrl.sandbox.sites.gitlab.seed import ACCESS_LEVELS, DEFAULT_USER
 from webrl.sandbox.sites.reddit.oracle_steps import open_link, open_menu_item
 from webrl.sandbox.tasks.base import (

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from webrl.sandbox.oracles import Element, ObservedPage, OracleStuck, click, scroll_down
+from webrl.observed_page import Element, ObservedPage
+from webrl.sandbox.oracles import OracleStuck, click, scroll_down
 from webrl.schemas import Observation
 
 Sub = Generator[str, Observation, tuple[Observation, Element]]

@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable, Generator
 from typing import Any
 
-from webrl.sandbox.oracles import ObservedPage, OracleStuck, answer, click, search, select, type_text
+from webrl.observed_page import ObservedPage
+from webrl.sandbox.oracles import OracleStuck, answer, click, search, select, type_text
 from webrl.sandbox.sites.reddit.oracle_steps import open_link, open_menu_item, reach
 from webrl.sandbox.sites.reddit.seed import DEFAULT_USER, FILLERS, slugify
 from webrl.sandbox.tasks.base import (

@@ -11,7 +11,8 @@ import random
 from typing import Any
 from urllib.parse import urlencode
 
-from webrl.sandbox.oracles import ObservedPage, answer, do_click, do_select, do_type, read
+from webrl.observed_page import ObservedPage
+from webrl.sandbox.oracles import answer, do_click, do_select, do_type, read
 from webrl.sandbox.sites.shopping.seed import ORDER_STATUSES, SHIPPING_METHODS
 from webrl.sandbox.tasks.base import SiteData, Template, html_check, program_html, string_match, url_match
 from webrl.schemas import Observation, TaskConfig

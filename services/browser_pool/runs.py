@@ -1,0 +1,104 @@
+"""Episodes of a policy on this pool's browsers: each task a :class:`LeasedEpisode` driven by the shared
+episode loop (:func:`webrl.agent.loop.run_episode`), with the browser pool's time limits; many at once with
+their policy calls batched (:class:`services.browser_pool.batcher.Batcher`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from playwright.async_api import Error as PlaywrightError
+
+from services.browser_pool.batcher import BATCH_WAIT_S, Batcher
+from services.browser_pool.episode import BrowserEpisode
+from services.browser_pool.pool import BrowserPool
+from webrl.agent import loop
+from webrl.agent.environment import EpisodeCrashed, StepResult
+from webrl.agent.policy import Decide, Policy, PolicyRequest, PolicyResponse
+from webrl.config import Settings
+from webrl.early_stop import MAX_STEPS
+from webrl.schemas import Observation, TaskConfig, Trajectory
+
+
+class LeasedEpisode:
+    """A :class:`BrowserEpisode` as the episode loop's :class:`webrl.agent.environment.Environment`: ``reset``
+    leases a browser and opens the episode. A Playwright error ends this episode, not the batch it runs in:
+    it is raised as :class:`EpisodeCrashed` (reason ``browser_crashed`` when the browser died, else
+    ``browser_error``)."""
+
+    def __init__(self, pool: BrowserPool, task: TaskConfig, settings: Settings) -> None:
+        self.pool, self.settings = pool, settings
+        self.task = task.resolved(settings)
+        self.episode: BrowserEpisode | None = None
+
+    @contextmanager
+    def _browser_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except PlaywrightError as exc:
+            alive = self.episode is None or self.episode.slot.alive
+            raise EpisodeCrashed("browser_error" if alive else "browser_crashed",
+                                 exc.message.splitlines()[0]) from exc
+
+    async def reset(self) -> Observation:
+        with self._browser_errors():
+            self.episode = await BrowserEpisode.open(self.pool, self.task, self.settings)
+        assert self.episode.observation is not None
+        return self.episode.observation
+
+    async def step(self, text: str) -> StepResult:
+        assert self.episode is not None, "reset() the episode first"
+        with self._browser_errors():
+            return await self.episode.step(text)
+
+    async def evaluate(self, answer: str | None) -> float | None:
+        assert self.episode is not None, "reset() the episode first"
+        with self._browser_errors():
+            return await self.episode.evaluate(answer)
+
+    async def close(self) -> None:
+        if self.episode is not None:
+            await self.episode.close()
+
+
+async def _run(task: TaskConfig, decide: Decide, pool: BrowserPool, settings: Settings, max_steps: int) -> Trajectory:
+    return await loop.run_episode(LeasedEpisode(pool, task, settings), task, decide, max_steps=max_steps,
+                                  step_timeout_s=settings.browser_step_timeout_s,
+                                  episode_timeout_s=settings.browser_episode_timeout_s)
+
+
+async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, settings: Settings,
+                      max_steps: int = MAX_STEPS) -> Trajectory:
+    """One episode of ``policy`` on ``task``: at most ``max_steps`` actions; evaluated when the task has an
+    ``eval`` block. Never raises for browser trouble (the trajectory's stop_reason says what happened);
+    a policy that raises propagates."""
+
+    async def decide(request: PolicyRequest) -> PolicyResponse:
+        return (await policy.act([request]))[0]
+
+    return await _run(task, decide, pool, settings, max_steps)
+
+
+async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, settings: Settings,
+                    concurrency: int, max_steps: int = MAX_STEPS, batch_wait_s: float = BATCH_WAIT_S
+                    ) -> list[Trajectory]:
+    """Run ``tasks`` with up to ``concurrency`` episodes at once (bounded by the pool's size); the policy
+    gets batches of requests. Trajectories come back in task order."""
+    limit = asyncio.Semaphore(max(1, min(concurrency, pool.size)))
+    batcher = Batcher(policy, batch_wait_s)
+
+    async def one(task: TaskConfig) -> Trajectory:
+        async with limit:
+            batcher.join()
+            try:
+                return await _run(task, batcher.act, pool, settings, max_steps)
+            finally:
+                batcher.leave()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            running = [group.create_task(one(task)) for task in tasks]
+    except BaseExceptionGroup as group_error:
+        raise group_error.exceptions[0] from None
+    return [t.result() for t in running]

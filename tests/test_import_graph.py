@@ -1,0 +1,97 @@
+"""The import graph of webrl/ and services/ as DESIGN.md draws it: no import cycles (imports inside functions
+count), nothing in webrl/ imports a service, and no service imports another."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("webrl", "services")
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the packages by dotted name (a package by its own name)."""
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imported_names(tree: ast.AST) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of the packages it imports anywhere in its file. ``from a.b import c`` counts as
+    importing ``a.b.c`` when that is a module, else ``a.b``; a package imported only as the parent of a
+    module is not counted (its ``__init__`` runs, but that is not an import of the module's own)."""
+    known = modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in known.items():
+        targets = {owner(imported) for imported in _imported_names(ast.parse(path.read_text()))}
+        graph[name] = {t for t in targets if t is not None and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycles_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_webrl_imports_no_service_and_services_import_no_other_service() -> None:
+    def top(module: str) -> tuple[str, ...]:  # ("webrl",) or ("services", "<service>")
+        parts = module.split(".")
+        return tuple(parts[:2]) if parts[0] == "services" else (parts[0],)
+
+    wrong = [f"{module} -> {target}" for module, targets in import_graph().items() for target in targets
+             if top(target)[0] == "services" and top(target) != top(module)]
+    assert wrong == []
