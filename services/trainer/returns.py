@@ -10,9 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
-#: Discount of the Monte-Carlo return. Published code (``add_mc_return(..., gamma=0.9)`` in
-#: scripts/process_data.py, the ``WebRLTrainer`` default); the paper does not give it.
-GAMMA = 0.9
+from webrl.contracts import GAMMA  # discount of the Monte-Carlo return; the phase job's default
+
 #: Subtracted from every one-step advantage. Published code (``nv - v - 0.05 + reward + mc_return`` in
 #: webrl/algorithms/webrl/trainer.py), not in the paper.
 STEP_PENALTY = 0.05
