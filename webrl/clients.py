@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TypeVar
 
 from webrl.contracts import (
+    ActJob,
+    ActResponse,
     Contract,
     FilterRequest,
     FilterResult,
@@ -37,6 +39,10 @@ R = TypeVar("R", bound=Contract)
 def call(task: str, request: Contract, result: type[R], *, timeout: float | None = None) -> R:
     """Run the Celery task ``task`` on ``request``'s JSON and read its JSON answer as ``result``."""
     return result.model_validate(dispatch(task, request.model_dump(mode="json"), timeout=timeout))
+
+
+def actor_act(job: ActJob, *, timeout: float | None = None) -> ActResponse:
+    return call("actor.act", job, ActResponse, timeout=timeout)
 
 
 def rollout_run(request: RolloutRequest, *, timeout: float | None = None) -> RolloutResult:

@@ -5,6 +5,7 @@ result model (JSON on the wire); :mod:`webrl.clients` sends them. Every model fo
 misspelt key is an error naming it instead of a silently ignored option.
 
 - policy specs (what a rollout runs): :data:`PolicySpec`, a union discriminated on ``kind``;
+- actor: :class:`ActRequest` -> :class:`ActResponse` (``POST /v1/act``), :class:`ActJob` (``actor.act``);
 - browser pool: :class:`RolloutRequest` -> :class:`RolloutResult`, :class:`ObserveRequest` -> :class:`ObserveResult`;
 - critic: :class:`ValueRequest` -> :class:`ValueResult`;
 - ORM: :class:`ScoreRequest` -> :class:`ScoreResult`, :class:`StartValueRequest` -> :class:`StartValueResult`;
@@ -19,7 +20,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from webrl.early_stop import MAX_STEPS
-from webrl.schemas import Trajectory
+from webrl.schemas import Action, Observation, Seed, Trajectory
 
 VALUE_LOW = 0.05  # paper, section 3.2: drop tasks the critic finds hopeless (V < 0.05) ...
 VALUE_HIGH = 0.75  # ... or already solved (V > 0.75)
@@ -29,6 +30,7 @@ GAMMA = 0.9
 DB_MAX_ID = 2**63 - 1  # a database id is a signed 64-bit integer (SQLite and Postgres BIGINT)
 MAX_TRAJECTORIES = 256  # full trajectories per ORM request: bounds one request's memory and latency
 MAX_STATES = 256  # states per critic request
+MAX_ACT_BATCH = 256  # one act request carries at most this many observations
 
 DbId = Annotated[int, Field(ge=1, le=DB_MAX_ID)]
 
@@ -80,6 +82,46 @@ class EndpointSpec(Contract):
 
 PolicySpec = Annotated[OracleSpec | CheckpointSpec | EndpointSpec, Field(discriminator="kind")]
 POLICY_SPEC: TypeAdapter[OracleSpec | CheckpointSpec | EndpointSpec] = TypeAdapter(PolicySpec)
+
+
+# ---- actor ------------------------------------------------------------------------------------------
+class ActItem(Contract):
+    """One episode's current step."""
+
+    intent: str = Field(min_length=1, description="The task intent.")
+    observation: Observation
+    history: list[str] = Field(default_factory=list, description="Earlier raw responses of this episode, oldest "
+                                                                  "first (their observations are elided).")
+
+
+class ActRequest(Contract):
+    """``POST /v1/act``: one action per item, batched in one forward pass."""
+
+    batch: list[ActItem] = Field(min_length=1, max_length=MAX_ACT_BATCH)
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Default: WEBRL_ACTOR_TEMPERATURE.")
+    max_new_tokens: int | None = Field(None, ge=1, le=2048, description="Default: WEBRL_ACTOR_MAX_NEW_TOKENS.")
+    seed: Seed | None = None
+
+
+class ActJob(ActRequest):
+    """``actor.act``: ``POST /v1/act``'s body and the model folder to load (default WEBRL_ACTOR_MODEL)."""
+
+    model: str | None = Field(None, min_length=1, description="Actor folder; default WEBRL_ACTOR_MODEL.")
+
+
+class ActResult(Contract):
+    response: str = Field(description="The raw generated text.")
+    action: Action | None = None
+    parse_error: str | None = None
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    version: str = ""
+
+
+class ActResponse(Contract):
+    results: list[ActResult]
+    version: str = Field(description="Checkpoint version that produced every result of this batch.")
 
 
 # ---- browser pool --------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 from webrl.actions import parse_action
 from webrl.config import SITE_PLACEHOLDERS, Settings
+from webrl.contracts import ActItem, ActRequest
 from webrl.early_stop import MAX_STEPS, EarlyStop
-from webrl.models.actor_api import ActItem, ActRequest
 from webrl.schemas import Observation, Step, TaskConfig, Trajectory, resolve_placeholders
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from webrl.config import Settings
-from webrl.models.actor_api import ActItem, ActRequest, ActResponse
+from webrl.contracts import ActItem, ActRequest, ActResponse
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
 from webrl.models.folders import model_config_file
