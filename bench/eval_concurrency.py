@@ -43,9 +43,10 @@ def main() -> None:
     args = parser.parse_args()
     isolated_home("webrl-bench-eval-")
 
+    from webrl.clients import rollout_run
     from webrl.config import get_settings
+    from webrl.contracts import CheckpointSpec, RolloutRequest
     from webrl.db.migrate import upgrade
-    from webrl.queue import dispatch
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
 
@@ -65,10 +66,10 @@ def main() -> None:
                 start = time.perf_counter()
                 ids: list[int] = []
                 for at in range(0, len(keys), chunk):
-                    result = dispatch("rollout.run", {
-                        "task_keys": keys[at:at + chunk], "phase": 0, "attempt": attempt, "purpose": "eval",
-                        "policy": {"kind": "checkpoint", "path": args.actor}, "concurrency": concurrency})
-                    ids.extend(result["trajectory_ids"])
+                    result = rollout_run(RolloutRequest(
+                        task_keys=keys[at:at + chunk], phase=0, attempt=attempt, purpose="eval",
+                        policy=CheckpointSpec(path=args.actor), concurrency=concurrency))
+                    ids.extend(result.trajectory_ids)
                 seconds[(concurrency, chunk)].append(time.perf_counter() - start)
                 steps[(concurrency, chunk)] = _steps(settings, ids)
                 console.print(f"repeat {repeat}: {concurrency} x {chunk}: {seconds[(concurrency, chunk)][-1]:.1f} s")

@@ -41,19 +41,19 @@ def demonstrations(settings, keys: list[str]) -> list[int]:
     """Oracle rollouts of ``keys`` (purpose "sft"); the ids of the successful ones."""
     from sqlalchemy import select
 
+    from webrl.clients import rollout_run
+    from webrl.contracts import OracleSpec, RolloutRequest
     from webrl.db import models as m
     from webrl.db.migrate import upgrade
     from webrl.db.session import session_scope
-    from webrl.queue import dispatch
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import load_suite
 
     upgrade(settings)
     load_suite(settings, BOOTSTRAP_SEED)
     with running_sandbox(settings, sandbox_ports(settings)):
-        ids = dispatch("rollout.run", {"task_keys": keys, "phase": 0, "attempt": 0, "purpose": "sft",
-                                       "policy": {"kind": "oracle", "corrupt": 0.0, "seed": 0},
-                                       "concurrency": 4})["trajectory_ids"]
+        ids = rollout_run(RolloutRequest(task_keys=keys, phase=0, attempt=0, purpose="sft",
+                                         policy=OracleSpec(corrupt=0.0, seed=0), concurrency=4)).trajectory_ids
     with session_scope(settings) as s:
         return sorted(s.scalars(select(m.Trajectory.id).where(m.Trajectory.id.in_(ids),
                                                                m.Trajectory.env_score >= 0.5)).all())

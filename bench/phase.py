@@ -27,13 +27,14 @@ def main() -> None:
     args = parser.parse_args()
 
     isolated_home("webrl-bench-phase-")
+    from webrl.clients import rollout_run
     from webrl.config import get_settings
+    from webrl.contracts import OracleSpec, RolloutRequest
     from webrl.db.migrate import upgrade
     from webrl.hyperparams import with_overrides
     from webrl.models.bootstrap import BootstrapConfig, run_bootstrap
     from webrl.pipeline import Pipeline, PipelineOptions, StageReport
     from webrl.presets import PRESETS
-    from webrl.queue import dispatch
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import load_suite
 
@@ -60,11 +61,11 @@ def main() -> None:
         pipeline = Pipeline(settings, options, on_stage=on_stage)
         clock = time.perf_counter()
         pipeline.run()
-        kept = pipeline.phase_metrics(1)["filter.kept_keys"]
+        kept = pipeline.phase_state(1).kept_keys
         start = time.perf_counter()
-        dispatch("rollout.run", {"task_keys": kept, "phase": 99, "attempt": 0, "purpose": "eval",
-                                 "policy": {"kind": "oracle"}, "concurrency": hyperparams.rollout.concurrency,
-                                 "max_steps": hyperparams.rollout.max_steps})
+        rollout_run(RolloutRequest(task_keys=kept, phase=99, attempt=0, purpose="eval", policy=OracleSpec(),
+                                   concurrency=hyperparams.rollout.concurrency,
+                                   max_steps=hyperparams.rollout.max_steps))
         oracle_s = time.perf_counter() - start
 
     table = Table(title=f"one phase, preset {args.preset}, {len(kept)} tasks kept")

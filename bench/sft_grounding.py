@@ -133,8 +133,9 @@ def run_variant(home: str, base: str, name: str, overrides: dict[str, Any], minu
     import torch
 
     torch.set_num_threads(1)
-    from services.trainer.sft import COMPLETION_BUDGET, SftJob, run_sft
+    from services.trainer.sft import COMPLETION_BUDGET, run_sft
     from webrl.config import Settings
+    from webrl.contracts import SftJob
 
     settings = Settings()
     recipe = {**DEFAULT_RECIPE, **overrides}

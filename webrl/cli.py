@@ -20,7 +20,6 @@ COMMAND_MODULES = [
     "webrl.commands.sites",
     "webrl.commands.tasks",
     "webrl.commands.models",
-    "webrl.commands.serve",
     "webrl.commands.train",
     "webrl.commands.judges",
 ]
@@ -34,13 +33,7 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEB
 
 def _register_all() -> None:
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # that area has not landed
-            raise
-        module.register(app)
+        importlib.import_module(name).register(app)
 
 
 _register_all()

@@ -124,13 +124,8 @@ class Settings(BaseSettings):
         None, description="Accelerate config file; when set, training jobs run under `accelerate launch` with it "
         "(e.g. configs/accelerate/deepspeed_zero3.yaml on GPUs). None: in the worker's own process.")
 
-    # Service URLs, used by the distributed mode's HTTP clients.
+    # Service URLs: the browser pool, which the actor's agent runs (services/actor/agent.py) drive over HTTP.
     browser_pool_url: str = "http://127.0.0.1:8101"
-    actor_url: str = "http://127.0.0.1:8102"
-    orm_url: str = "http://127.0.0.1:8103"
-    critic_url: str = "http://127.0.0.1:8104"
-    taskgen_url: str = "http://127.0.0.1:8105"
-    trainer_url: str = "http://127.0.0.1:8106"
 
     # Browser pool (services/browser_pool): Chromium, pool size, step and episode time limits.
     chromium_path: str = Field("/usr/bin/chromium", description="Chromium executable Playwright launches.")

@@ -8,10 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from webrl.clients import rollout_run
 from webrl.config import Settings
+from webrl.contracts import CheckpointSpec, RolloutRequest
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
-from webrl.queue import dispatch
+from webrl.early_stop import MAX_STEPS
 from webrl.rewards import is_success
 from webrl.schemas import load_task_file
 
@@ -50,16 +52,16 @@ def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", task
             raise ValueError(f"no tasks in split {split!r}")
     keys = keys[:limit] if limit else keys
     attempt = evaluation_attempt(actor, max_steps)
-    horizon = {"max_steps": max_steps} if max_steps is not None else {}
     progress = on_progress or (lambda label, done, total: None)
     ids: list[int] = []
     for start in range(0, len(keys), CHUNK):
         progress("evaluate", start, len(keys))
-        result = dispatch("rollout.run", {
-            "task_keys": keys[start:start + CHUNK], "phase": EVAL_PHASE, "attempt": attempt, "purpose": "eval",
-            "policy": {"kind": "checkpoint", "path": str(actor.resolve())}, "concurrency": concurrency, **horizon,
-        })
-        ids.extend(result["trajectory_ids"])
+        result = rollout_run(RolloutRequest(
+            task_keys=keys[start:start + CHUNK], phase=EVAL_PHASE, attempt=attempt, purpose="eval",
+            policy=CheckpointSpec(path=str(actor.resolve())), concurrency=concurrency,
+            max_steps=max_steps if max_steps is not None else MAX_STEPS,
+        ))
+        ids.extend(result.trajectory_ids)
     progress("evaluate", len(keys), len(keys))
     return success_by_site(trajectory_scores(settings, ids))
 

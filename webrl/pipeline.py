@@ -5,12 +5,15 @@ train tasks, whose failures seed the curriculum. Each phase i >= 1 then runs the
 
     generate -> filter -> rollout -> label -> train -> evaluate
 
-Every stage is a Celery task reached through :func:`webrl.queue.dispatch` (eager in the embedded mode,
+Every stage is a Celery task reached through its typed client in :mod:`webrl.clients` (eager in the embedded mode,
 a service worker in the distributed mode), so this file is the same in both modes. The stages finished so
 far are persisted in the ``phases`` table *after* each stage's own writes commit, and every stage is
 idempotent (trajectories are unique per (task, phase, attempt), labels per (trajectory, ORM version),
 tasks per key, checkpoints per version), so a process killed at any moment resumes after the last finished
 stage, and a half-finished stage redoes only the work that is missing.
+
+What a stage hands the later ones (candidate and kept task keys, the published checkpoints) is the phase's typed
+:class:`PhaseState`, stored with the phase; its metrics are for reporting only.
 """
 
 from __future__ import annotations
@@ -22,17 +25,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from sqlalchemy import select
 
+from webrl import clients
 from webrl.config import Settings
+from webrl.contracts import (
+    CheckpointSpec,
+    FilterRequest,
+    GenerateRequest,
+    ObserveRequest,
+    PhaseJob,
+    RolloutRequest,
+    ScoreRequest,
+    StartValueRequest,
+    ValueRequest,
+)
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.hyperparams import WebRLHyperparams, with_overrides
-from webrl.queue import dispatch
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +78,27 @@ class PipelineOptions:
     def from_json(cls, data: dict[str, Any]) -> PipelineOptions:
         """Options stored by :meth:`to_json`, validated: unknown keys are errors."""
         return TypeAdapter(cls).validate_python(data)
+
+
+class PhaseState(BaseModel):
+    """What the stages of one phase hand each other (stored in ``phases.state``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidate_keys: list[str] = []  # generate -> filter: the new tasks
+    kept_keys: list[str] = []  # filter -> rollout: the tasks this phase trains on
+    actor_path: str | None = None  # train -> next phase: the actor it published (or carried over)
+    actor_version: str | None = None
+    critic_path: str | None = None  # train -> next phase: the critic it published (or carried over)
+    critic_version: str | None = None
+
+    def with_(self, **changes: Any) -> Self:
+        """A copy with ``changes``, validated (an unknown field is an error)."""
+        return self.model_validate({**self.model_dump(), **changes})
+
+
+#: A stage's answer: its metrics (for reporting) and the phase state after it.
+StageOutput = tuple[dict[str, Any], PhaseState]
 
 
 @dataclass
@@ -140,9 +175,15 @@ class Pipeline:
         with session_scope(self.settings) as s:
             return dict(self._phase_row(s, index).metrics)
 
-    def _finish_stage(self, index: int, stage: str, metrics: dict[str, Any], last: bool) -> None:
+    def phase_state(self, index: int) -> PhaseState:
+        with session_scope(self.settings) as s:
+            return PhaseState.model_validate(self._phase_row(s, index).state or {})
+
+    def _finish_stage(self, index: int, stage: str, output: StageOutput, last: bool) -> None:
+        metrics, state = output
         with session_scope(self.settings) as s:
             row = self._phase_row(s, index)
+            row.state = state.model_dump(mode="json")
             row.metrics = {**row.metrics, **{f"{stage}.{k}": v for k, v in metrics.items()}}
             row.stages_done = [*row.stages_done, stage]
             if last:
@@ -164,33 +205,37 @@ class Pipeline:
                 continue
             log.info("phase %d: %s", index, stage)
             started = time.perf_counter()
-            metrics = getattr(self, f"_stage_{stage.replace('-', '_')}")(index)
+            metrics, state = getattr(self, f"_stage_{stage.replace('-', '_')}")(index, self.phase_state(index))
             metrics["seconds"] = round(time.perf_counter() - started, 2)
-            self._finish_stage(index, stage, metrics, last=stage == stages[-1])
+            self._finish_stage(index, stage, (metrics, state), last=stage == stages[-1])
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def actor_for_phase(self, index: int) -> str:
         """The actor that acts in phase ``index``: the one trained in phase index-1 (the SFT actor for 1)."""
         if index <= 1:
             return self.options.actor
-        return self.phase_metrics(index - 1)["train.actor_path"]
+        actor = self.phase_state(index - 1).actor_path
+        if actor is None:
+            raise RuntimeError(f"phase {index - 1} has not trained an actor yet")
+        return actor
 
     def critic_for_phase(self, index: int) -> str | None:
         if index <= 1:
             return None
-        return self.phase_metrics(index - 1).get("train.critic_path")
+        return self.phase_state(index - 1).critic_path
 
     # ---- stages -------------------------------------------------------------------------------------
-    def _stage_evaluate(self, index: int) -> dict[str, Any]:
+    def _stage_evaluate(self, index: int, state: PhaseState) -> StageOutput:
         """Success of the phase's resulting actor on the held-out test tasks, per site and overall."""
-        actor = self.options.actor if index == 0 else self.phase_metrics(index)["train.actor_path"]
+        actor = self.options.actor if index == 0 else state.actor_path
+        assert actor is not None, "the train stage records the phase's actor"
         keys = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
         subset = self.hp.evaluation.subset if 0 < index < self.hp.curriculum.phases else None
         sampled = subset is not None and subset < len(keys)
         if sampled:
             keys = self._stratified(keys, subset)
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
-        return {**self._evaluation_metrics(ids), "subset": sampled}
+        return {**self._evaluation_metrics(ids), "subset": sampled}, state
 
     def _stratified(self, keys: list[str], n: int) -> list[str]:
         """A fixed sample of ``n`` of ``keys``, templates taken in turn (each template's tasks in a seeded order),
@@ -209,29 +254,29 @@ class Pipeline:
                     chosen.append(queue.pop())
         return sorted(chosen, key=keys.index)
 
-    def _stage_seed_rollout(self, index: int) -> dict[str, Any]:
+    def _stage_seed_rollout(self, index: int, state: PhaseState) -> StageOutput:
         """Phase 0: the SFT actor on a sample of seed train tasks; its failures seed the curriculum."""
         keys = self._sample(self._task_keys(split="train", origin="seed"), self.hp.curriculum.seed_tasks, salt=0)
         ids = self._rollout(keys, index, self.options.actor, purpose="train", label="phase 0: seed rollout",
                             temperature=self.hp.rollout.temperature)
         labelled = self._label(ids, "phase 0: ORM")
-        return {"rollouts": len(ids), **labelled}
+        return {"rollouts": len(ids), **labelled}, state
 
-    def _stage_generate(self, index: int) -> dict[str, Any]:
+    def _stage_generate(self, index: int, state: PhaseState) -> StageOutput:
         """New tasks in breadth from the previous phase's failures (paper, section 3.1)."""
         if not self.hp.curriculum.enabled:
-            return {"generated": 0}
+            return {"generated": 0}, state
         failed = self._failed_task_keys(index - 1)
         # a phase without failures still evolves: from every task it attempted (published code: any seed set)
         parents = failed or self._attempted_task_keys(index - 1)
-        result = dispatch("taskgen.generate", {
-            "phase": index, "parent_keys": parents, "n": self.hp.curriculum.candidates_per_phase,
-            "generator": self.hp.curriculum.generator, "seed": self.options.seed * 1000 + index,
-        })
-        return {"failed_parents": len(failed), "generated": len(result["task_keys"]),
-                "candidate_keys": result["task_keys"]}
+        result = clients.taskgen_generate(GenerateRequest(
+            phase=index, parent_keys=parents, n=self.hp.curriculum.candidates_per_phase,
+            generator=self.hp.curriculum.generator, seed=self.options.seed * 1000 + index,
+        ))
+        return ({"failed_parents": len(failed), "generated": len(result.task_keys)},
+                state.with_(candidate_keys=result.task_keys))
 
-    def _stage_filter(self, index: int) -> dict[str, Any]:
+    def _stage_filter(self, index: int, state: PhaseState) -> StageOutput:
         """Keep tasks the current critic finds neither hopeless nor solved: V(start) in [value_low, value_high].
 
         Phase 1 has no critic yet: the ORM's P(YES) on the start state stands in (as the WebRL authors did);
@@ -241,16 +286,16 @@ class Pipeline:
         if not curriculum.enabled:
             keys = self._sample(self._task_keys(split="train", origin="seed"), curriculum.tasks_per_phase,
                                 salt=index)
-            return {"kept": len(keys), "kept_keys": keys}
-        candidates = self.phase_metrics(index)["generate.candidate_keys"]
+            return {"kept": len(keys)}, state.with_(kept_keys=keys)
+        candidates = state.candidate_keys
         values, judge = self._start_values(candidates, index)
         if values is None:
             kept = candidates
         else:
-            kept = dispatch("taskgen.filter", {
-                "task_keys": candidates, "values": values, "critic_version": judge,
-                "low": curriculum.value_low, "high": curriculum.value_high,
-            })["kept"]
+            kept = clients.taskgen_filter(FilterRequest(
+                task_keys=candidates, values=values, critic_version=judge,
+                low=curriculum.value_low, high=curriculum.value_high,
+            )).kept
         quota = curriculum.tasks_per_phase
         kept = kept[:quota]
         in_band = len(kept)
@@ -258,35 +303,33 @@ class Pipeline:
             taken = set(kept)
             rest = [k for k in candidates if k not in taken]
             kept += nearest_to_band(rest, values, curriculum.value_low, curriculum.value_high)[: quota - len(kept)]
-        return {"kept": len(kept), "in_band": in_band, "kept_keys": kept, "candidates": len(candidates),
-                "judge": judge}
+        return ({"kept": len(kept), "in_band": in_band, "candidates": len(candidates), "judge": judge},
+                state.with_(kept_keys=kept))
 
     def _start_values(self, keys: list[str], index: int) -> tuple[dict[str, float] | None, str]:
         """V(start state) per task from the critic, or the ORM's P(YES) before the first critic exists."""
         critic, orm = self.critic_for_phase(index), self.options.orm
         if not keys or not (critic or orm):
             return None, "none"
-        observations = dispatch("rollout.observe", {"task_keys": keys})["observations"]
-        items = [{"key": k, "intent": observations[k]["intent"], "observation": observations[k]["observation"]}
-                 for k in keys]
+        starts = clients.rollout_observe(ObserveRequest(task_keys=keys)).states
         if critic:
-            values = dispatch("critic.value", {"critic": critic, "items": items})["values"]
+            states = [{"key": s.key, "intent": s.intent, "observation": s.observation} for s in starts]
+            values = clients.critic_value(ValueRequest(critic=critic, states=states)).values
             judge = f"critic:{Path(critic).name}"
         else:
-            values = dispatch("orm.start_value", {"orm": orm, "items": items})["values"]
+            values = clients.orm_start_value(StartValueRequest(orm=orm, states=starts)).values
             judge = f"orm:{Path(orm).name}"
         return dict(zip(keys, values, strict=True)), judge
 
-    def _stage_rollout(self, index: int) -> dict[str, Any]:
-        keys = self.phase_metrics(index)["filter.kept_keys"]
-        ids = self._rollout(keys, index, self.actor_for_phase(index), purpose="train",
+    def _stage_rollout(self, index: int, state: PhaseState) -> StageOutput:
+        ids = self._rollout(state.kept_keys, index, self.actor_for_phase(index), purpose="train",
                             label=f"phase {index}: rollout", temperature=self.hp.rollout.temperature)
-        return {"rollouts": len(ids)}
+        return {"rollouts": len(ids)}, state
 
-    def _stage_label(self, index: int) -> dict[str, Any]:
+    def _stage_label(self, index: int, state: PhaseState) -> StageOutput:
         with session_scope(self.settings) as s:
             ids = [t.id for t in repo.trajectories_for_phase(s, index, purpose="train")]
-        return self._label(ids, f"phase {index}: ORM")
+        return self._label(ids, f"phase {index}: ORM"), state
 
     def _train_max_length(self) -> int:
         """Training sequences: the served prompt budget plus the completion, so the trainer re-renders states
@@ -295,26 +338,26 @@ class Pipeline:
 
         return self.settings.actor_max_prompt_tokens + COMPLETION_BUDGET
 
-    def _stage_train(self, index: int) -> dict[str, Any]:
+    def _stage_train(self, index: int, state: PhaseState) -> StageOutput:
         """Critic, then actor, on this phase's experience plus replay; publishes both checkpoints. A phase
         without labelled rollouts (a strict filter kept nothing) trains nothing: actor and critic carry over."""
         with session_scope(self.settings) as s:
             rollouts = len(repo.trajectories_for_phase(s, index, purpose="train"))
         if rollouts == 0:
             log.warning("phase %d has no rollouts to train on; actor and critic carry over", index)
-            critic = self.critic_for_phase(index)
-            return {"skipped": True, "actor_path": self.actor_for_phase(index),
-                    **({"critic_path": critic} if critic else {})}
-        result = dispatch("train.phase", self.phase_job(index))
-        return {"actor_path": result["actor"]["path"], "actor_version": result["actor"]["version"],
-                "critic_path": result["critic"]["path"], "critic_version": result["critic"]["version"],
-                **{k: v for k, v in result.get("metrics", {}).items() if isinstance(v, int | float)}}
+            return {"skipped": True}, state.with_(actor_path=self.actor_for_phase(index),
+                                                  critic_path=self.critic_for_phase(index))
+        result = clients.train_phase(self.phase_job(index))
+        metrics = {k: v for k, v in result.metrics.items() if isinstance(v, int | float)}
+        return ({"actor_version": result.actor.version, "critic_version": result.critic.version, **metrics},
+                state.with_(actor_path=result.actor.path, actor_version=result.actor.version,
+                            critic_path=result.critic.path, critic_version=result.critic.version))
 
-    def phase_job(self, index: int) -> dict[str, Any]:
-        """The ``train.phase`` payload of phase ``index``: its checkpoints and the run's hyperparameters."""
-        return {"phase": index, "actor": self.actor_for_phase(index), "critic": self.critic_for_phase(index),
-                "critic_base": self.options.actor, "seed": self.options.seed, "max_length": self._train_max_length(),
-                "hyperparams": asdict(self.hp)}
+    def phase_job(self, index: int) -> PhaseJob:
+        """The ``train.phase`` job of phase ``index``: its checkpoints and the run's hyperparameters."""
+        return PhaseJob(phase=index, actor=self.actor_for_phase(index), critic=self.critic_for_phase(index),
+                        critic_base=self.options.actor, seed=self.options.seed, max_length=self._train_max_length(),
+                        hyperparams=self.hp)
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _task_keys(self, *, split: str, origin: str | None, limit: int | None = None) -> list[str]:
@@ -331,19 +374,17 @@ class Pipeline:
     def _rollout(self, keys: list[str], phase: int, actor: str, *, purpose: str, label: str,
                  temperature: float | None = None) -> list[int]:
         """Roll out ``actor`` on ``keys`` in chunks; each chunk is an idempotent job (resumable)."""
-        policy: dict[str, Any] = {"kind": "checkpoint", "path": actor}
-        if temperature is not None:
-            policy["temperature"] = temperature
+        policy = CheckpointSpec(path=actor, temperature=temperature)
         ids: list[int] = []
         rollout = self.hp.rollout
         chunk = rollout.chunk
         self.on_progress(label, 0, len(keys))
         for start in range(0, len(keys), chunk):
-            result = dispatch("rollout.run", {
-                "task_keys": keys[start:start + chunk], "phase": phase, "attempt": 0, "purpose": purpose,
-                "policy": policy, "concurrency": rollout.concurrency, "max_steps": rollout.max_steps,
-            })
-            ids.extend(result["trajectory_ids"])
+            result = clients.rollout_run(RolloutRequest(
+                task_keys=keys[start:start + chunk], phase=phase, attempt=0, purpose=purpose, policy=policy,
+                concurrency=rollout.concurrency, max_steps=rollout.max_steps,
+            ))
+            ids.extend(result.trajectory_ids)
             self.on_progress(label, min(start + chunk, len(keys)), len(keys))
         return ids
 
@@ -358,9 +399,9 @@ class Pipeline:
     def _label(self, trajectory_ids: list[int], label: str) -> dict[str, Any]:
         """Outcome rewards: the ORM's judgement (or, without an ORM, the sandbox evaluator's score)."""
         self.on_progress(label, 0, len(trajectory_ids))
-        if self.options.orm:
-            dispatch("orm.score", {"trajectory_ids": trajectory_ids, "orm": self.options.orm,
-                                   "threshold": self.hp.reward.orm_threshold})
+        if self.options.orm and trajectory_ids:
+            clients.orm_score(ScoreRequest(trajectory_ids=trajectory_ids, orm=self.options.orm,
+                                           threshold=self.hp.reward.orm_threshold))
         else:
             with session_scope(self.settings) as s:
                 for tid in trajectory_ids:

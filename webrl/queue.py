@@ -32,7 +32,6 @@ TASK_MODULES = [
     "services.critic.worker",
     "services.taskgen.worker",
     "services.trainer.worker",
-    "webrl.pipeline_tasks",
 ]
 
 MAX_RETRIES = 3  # bounded: a task that fails three times is a bug, not a blip
@@ -69,20 +68,16 @@ celery_app = make_celery()
 
 @worker_init.connect
 def _register_tasks_on_worker_start(**_: object) -> None:
-    """`celery -A webrl.queue worker -Q <queue>` serves every service's tasks that are installed."""
+    """`celery -A webrl.queue worker -Q <queue>` serves every service's tasks."""
     autodiscover()
 
 
 def autodiscover() -> None:
-    """Import every worker module that exists, registering its tasks."""
+    """Import every worker module, registering its tasks; a module that fails to import fails loudly."""
     import importlib
 
     for module in TASK_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if not exc.name or not (module == exc.name or module.startswith(exc.name + ".")):
-                raise  # a real missing dependency inside the module, not an absent service
+        importlib.import_module(module)
 
 
 def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
@@ -94,7 +89,7 @@ def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
     if celery_app.conf.task_always_eager:
         autodiscover()
         if name not in celery_app.tasks:
-            raise KeyError(f"no Celery task named {name!r}; is its service installed?")
+            raise KeyError(f"no Celery task named {name!r}")
         return celery_app.tasks[name].apply(args=(payload,), throw=True).get()
     return celery_app.send_task(name, args=(payload,)).get(timeout=timeout)
 

@@ -23,6 +23,7 @@ from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webrl.config import Settings, get_settings
+from webrl.contracts import InvalidRequest, NotServing
 
 log = logging.getLogger("webrl.service")
 
@@ -128,6 +129,17 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
         message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         rid = getattr(request.state, "request_id", "")
         return JSONResponse(error_body("validation_error", message, rid, fields), status_code=422)
+
+    @app.exception_handler(InvalidRequest)
+    async def _invalid(request: Request, exc: InvalidRequest) -> JSONResponse:
+        rid = getattr(request.state, "request_id", "")
+        fields = [{"field": exc.field, "message": str(exc)}]
+        return JSONResponse(error_body("validation_error", str(exc), rid, fields), status_code=422)
+
+    @app.exception_handler(NotServing)
+    async def _not_serving(request: Request, exc: NotServing) -> JSONResponse:
+        rid = getattr(request.state, "request_id", "")
+        return JSONResponse(error_body("http_error", str(exc), rid), status_code=503)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

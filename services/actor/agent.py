@@ -16,8 +16,8 @@ from webrl.agent.environment import StepResult
 from webrl.agent.loop import run_episode
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import SITE_PLACEHOLDERS, Settings
+from webrl.contracts import ActItem, ActRequest
 from webrl.early_stop import MAX_STEPS
-from webrl.models.actor_api import ActItem, ActRequest
 from webrl.schemas import Observation, TaskConfig, Trajectory, resolve_placeholders
 
 

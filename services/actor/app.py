@@ -35,7 +35,7 @@ from services.actor.schemas import (
 )
 from webrl.checkpoints import CHANNEL
 from webrl.config import Settings, get_settings
-from webrl.models.actor_api import ActRequest, ActResponse
+from webrl.contracts import ActRequest, ActResponse
 from webrl.models.backends import Generation
 from webrl.service import create_app
 

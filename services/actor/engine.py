@@ -19,7 +19,7 @@ import torch
 
 from webrl.actions import ActionParseError, parse_action
 from webrl.config import Settings
-from webrl.models.actor_api import ActRequest, ActResponse, ActResult
+from webrl.contracts import ActRequest, ActResponse, ActResult
 from webrl.models.backends import Backend, Generation, make_backend
 from webrl.models.backends.local import LocalBackend
 from webrl.models.loading import load_tokenizer

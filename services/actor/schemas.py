@@ -1,4 +1,4 @@
-"""Request and response records of the actor's routes (``/v1/act``'s live in ``webrl.models.actor_api``)."""
+"""Request and response records of the actor's routes (``/v1/act``'s live in ``webrl.contracts``)."""
 
 from __future__ import annotations
 

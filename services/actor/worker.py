@@ -1,5 +1,6 @@
 """Celery tasks of the actor (queue ``actor``): ``actor.act``, a batch of observations to actions with the
-checkpoint ``WEBRL_ACTOR_MODEL`` (or the payload's ``model``) loaded in the worker process."""
+checkpoint ``WEBRL_ACTOR_MODEL`` (or the job's ``model``) loaded in the worker process. Tasks only; the logic is
+:class:`services.actor.engine.ActorEngine`, as behind ``POST /v1/act``."""
 
 from __future__ import annotations
 
@@ -8,23 +9,22 @@ from typing import Any
 
 from services.actor.engine import ActorEngine
 from webrl.config import get_settings
-from webrl.models.actor_api import ActRequest
+from webrl.contracts import ActJob, InvalidRequest
 from webrl.models.policy import shared_backend
 from webrl.queue import celery_app
 
 
 @celery_app.task(name="actor.act")
 def act(payload: dict[str, Any]) -> dict[str, Any]:
-    """Payload: ``/v1/act``'s body plus optional ``"model"`` (a folder). Returns ``/v1/act``'s response.
+    """:class:`~webrl.contracts.ActJob` -> :class:`~webrl.contracts.ActResponse`.
 
     Pure inference: safe to run twice (greedy by default; a sampled run is seeded by ``seed`` when given).
     """
     settings = get_settings()
-    body = dict(payload)
-    model = body.pop("model", None) or settings.actor_model
+    job = ActJob.model_validate(payload)
+    model = job.model or settings.actor_model
     if not model:
-        raise ValueError("actor.act needs a model: give 'model' in the payload or set WEBRL_ACTOR_MODEL")
-    request = ActRequest.model_validate(body)
+        raise InvalidRequest("model", "actor.act needs a model: give 'model' or set WEBRL_ACTOR_MODEL")
     backend = shared_backend(model, settings)
     engine = ActorEngine(settings, backend, backend.tokenizer, path=str(model))
-    return asyncio.run(engine.act(request)).model_dump(mode="json")
+    return asyncio.run(engine.act(job)).model_dump(mode="json")  # an ActJob is an ActRequest

@@ -11,9 +11,9 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field, model_validator
 
 from services.browser_pool.pool import BrowserPool
-from services.browser_pool.rollout import RolloutPayload
 from services.browser_pool.sessions import EpisodeManager, EpisodeNotFound, JobView, PoolBusy
 from webrl.config import Settings, get_settings
+from webrl.contracts import RolloutRequest
 from webrl.db import repository
 from webrl.db.session import session_scope
 from webrl.schemas import Observation, TaskConfig
@@ -126,7 +126,7 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
         return {"deleted": episode_id}
 
     @app.post("/v1/rollouts", response_model=JobView, status_code=202, tags=["jobs"])
-    async def start_rollout(body: RolloutPayload, manager: ManagerDep) -> JobView:
+    async def start_rollout(body: RolloutRequest, manager: ManagerDep) -> JobView:
         return manager.submit(body)
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["jobs"])

@@ -10,16 +10,14 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, TypeVar
 
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.runs import run_batch
 from webrl.config import Settings
+from webrl.contracts import InvalidRequest, RolloutRequest, RolloutResult
 from webrl.db import repository
 from webrl.db.session import session_scope
-from webrl.early_stop import MAX_STEPS
 from webrl.policy import policy_from_spec
 from webrl.schemas import TaskConfig, Trajectory
 
@@ -28,32 +26,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class RolloutPayload(BaseModel):
-    """The ``rollout.run`` payload (contract: browser pool)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks (tasks.key).")
-    phase: int = Field(0, ge=0)
-    attempt: int = Field(0, ge=0)
-    purpose: Literal["train", "eval", "sft", "orm"] = "train"
-    policy: dict[str, Any] = Field(description='Policy spec, e.g. {"kind": "oracle", "corrupt": 0.0, "seed": 0}.')
-    concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
-    max_steps: int = Field(MAX_STEPS, ge=1, le=100)
-
-
-class RolloutResult(BaseModel):
-    trajectory_ids: list[int]
-    mean_env_score: float = Field(description="Mean evaluator score over the trajectories that have one (else 0).")
-    n_scored: int = Field(description="Trajectories with an evaluator score.")
-    n_new: int = Field(description="Trajectories run by this job (the rest were stored already).")
-
-
-class UnknownTasksError(ValueError):
+class UnknownTasksError(InvalidRequest):
     """Task keys that are not in the database."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__("task_keys", message)
 
-def _plan(payload: RolloutPayload, settings: Settings) -> tuple[list[tuple[int, TaskConfig]], dict[int, int]]:
+
+def _plan(payload: RolloutRequest, settings: Settings) -> tuple[list[tuple[int, TaskConfig]], dict[int, int]]:
     """Tasks still to run as (db id, config), and db task id -> stored trajectory id for those already run."""
     with session_scope(settings) as session:
         rows = repository.tasks_by_keys(session, payload.task_keys)
@@ -71,7 +51,7 @@ def _plan(payload: RolloutPayload, settings: Settings) -> tuple[list[tuple[int, 
     return todo, done
 
 
-def _store(payload: RolloutPayload, settings: Settings, task_ids: list[int], trajs: list[Trajectory]) -> dict[int, int]:
+def _store(payload: RolloutRequest, settings: Settings, task_ids: list[int], trajs: list[Trajectory]) -> dict[int, int]:
     ids = {}
     for task_id, traj in zip(task_ids, trajs, strict=True):
         with session_scope(settings) as session:
@@ -89,7 +69,7 @@ def _scores(settings: Settings, trajectory_ids: list[int]) -> list[float]:
         return [r.env_score for r in rows if r is not None and r.env_score is not None]
 
 
-async def run_rollout(payload: RolloutPayload, settings: Settings, pool: BrowserPool | None = None) -> RolloutResult:
+async def run_rollout(payload: RolloutRequest, settings: Settings, pool: BrowserPool | None = None) -> RolloutResult:
     """Run the payload's policy on its tasks (skipping those already stored) and store every trajectory."""
     todo, done = _plan(payload, settings)
     new: dict[int, int] = {}

@@ -16,9 +16,10 @@ from pydantic import BaseModel
 
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
-from services.browser_pool.rollout import RolloutPayload, run_rollout
+from services.browser_pool.rollout import run_rollout
 from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.config import Settings
+from webrl.contracts import RolloutRequest
 from webrl.schemas import TaskConfig
 
 log = logging.getLogger(__name__)
@@ -103,11 +104,11 @@ class EpisodeManager:
         await self.pool.close()
 
     # ----- jobs ----------------------------------------------------------------------------------------
-    def submit(self, payload: RolloutPayload) -> JobView:
+    def submit(self, payload: RolloutRequest) -> JobView:
         if not self.settings.eager:
             from webrl.queue import celery_app
 
-            sent = celery_app.send_task("rollout.run", args=(payload.model_dump(),))
+            sent = celery_app.send_task("rollout.run", args=(payload.model_dump(mode="json"),))
             return JobView(job_id=sent.id, status="pending")
         job = JobView(job_id=uuid.uuid4().hex, status="running")
         self._jobs[job.job_id] = job
@@ -116,14 +117,14 @@ class EpisodeManager:
         task.add_done_callback(self._job_tasks.discard)
         return job
 
-    async def _run_job(self, job: JobView, payload: RolloutPayload) -> None:
+    async def _run_job(self, job: JobView, payload: RolloutRequest) -> None:
         try:
             result = await run_rollout(payload, self.settings, pool=self.pool)
         except Exception as exc:
             log.exception("rollout job %s failed", job.job_id)
             job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
             return
-        job.status, job.result = "succeeded", result.model_dump()
+        job.status, job.result = "succeeded", result.model_dump(mode="json")
 
     def job(self, job_id: str) -> JobView | None:
         if self.settings.eager:

@@ -8,28 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.rollout import UnknownTasksError
 from webrl.config import Settings
+from webrl.contracts import ObserveRequest, ObserveResult, StartState
 from webrl.db import repository
 from webrl.db.session import session_scope
 from webrl.schemas import TaskConfig
-
-
-class ObservePayload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks.")
-    concurrency: int = Field(2, ge=1, le=64, description="Episodes opened at once.")
-
-
-class StartState(BaseModel):
-    intent: str
-    observation: str = Field(description="The simplified HTML of the first page.")
-    url: str
 
 
 def _configs(settings: Settings, keys: list[str]) -> dict[str, TaskConfig]:
@@ -41,20 +27,20 @@ def _configs(settings: Settings, keys: list[str]) -> dict[str, TaskConfig]:
         return {r.key: repository.task_config(r) for r in rows}
 
 
-async def observe_starts(payload: ObservePayload, settings: Settings) -> dict[str, StartState]:
-    """The first observation of every task, keyed by task key."""
+async def observe_starts(payload: ObserveRequest, settings: Settings) -> ObserveResult:
+    """The first state of every task, in the request's order."""
     configs = _configs(settings, payload.task_keys)
     limit = asyncio.Semaphore(payload.concurrency)
 
-    async def one(pool: BrowserPool, key: str) -> tuple[str, StartState]:
+    async def one(pool: BrowserPool, key: str) -> StartState:
         async with limit:
             episode = await BrowserEpisode.open(pool, configs[key], settings)
             try:
                 obs = episode.observation
-                return key, StartState(intent=configs[key].intent, observation=obs.html, url=obs.url)
+                return StartState(key=key, intent=configs[key].intent, observation=obs.html, url=obs.url)
             finally:
                 await episode.close()
 
     async with BrowserPool(settings, size=min(payload.concurrency, len(configs))) as pool:
-        pairs = await asyncio.gather(*(one(pool, k) for k in payload.task_keys))
-    return dict(pairs)
+        states = await asyncio.gather(*(one(pool, k) for k in payload.task_keys))
+    return ObserveResult(states=list(states))

@@ -19,7 +19,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webrl.config import Settings
+from webrl.contracts import InvalidRequest, NotServing, ValueRequest, ValueResult
 from webrl.db import models as m
+from webrl.db.repository import save_critic_values, tasks_by_keys
+from webrl.db.session import session_scope
 from webrl.models.critic import CriticModel, critic_prompt, critic_values
 
 log = logging.getLogger(__name__)
@@ -59,10 +62,10 @@ class CriticScorer:
         return critic_values(self.model, self.tokenizer, self.prompts(states), batch_size=batch_size or self.batch_size)
 
 
-class MissingStartPageError(LookupError):
+class MissingStartPageError(InvalidRequest):
     def __init__(self, keys: Sequence[str]) -> None:
-        super().__init__(f"no stored start page for tasks {list(keys)}: run an episode on their site first "
-                         "or pass their observations")
+        super().__init__("task_keys", f"no stored start page for tasks {list(keys)}: run an episode on their site "
+                         "first or pass their observations")
         self.keys = list(keys)
 
 
@@ -102,3 +105,43 @@ def start_observations(session: Session, tasks: Sequence[m.Task], given: dict[st
     if missing:
         raise MissingStartPageError(missing)
     return pages
+
+
+# ---- the operation: ``critic.value`` and ``POST /v1/critic/value`` ---------------------------------------
+def critic_path(settings: Settings, request: ValueRequest) -> str:
+    """The critic folder a request is valued with: its own, else ``WEBRL_CRITIC_MODEL``."""
+    if request.critic is not None:
+        if not Path(request.critic).is_dir():
+            raise InvalidRequest("critic", f"no critic folder at {request.critic!r}")
+        return request.critic
+    if not settings.critic_model:
+        raise NotServing("no critic model: set WEBRL_CRITIC_MODEL to a saved critic folder or give 'critic'")
+    return str(settings.critic_model)
+
+
+def _states(session: Session, request: ValueRequest) -> tuple[list[State], list[str | None]]:
+    """The states to value and their task keys (None for an unkeyed state)."""
+    if request.states is not None:
+        return ([State(s.intent, s.observation, tuple(s.history)) for s in request.states],
+                [s.key for s in request.states])
+    keys = list(request.task_keys or [])
+    tasks = tasks_by_keys(session, keys)
+    unknown = sorted(set(keys) - {t.key for t in tasks})
+    if unknown:
+        raise InvalidRequest("task_keys", f"unknown task keys: {unknown}")
+    pages = start_observations(session, tasks, request.observations)
+    by_key = {t.key: t for t in tasks}
+    return [State(by_key[k].intent, pages[k]) for k in keys], list(keys)
+
+
+def value(settings: Settings, request: ValueRequest, scorer: CriticScorer) -> ValueResult:
+    """V of each state (in request order); values of stored tasks are kept in ``critic_values``, idempotent per
+    (task, critic version)."""
+    with session_scope(settings) as session:
+        states, keys = _states(session, request)
+        values = scorer.values(states)
+        by_key = {k: v for k, v in zip(keys, values, strict=True) if k is not None}
+        stored = tasks_by_keys(session, list(by_key))
+        save_critic_values(session, scorer.version, [(t.id, by_key[t.key]) for t in stored])
+    log.info("critic.value: %d states under %s", len(values), scorer.version)
+    return ValueResult(critic_version=scorer.version, values=values, by_key=by_key)

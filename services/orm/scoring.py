@@ -25,8 +25,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webrl.config import Settings
+from webrl.contracts import (
+    InvalidRequest,
+    NotServing,
+    ScoreItem,
+    ScoreRequest,
+    ScoreResult,
+    StartValueRequest,
+    StartValueResult,
+)
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory, save_label
+from webrl.db.session import session_scope
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
 from webrl.prompts.orm import (
     NO,
@@ -38,7 +48,7 @@ from webrl.prompts.orm import (
     render_llama3_orm,
 )
 from webrl.rewards import reward_of
-from webrl.schemas import Trajectory
+from webrl.schemas import Observation, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +167,7 @@ def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBac
     model = path or settings.orm_model
     if settings.orm_backend == "openai":
         if not settings.orm_endpoint or not model:
-            raise ValueError("the openai ORM backend needs WEBRL_ORM_ENDPOINT and WEBRL_ORM_MODEL")
+            raise NotServing("the openai ORM backend needs WEBRL_ORM_ENDPOINT and WEBRL_ORM_MODEL")
         tokenizer = None
         if Path(model).is_dir():
             from webrl.models.loading import load_tokenizer
@@ -165,7 +175,9 @@ def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBac
             tokenizer = load_tokenizer(model, settings)
         return OpenAIOrm(settings.orm_endpoint, model, settings, tokenizer=tokenizer)
     if not model:
-        raise ValueError("no ORM model: set WEBRL_ORM_MODEL to a model folder")
+        raise NotServing("no ORM model: set WEBRL_ORM_MODEL to a model folder")
+    if path and not Path(path).is_dir():
+        raise InvalidRequest("orm", f"no ORM folder at {path!r}")
     return LocalOrm(model, settings)
 
 
@@ -218,3 +230,32 @@ def phase_trajectory_ids(session: Session, phase: int, purpose: str = "train") -
     return list(session.scalars(select(m.Trajectory.id).where(m.Trajectory.phase == phase,
                                                               m.Trajectory.purpose == purpose)
                                 .order_by(m.Trajectory.id)))
+
+
+# ---- the operations: ``orm.score`` / ``POST /v1/orm/score`` and ``orm.start_value`` -----------------------
+def score(settings: Settings, request: ScoreRequest, backend: OrmBackend) -> ScoreResult:
+    """p = P(YES) and reward = 1[p >= threshold] per trajectory: inline ones are judged only; stored ones (by id
+    or by phase) get one label each under the backend's version (idempotent)."""
+    threshold = request.threshold
+    if request.trajectories is not None:
+        judgements = judge(backend, request.trajectories, threshold)
+    else:
+        with session_scope(settings) as session:
+            ids = (request.trajectory_ids if request.trajectory_ids is not None
+                   else phase_trajectory_ids(session, int(request.phase or 0), request.purpose))
+            judgements = score_stored(session, backend, ids, threshold)
+    rewards = [j.reward for j in judgements]
+    log.info("orm.score: %d trajectories, mean reward %.3f", len(rewards), sum(rewards) / max(1, len(rewards)))
+    return ScoreResult(orm_version=backend.version, threshold=threshold,
+                       results=[ScoreItem(trajectory_id=j.trajectory_id, p=j.p, reward=j.reward) for j in judgements],
+                       mean_reward=sum(rewards) / len(rewards) if rewards else 0.0)
+
+
+def start_value(request: StartValueRequest, backend: OrmBackend) -> StartValueResult:
+    """The ORM's P(YES) for each task's start state (intent, no actions, the start page): the value the
+    curriculum filter uses before the first critic exists. Nothing is stored (it judges states, not
+    trajectories)."""
+    states = [Trajectory(task_id=state.key, intent=state.intent,
+                         last_observation=Observation(html=state.observation, url=state.url))
+              for state in request.states]
+    return StartValueResult(orm_version=backend.version, values=backend.probabilities(states))

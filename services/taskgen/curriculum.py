@@ -13,6 +13,14 @@ from services.taskgen.dedup import Deduplicator
 from services.taskgen.grounded import GroundedGenerator, generated_task_id
 from services.taskgen.llm import LLMGenerator, OpenAICompatibleLLM, Rejection, llm_task_config
 from webrl.config import Settings
+from webrl.contracts import (
+    FilterRequest,
+    FilterResult,
+    GenerateRequest,
+    GenerateResult,
+    InvalidRequest,
+    Rejected,
+)
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
@@ -125,3 +133,34 @@ def filter_by_value(settings: Settings, task_keys: list[str], values: dict[str, 
             raise KeyError(f"unknown task keys: {unknown[:5]}")
         repo.save_critic_values(s, critic_version, [(r.id, float(values[r.key])) for r in rows])
     return [k for k in task_keys if low <= values[k] <= high]
+
+
+# ---- the operations: ``taskgen.generate`` / ``POST /v1/tasks/generate`` and ``taskgen.filter`` / ``.../filter``
+def generate(settings: Settings, request: GenerateRequest) -> GenerateResult:
+    """New tasks from failed ones; idempotent: the same intents map to the same task keys."""
+    common = (settings, request.phase, request.parent_keys, request.n, request.seed)
+    try:
+        if request.generator == "llm":
+            endpoint = request.endpoint or settings.llm_judge_endpoint
+            model = request.model or settings.llm_judge_model
+            if not (endpoint and model):
+                raise InvalidRequest("endpoint", "the llm generator needs endpoint and model (in the request or as "
+                                     "WEBRL_LLM_JUDGE_ENDPOINT and WEBRL_LLM_JUDGE_MODEL)")
+            result = generate_llm(*common, endpoint=endpoint, model=model, mode=request.mode,
+                                  feasibility=request.feasibility)
+        else:
+            result = generate_grounded(*common)
+    except KeyError as exc:
+        raise InvalidRequest("parent_keys", str(exc.args[0])) from None
+    return GenerateResult(task_keys=result.task_keys, duplicates=result.duplicates,
+                          rejected=[Rejected(text=r.text, reason=r.reason) for r in result.rejected])
+
+
+def filter_tasks(settings: Settings, request: FilterRequest) -> FilterResult:
+    """Keep the tasks whose value lies in [low, high]; stores every value (idempotent per critic version)."""
+    try:
+        kept = filter_by_value(settings, request.task_keys, request.values, critic_version=request.critic_version,
+                               low=request.low, high=request.high)
+    except KeyError as exc:
+        raise InvalidRequest("task_keys", str(exc.args[0])) from None
+    return FilterResult(kept=kept)

@@ -1,7 +1,8 @@
 """The trainer's REST API: ``POST /v1/train`` (a job), ``GET /v1/train/{job_id}``, ``GET /v1/checkpoints``.
 
 Distributed mode sends the job to the ``train`` queue (Celery ``train.phase`` / ``train.sft``); embedded mode
-runs it on a one-thread executor in this process, so the request returns at once in both.
+runs it (:func:`services.trainer.jobs.run_job`, as the Celery task does) on a one-thread executor in this
+process, so the request returns at once in both.
 """
 
 from __future__ import annotations
@@ -13,17 +14,12 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel
 
-from services.trainer.jobs import run_job
-from services.trainer.phase import PhaseJob
-from services.trainer.sft import SftJob
+from services.trainer.jobs import kind_of, run_job
 from webrl.checkpoints import CheckpointInfo, list_checkpoints
 from webrl.config import Settings, get_settings
+from webrl.contracts import PhaseJob, SftJob
 from webrl.db.session import session_scope
 from webrl.service import create_app, not_found
-
-
-class PhaseTrainRequest(PhaseJob):
-    kind: Literal["phase"] = "phase"
 
 
 class JobAccepted(BaseModel):
@@ -46,9 +42,9 @@ class LocalJobs:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webrl-train")
         self.futures: dict[str, Future] = {}
 
-    def submit(self, settings: Settings, kind: Literal["phase", "sft"], payload: dict[str, Any]) -> str:
+    def submit(self, settings: Settings, job: PhaseJob | SftJob) -> str:
         job_id = uuid.uuid4().hex
-        self.futures[job_id] = self.executor.submit(run_job, settings, kind, payload)
+        self.futures[job_id] = self.executor.submit(run_job, settings, job)
         return job_id
 
     def status(self, job_id: str) -> JobStatus | None:
@@ -59,7 +55,7 @@ class LocalJobs:
             return JobStatus(job_id=job_id, status="running")
         if future.exception() is not None:
             return JobStatus(job_id=job_id, status="failed", error=str(future.exception()))
-        return JobStatus(job_id=job_id, status="succeeded", result=future.result())
+        return JobStatus(job_id=job_id, status="succeeded", result=future.result().model_dump(mode="json"))
 
 
 def _settings(request: Request) -> Settings:
@@ -69,14 +65,14 @@ def _settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(_settings)]
 
 
-def submit(app: FastAPI, settings: Settings, kind: Literal["phase", "sft"], payload: dict[str, Any]) -> JobAccepted:
+def submit(app: FastAPI, settings: Settings, job: PhaseJob | SftJob) -> JobAccepted:
     """Enqueue a job: Celery when a broker is configured, else the local executor."""
-    task = f"train.{kind}"
+    task = f"train.{kind_of(job)}"
     if settings.eager:
-        return JobAccepted(job_id=app.state.jobs.submit(settings, kind, payload), task=task, status="running")
+        return JobAccepted(job_id=app.state.jobs.submit(settings, job), task=task, status="running")
     from webrl.queue import celery_app
 
-    result = celery_app.send_task(task, args=(payload,))
+    result = celery_app.send_task(task, args=(job.model_dump(mode="json"),))
     return JobAccepted(job_id=result.id, task=task, status="queued")
 
 
@@ -101,14 +97,14 @@ def create_trainer_app(settings: Settings | None = None) -> FastAPI:
     app.state.jobs = LocalJobs()
 
     @app.post("/v1/train", status_code=202, response_model=JobAccepted, tags=["train"])
-    def train_phase(body: PhaseTrainRequest, s: SettingsDep) -> JobAccepted:
+    def train_phase(body: PhaseJob, s: SettingsDep) -> JobAccepted:
         """Train one WebRL phase (critic then actor); returns a job id."""
-        return submit(app, s, "phase", body.model_dump(exclude={"kind"}))
+        return submit(app, s, body)
 
     @app.post("/v1/train/sft", status_code=202, response_model=JobAccepted, tags=["train"])
     def train_sft(body: SftJob, s: SettingsDep) -> JobAccepted:
         """Supervised fine-tuning of an actor or an ORM; returns a job id."""
-        return submit(app, s, "sft", body.model_dump())
+        return submit(app, s, body)
 
     @app.get("/v1/train/{job_id}", response_model=JobStatus, tags=["train"])
     def get_job(job_id: str, s: SettingsDep) -> JobStatus:

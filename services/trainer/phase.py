@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from services.trainer import replay
 from services.trainer.data import (
@@ -42,8 +41,9 @@ from services.trainer.returns import advantages, binarise
 from services.trainer.sft import COMPLETION_BUDGET, LORA_BASE_DTYPE, MAX_LENGTH, load_for_training
 from webrl.checkpoints import CheckpointInfo, find, verify
 from webrl.config import Settings
+from webrl.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
 from webrl.db.session import session_scope
-from webrl.hyperparams import ActorLoss, WebRLHyperparams
+from webrl.hyperparams import ActorLoss
 from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
 from webrl.models.folders import is_adapter
@@ -52,35 +52,18 @@ from webrl.models.logprobs import sequence_logprobs
 log = logging.getLogger("webrl.trainer.phase")
 
 
-class PhaseJob(BaseModel):
-    """Payload of ``train.phase`` and ``POST /v1/train`` with kind "phase". Unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    phase: int = Field(ge=1, description="The phase whose trajectories are trained on.")
-    actor: str = Field(description="The actor at the start of the phase (a causal LM folder).")
-    critic: str | None = Field(None, description="The previous critic; None in phase 1 (fresh heads).")
-    critic_base: str | None = Field(None, description="Backbone of a fresh critic (the SFT model); default actor.")
-    reference: str | None = Field(None, description="Frozen reference; default the actor at the phase start.")
-    hyperparams: WebRLHyperparams = Field(default_factory=WebRLHyperparams,
-                                          description="The run's WebRL hyperparameters (replay, advantage, actor "
-                                                      "loss, critic, batching are read here).")
-    seed: int = 0
-    max_minutes: float | None = Field(None, gt=0, description="Budget for each of critic and actor training.")
-    max_length: int | None = Field(None, ge=16)
-    purpose: str = "train"
-    actor_output: str | None = None
-    critic_output: str | None = None
-
-
 @dataclass
-class PhaseResult:
+class TrainedPhase:
+    """The checkpoints a phase published (their rows and manifests) and its training metrics."""
+
     actor: CheckpointInfo
     critic: CheckpointInfo
     metrics: dict[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"actor": self.actor.event(), "critic": self.critic.event(), "metrics": self.metrics}
+    def result(self) -> PhaseResult:
+        """The ``train.phase`` result."""
+        return PhaseResult(actor=PublishedCheckpoint(**self.actor.event()),
+                           critic=PublishedCheckpoint(**self.critic.event()), metrics=self.metrics)
 
 
 def _free(*objects: Any) -> None:
@@ -202,15 +185,15 @@ def actor_loss_fn(config: ActorLoss):
     return fn
 
 
-def _already_done(settings: Settings, version: str) -> PhaseResult | None:
+def _already_done(settings: Settings, version: str) -> TrainedPhase | None:
     with session_scope(settings) as session:
         actor, critic = find(session, "actor", version), find(session, "critic", version)
     if actor and critic and verify(actor.path, actor.sha256) and verify(critic.path, critic.sha256):
-        return PhaseResult(actor=actor, critic=critic, metrics=actor.metrics)
+        return TrainedPhase(actor=actor, critic=critic, metrics=actor.metrics)
     return None
 
 
-def run_phase(settings: Settings, job: PhaseJob) -> PhaseResult | None:
+def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     """Train the phase's critic then actor and publish both. Idempotent: the same job returns its published
     checkpoints without training again. Under a multi-process launch only the main process gets the result
     (the others return None)."""
@@ -260,4 +243,4 @@ def run_phase(settings: Settings, job: PhaseJob) -> PhaseResult | None:
     _free(actor)
     if actor_info is None or critic_info is None:
         return None
-    return PhaseResult(actor=actor_info, critic=critic_info, metrics=metrics)
+    return TrainedPhase(actor=actor_info, critic=critic_info, metrics=metrics)

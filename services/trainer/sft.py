@@ -9,10 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -23,6 +22,7 @@ from services.trainer.losses import sft_loss
 from services.trainer.publish import payload_version, publish_model
 from webrl.checkpoints import CheckpointInfo, read_manifest, verify
 from webrl.config import Settings
+from webrl.contracts import SftJob
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
@@ -43,33 +43,6 @@ MAX_LENGTH = 16384
 #: fwd+bwd 1.4x faster than fp32 on the 2-core avx512_bf16 CPU (211 vs 151 tokens/s, SmolLM2-135M, 800 tokens)
 #: and are what GPUs use anyway.
 LORA_BASE_DTYPE = torch.bfloat16
-
-
-class SftJob(BaseModel):
-    """Payload of ``train.sft`` and ``POST /v1/train`` with kind "sft"."""
-
-    base: str = Field(description="Hugging Face folder to start from.")
-    output: str = Field(description="Where to publish the trained folder.")
-    kind: Literal["actor", "orm"] = "actor"
-    trajectory_ids: list[int] | None = Field(None, description="Trajectories to learn from; else phase/purpose.")
-    phase: int | None = None
-    purpose: str | None = Field(None, description="Trajectory purpose filter (e.g. 'sft', 'orm').")
-    epochs: int = Field(1, ge=1)
-    lr: float = Field(1e-5, gt=0)
-    seed: int = 0
-    max_minutes: float | None = Field(None, gt=0)
-    batch_size: int = Field(8, ge=1)
-    grad_accum: int = Field(1, ge=1)
-    max_length: int | None = Field(None, ge=16, description="Tokens per sequence; default the model's context.")
-    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
-    cosine: bool = Field(False, description="Cosine-decay the lr to lr/10 over the planned steps (epochs x batches).")
-    prompt_loss_weight: float = Field(0.0, ge=0.0, description="Weight of an auxiliary next-token loss on the prompt "
-                                      "tokens (0: loss on the action tokens only, as WebRL trains).")
-    relabelled_copies: int = Field(0, ge=0, description="Actor SFT: relabelled copies of each demonstration "
-                                   "(entity names swapped, element ids renumbered; services/trainer/augment.py).")
-    lora_rank: int | None = Field(None, ge=1, le=1024, description="Train a new LoRA adapter of this rank on the "
-                                  "frozen base and publish the adapter (MBs); None: full fine-tuning. A base that "
-                                  "is itself an adapter folder always trains its adapter.")
 
 
 def _select_trajectories(session: Session, job: SftJob) -> list[m.Trajectory]:

@@ -162,3 +162,25 @@ def test_critic_values_are_idempotent_per_version(db: Settings) -> None:
     with session_scope(db) as s:
         values = sorted(s.scalars(select(m.CriticValue.value)).all())
         assert values == [0.3, 0.5]
+
+
+def test_migration_0002_moves_stage_outputs_from_metrics_to_the_phase_state(db: Settings) -> None:
+    import json
+
+    from sqlalchemy import text
+
+    downgrade(db, "0001")
+    old = {"generate.candidate_keys": ["a", "b"], "filter.kept_keys": ["a"], "train.actor_path": "/m/actor",
+           "train.actor_version": "phase1-x", "train.loss": 0.5}
+    with get_engine(db).begin() as conn:
+        run_id = conn.execute(text("INSERT INTO runs (name, options, created_at) VALUES ('r', '{}', "
+                                   "CURRENT_TIMESTAMP) RETURNING id")).scalar_one()
+        conn.execute(text("INSERT INTO phases (run_id, \"index\", status, stages_done, metrics, started_at) "
+                          "VALUES (:run, 1, 'running', '[]', :metrics, CURRENT_TIMESTAMP)"),
+                     {"run": run_id, "metrics": json.dumps(old)})
+    upgrade(db)
+    with session_scope(db) as s:
+        phase = s.scalars(select(m.Phase)).one()
+        assert phase.state == {"candidate_keys": ["a", "b"], "kept_keys": ["a"], "actor_path": "/m/actor",
+                               "actor_version": "phase1-x"}
+        assert phase.metrics == {"train.loss": 0.5}

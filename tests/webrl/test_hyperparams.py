@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from services.trainer.phase import PhaseJob
 from webrl.config import Settings
+from webrl.contracts import PhaseJob
 from webrl.db.migrate import upgrade
 from webrl.hyperparams import DEFAULTS, ActorLoss, WebRLHyperparams, parse_hyperparams, with_overrides
 from webrl.presets import PRESETS
@@ -86,7 +86,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     actor = tmp_path / "actor"
     actor.mkdir()
     (actor / "config.json").write_text("{}")
-    jobs: list[dict] = []
+    jobs: list[PhaseJob] = []
     monkeypatch.setattr(train_command, "ensure_ready", lambda s: None)
     monkeypatch.setattr(train_command, "sandbox_if_needed", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(train_command, "print_phase_table", lambda s, run: None)
@@ -97,7 +97,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--value-high", "0.6", "--replay-cap", "3", "--rollout-temperature", "0.3", "--max-steps", "12", "--no-kl",
     ])
     assert result.exit_code == 0, result.output
-    hp = PhaseJob.model_validate(json.loads(json.dumps(jobs[0]))).hyperparams  # as the Celery task receives it
+    hp = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json())).hyperparams  # as the Celery task receives it
     assert (hp.actor.beta, hp.actor.kl, hp.replay.cap_ratio) == (2.0, False, 3)
     assert (hp.curriculum.value_low, hp.curriculum.value_high) == (0.1, 0.6)
     assert (hp.rollout.temperature, hp.rollout.max_steps) == (0.3, 12)

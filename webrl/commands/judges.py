@@ -42,6 +42,7 @@ from typing import Any
 import typer
 
 from webrl.config import Settings, get_settings
+from webrl.contracts import CheckpointSpec, EndpointSpec, OracleSpec, PolicySpec, RolloutRequest, SftJob, SftResult
 from webrl.hyperparams import DEFAULTS
 from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
 from webrl.rewards import is_success
@@ -70,7 +71,7 @@ FULL_LR = 1e-4
 LORA_LR = 2e-4
 
 
-def parse_policy(text: str, sft_path: str | None, seed: int) -> dict[str, Any]:
+def parse_policy(text: str, sft_path: str | None, seed: int) -> PolicySpec:
     """``oracle`` | ``oracle:<corrupt>`` | ``sft`` | ``checkpoint:<path>`` | ``endpoint:<url>`` -> a policy spec.
 
     ``sft`` runs the SFT actor at ``sft_path``; without one it is an error."""
@@ -79,16 +80,16 @@ def parse_policy(text: str, sft_path: str | None, seed: int) -> dict[str, Any]:
         corrupt = float(arg) if arg else 0.0
         if not 0.0 <= corrupt <= 1.0:
             raise ValueError(f"policy {text!r}: corruption must be in [0, 1]")
-        return {"kind": "oracle", "corrupt": corrupt, "seed": seed}
+        return OracleSpec(corrupt=corrupt, seed=seed)
     if kind == "sft" and not arg:
         if not sft_path:
             raise ValueError("policy 'sft' rolls out the SFT actor, and there is none: pass --actor FOLDER "
                              "(or run `webrl bootstrap`), or leave 'sft' out")
-        return {"kind": "checkpoint", "path": sft_path}
+        return CheckpointSpec(path=sft_path)
     if kind == "checkpoint" and arg:
-        return {"kind": "checkpoint", "path": arg}
+        return CheckpointSpec(path=arg)
     if kind == "endpoint" and arg:
-        return {"kind": "endpoint", "url": arg}
+        return EndpointSpec(url=arg)
     raise ValueError(f"unknown policy {text!r}; use oracle, oracle:<corrupt>, sft, checkpoint:<path>, endpoint:<url>")
 
 
@@ -148,18 +149,18 @@ def split_keys(settings: Settings, split: str, limit: int | None, seed: int) -> 
     return keys
 
 
-def collect(keys: Sequence[str], policies: Sequence[dict[str, Any]], concurrency: int) -> list[int]:
+def collect(keys: Sequence[str], policies: Sequence[PolicySpec], concurrency: int) -> list[int]:
     """Run every policy on every task (one attempt per policy); the stored trajectory ids."""
-    from webrl.queue import dispatch
+    from webrl.clients import rollout_run
 
     ids: list[int] = []
     for attempt, policy in enumerate(policies):
-        result = dispatch("rollout.run", {"task_keys": list(keys), "phase": ORM_DATA_PHASE,
-                                          "attempt": ORM_ATTEMPT_BASE + attempt,
-                                          "purpose": ORM_PURPOSE, "policy": policy, "concurrency": concurrency})
-        log.info("policy %s: %d trajectories, mean env score %.3f", policy, len(result["trajectory_ids"]),
-                 result.get("mean_env_score", 0.0))
-        ids.extend(int(i) for i in result["trajectory_ids"])
+        result = rollout_run(RolloutRequest(task_keys=list(keys), phase=ORM_DATA_PHASE,
+                                            attempt=ORM_ATTEMPT_BASE + attempt, purpose=ORM_PURPOSE, policy=policy,
+                                            concurrency=concurrency))
+        log.info("policy %s: %d trajectories, mean env score %.3f", policy, len(result.trajectory_ids),
+                 result.mean_env_score)
+        ids.extend(result.trajectory_ids)
     return ids
 
 
@@ -189,10 +190,11 @@ def balance(labels: dict[int, int], seed: int) -> list[int]:
 
 def score_with(orm_path: str, ids: Sequence[int], threshold: float) -> list[float]:
     """P(YES) of each trajectory under the ORM at ``orm_path`` (``orm.score``; labels stored)."""
-    from webrl.queue import dispatch
+    from webrl.clients import orm_score
+    from webrl.contracts import ScoreRequest
 
-    result = dispatch("orm.score", {"trajectory_ids": list(ids), "orm": orm_path, "threshold": threshold})
-    return [float(p) for p in result["p"]]
+    result = orm_score(ScoreRequest(trajectory_ids=list(ids), orm=orm_path, threshold=threshold))
+    return [item.p for item in result.results]
 
 
 def measure(named_paths: dict[str, str], labels: dict[int, int], threshold: float, report_dir: Path
@@ -353,17 +355,15 @@ def publish_start(settings: Settings, folder: Path, starts: Path, *, rank: int |
     return dest
 
 
-def fit(options: TrainOrmOptions, start: OrmStart, trajectory_ids: Sequence[int]) -> dict[str, Any]:
+def fit(options: TrainOrmOptions, start: OrmStart, trajectory_ids: Sequence[int]) -> SftResult:
     """``train.sft`` kind "orm" from ``start`` on ``trajectory_ids``; the published checkpoint's info."""
-    from webrl.queue import dispatch
+    from webrl.clients import train_sft
 
     lr = options.lr if options.lr is not None else (LORA_LR if start.lora else FULL_LR)
-    job: dict[str, Any] = {"base": start.path, "output": options.output, "kind": "orm",
-                           "trajectory_ids": list(trajectory_ids), "epochs": options.epochs, "lr": lr,
-                           "seed": options.seed, "max_minutes": options.max_minutes, "batch_size": options.batch_size}
-    if start.max_length is not None:
-        job["max_length"] = start.max_length
-    return dispatch("train.sft", job)
+    job = SftJob(base=start.path, output=options.output, kind="orm", trajectory_ids=list(trajectory_ids),
+                 epochs=options.epochs, lr=lr, seed=options.seed, max_minutes=options.max_minutes,
+                 batch_size=options.batch_size, max_length=start.max_length)
+    return train_sft(job)
 
 
 def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
@@ -379,9 +379,10 @@ def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
              sum(train_labels.values()), len(balanced), len(test_labels))
     trained = fit(options, start, balanced)
     report_dir = Path(options.report_dir or Path(str(settings.artifacts_dir)) / "reports" / "orm")
-    measured = measure({"untrained": start.path, "trained": trained["path"]}, test_labels, options.threshold,
+    measured = measure({"untrained": start.path, "trained": trained.path}, test_labels, options.threshold,
                        report_dir)
-    report = {"options": asdict(options), "start": asdict(start), "policies": policies, "orm": trained,
+    report = {"options": asdict(options), "start": asdict(start), "policies": [p.model_dump() for p in policies],
+              "orm": trained.model_dump(),
               "data": {"train_trajectories": len(train_labels), "train_successes": sum(train_labels.values()),
                        "train_balanced": len(balanced), "test_trajectories": len(test_labels),
                        "test_successes": sum(test_labels.values())},

@@ -126,7 +126,8 @@ class Run(Base):
 
 
 class Phase(Base):
-    """Pipeline state of one phase: the stages finished so far and their metrics."""
+    """Pipeline state of one phase: the stages finished so far, what they hand the next ones (``state``, a
+    :class:`webrl.pipeline.PhaseState`) and what they measured (``metrics``, for reporting only)."""
 
     __tablename__ = "phases"
     __table_args__ = (UniqueConstraint("run_id", "index", name="uq_phase_index"),)
@@ -136,6 +137,7 @@ class Phase(Base):
     index: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(20), default="running")  # running | done | failed
     stages_done: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

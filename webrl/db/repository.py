@@ -210,9 +210,3 @@ def save_critic_values(session: Session, critic_version: str, values: Iterable[t
         if exists is None:
             session.add(m.CriticValue(task_id=task_id, critic_version=critic_version, value=value))
     session.flush()
-
-
-def latest_checkpoint(session: Session, role: str) -> m.Checkpoint | None:
-    return session.scalar(
-        select(m.Checkpoint).where(m.Checkpoint.role == role).order_by(m.Checkpoint.id.desc()).limit(1)
-    )

@@ -163,9 +163,10 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
     """Success rate of the checkpoint at ``path`` on the suite's test tasks (``rollout.run``, purpose "eval",
     phase 0, attempt from the checkpoint's version), overall and per site. The suite must be loaded and the
     sandbox running. ``limit``: only the first ``limit`` test tasks (quick measurements)."""
+    from webrl.clients import rollout_run
+    from webrl.contracts import CheckpointSpec, RolloutRequest
     from webrl.evaluate import success_by_site, trajectory_scores
     from webrl.models.loading import checkpoint_version
-    from webrl.queue import dispatch
     from webrl.sandbox.tasks.suite import build_suite, task_key
 
     keys = [task_key("test", t) for t in build_suite(seed)["test"]][:limit]
@@ -173,10 +174,9 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
     trajectory_ids: list[int] = []
     for start in range(0, len(keys), EVAL_CHUNK):
         chunk = keys[start:start + EVAL_CHUNK]
-        result = dispatch("rollout.run", {"task_keys": chunk, "phase": 0, "attempt": attempt, "purpose": "eval",
-                                          "policy": {"kind": "checkpoint", "path": str(path)},
-                                          "concurrency": concurrency})
-        trajectory_ids.extend(result["trajectory_ids"])
+        result = rollout_run(RolloutRequest(task_keys=chunk, phase=0, attempt=attempt, purpose="eval",
+                                            policy=CheckpointSpec(path=str(path)), concurrency=concurrency))
+        trajectory_ids.extend(result.trajectory_ids)
         on_chunk(start + len(chunk), len(keys))
     by_site = success_by_site(trajectory_scores(settings, trajectory_ids))
     _, overall = by_site.pop("overall")
@@ -188,10 +188,11 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
 def run_bootstrap(settings: Settings, config: BootstrapConfig,
                   on_stage: Callable[[str], None] = lambda stage: None) -> BootstrapResult:
     """Run every stage (module docstring); returns where the actor is and what it measured."""
+    from webrl.clients import rollout_run, train_sft
+    from webrl.contracts import OracleSpec, RolloutRequest, SftJob
     from webrl.db.migrate import upgrade
     from webrl.models.base import ensure_base, spec_of
     from webrl.models.tiny import SIZES, pretokenize_pattern
-    from webrl.queue import dispatch
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
 
@@ -227,11 +228,10 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         keys = [task_key("train", t) for t in demos]
         trajectory_ids = []
         for start in range(0, len(keys), DEMO_CHUNK):  # stored chunk by chunk: a rerun skips finished ones
-            rollout = dispatch("rollout.run", {
-                "task_keys": keys[start:start + DEMO_CHUNK], "phase": 0, "attempt": 0, "purpose": "sft",
-                "policy": {"kind": "oracle", "corrupt": 0.0, "seed": config.seed},
-                "concurrency": config.concurrency})
-            trajectory_ids.extend(rollout["trajectory_ids"])
+            rollout = rollout_run(RolloutRequest(
+                task_keys=keys[start:start + DEMO_CHUNK], phase=0, attempt=0, purpose="sft",
+                policy=OracleSpec(corrupt=0.0, seed=config.seed), concurrency=config.concurrency))
+            trajectory_ids.extend(rollout.trajectory_ids)
         trajectory_ids.sort()
         done("demos")
         pages, n_steps = _demo_corpus(settings, trajectory_ids)
@@ -241,21 +241,21 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
             done("model")
         else:
             base = _tiny_base(settings, config, [*(t.intent for t in suite["train"]), *pages], done)
-        sft = dispatch("train.sft", {
-            "base": str(base), "output": str(output), "kind": "actor", "trajectory_ids": trajectory_ids,
-            "phase": 0, "purpose": "sft", "epochs": config.epochs, "lr": config.lr, "seed": config.seed,
-            "max_minutes": config.sft_minutes, "batch_size": config.batch_size,
-            "warmup_steps": config.warmup_steps, "cosine": config.cosine,
-            "prompt_loss_weight": config.prompt_loss_weight, "relabelled_copies": config.relabelled_copies,
-            "lora_rank": config.lora_rank if config.base is not None else None,
-            "max_length": settings.actor_max_prompt_tokens + COMPLETION_BUDGET})
+        sft = train_sft(SftJob(
+            base=str(base), output=str(output), kind="actor", trajectory_ids=trajectory_ids,
+            phase=0, purpose="sft", epochs=config.epochs, lr=config.lr, seed=config.seed,
+            max_minutes=config.sft_minutes, batch_size=config.batch_size,
+            warmup_steps=config.warmup_steps, cosine=config.cosine,
+            prompt_loss_weight=config.prompt_loss_weight, relabelled_copies=config.relabelled_copies,
+            lora_rank=config.lora_rank if config.base is not None else None,
+            max_length=settings.actor_max_prompt_tokens + COMPLETION_BUDGET))
         done("sft")
-        evaluation = (evaluate_checkpoint(settings, sft["path"], concurrency=config.concurrency, seed=config.seed)
+        evaluation = (evaluate_checkpoint(settings, sft.path, concurrency=config.concurrency, seed=config.seed)
                       if config.evaluate else None)
         done("eval")
-    result = BootstrapResult(path=sft["path"], version=sft["version"], sha256=sft.get("sha256", ""),
-                             parameters=count_parameters(sft["path"]), demos=len(trajectory_ids),
-                             demo_steps=n_steps, seconds=seconds, sft_metrics=sft.get("metrics", {}),
+    result = BootstrapResult(path=sft.path, version=sft.version, sha256=sft.sha256,
+                             parameters=count_parameters(sft.path), demos=len(trajectory_ids),
+                             demo_steps=n_steps, seconds=seconds, sft_metrics=sft.metrics,
                              test_success=evaluation["success_rate"] if evaluation else None,
                              test_tasks=int(evaluation["tasks"]) if evaluation else 0,
                              test_by_site=evaluation["by_site"] if evaluation else {})

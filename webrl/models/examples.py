@@ -18,10 +18,6 @@ import torch
 #: ``<|im_end|>``); a tokenizer with none of them ends turns with its EOS token.
 END_OF_TURN_TOKENS = ("<|eot_id|>", "<|im_end|>", "<|end|>")
 
-#: Label value ignored by losses: positions outside the target (Hugging Face's convention).
-IGNORE_INDEX = -100
-
-
 @dataclass(frozen=True)
 class EncodedExample:
     """One training sequence: ``input_ids`` (T,) and ``target_mask`` (T,), 1 on completion tokens."""

@@ -14,7 +14,7 @@ import httpx
 
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import Settings
-from webrl.models.actor_api import ActItem, ActRequest, ActResponse
+from webrl.contracts import ActItem, ActRequest, ActResponse
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
 from webrl.models.folders import model_config_file

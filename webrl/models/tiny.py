@@ -13,8 +13,8 @@ Grounding (finding the element id for the words of the intent) is what a tiny mo
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -184,15 +184,6 @@ def save_tiny(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, out_d
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
-
-
-def size_summary(size: str) -> dict[str, int]:
-    return asdict(SIZES[size])
-
-
-def corpus_from_tasks(intents: Sequence[str], pages: Sequence[str]) -> list[str]:
-    """The tokenizer corpus: task intents and rendered pages (simplified HTML), one document each."""
-    return [*intents, *pages]
 
 
 def build_tiny_folder(corpus: Iterable[str], out_dir: str | Path, *, size: TinySize | str = "small",

@@ -72,10 +72,6 @@ def select(obs: Observation | ObservedPage, option: str, field_label: str | None
     return _fmt(ActionType.SELECT, element, argument=option)
 
 
-def press_enter() -> str:
-    return _fmt(ActionType.PRESS_ENTER)
-
-
 def scroll_down() -> str:
     return _fmt(ActionType.SCROLL_DOWN)
 

@@ -17,3 +17,23 @@ def test_actor_act_task(actor_model_dir: Path, settings: Settings) -> None:
     assert result["results"][0]["token_ids"] == result["results"][1]["token_ids"]
     with pytest.raises(ValueError, match="needs a model"):
         dispatch("actor.act", {"batch": [item]})
+
+
+def test_typed_client_gives_what_the_act_route_gives(actor_model_dir: Path, settings: Settings) -> None:
+    from fastapi.testclient import TestClient
+
+    from services.actor.app import create_actor_app
+    from webrl.clients import actor_act
+    from webrl.contracts import ActItem, ActJob
+    from webrl.schemas import Observation
+
+    item = ActItem(intent="Show me Electronics", observation=Observation(html='<a id="3"> Electronics </a>', url="u"))
+    job = ActJob(model=str(actor_model_dir), batch=[item], max_new_tokens=6)
+    by_task = actor_act(job)
+    live = settings.model_copy(update={"actor_model": str(actor_model_dir)})
+    with TestClient(create_actor_app(live)) as client:
+        by_route = client.post("/v1/act", json=job.model_dump(mode="json", exclude={"model"}))
+        assert by_route.status_code == 200, by_route.text
+        assert by_route.json()["results"][0]["token_ids"] == by_task.results[0].token_ids
+        typo = client.post("/v1/act", json={"batch": [item.model_dump(mode="json")], "temprature": 0.5})
+        assert typo.status_code == 422 and "temprature" in typo.json()["error"]["message"]

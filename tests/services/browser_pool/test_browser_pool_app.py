@@ -51,6 +51,8 @@ def test_validation_errors_name_the_field(client, fixture_url, make_task):
     assert missing.status_code == 422 and "action" in missing.json()["error"]["message"]
     rollout = client.post("/v1/rollouts", json={"task_keys": [], "policy": {"kind": "oracle"}})
     assert rollout.status_code == 422 and "task_keys" in rollout.json()["error"]["message"]
+    typo = client.post("/v1/rollouts", json={"task_keys": ["k"], "policy": {"kind": "oracle", "corupt": 0.5}})
+    assert typo.status_code == 422 and "policy.oracle.corupt" in typo.json()["error"]["message"]
     assert client.get("/v1/jobs/nope").status_code == 404
     assert client.delete("/v1/episodes/nope").status_code == 404
 

@@ -1,4 +1,4 @@
-"""policy_from_spec: the rollout job's policy specs, with clear errors for bad ones."""
+"""policy_from_spec: the rollout job's policy specs (a union on ``kind``), with errors naming the bad field."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ def test_oracle_spec():
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    ({}, "must be an object with a 'kind'"),
-    ({"kind": "magic"}, "unknown policy kind 'magic'"),
-    ({"kind": "oracle", "path": "x"}, "does not take path"),
-    ({"kind": "checkpoint"}, "needs 'path'"),
-    ({"kind": "endpoint", "url": ""}, "needs 'url'"),
-    ({"kind": "checkpoint", "path": "x", "temperature": -1}, "temperature must be a number >= 0"),
-    ({"kind": "endpoint", "url": "http://a", "temperature": "hot"}, "temperature must be a number >= 0"),
+    ({}, "Unable to extract tag using discriminator 'kind'"),
+    ({"kind": "magic"}, "does not match any of the expected tags: 'oracle', 'checkpoint', 'endpoint'"),
+    ({"kind": "oracle", "path": "x"}, r"oracle\.path\n  Extra inputs are not permitted"),
+    ({"kind": "checkpoint"}, r"checkpoint\.path\n  Field required"),
+    ({"kind": "endpoint", "url": ""}, r"endpoint\.url\n  String should have at least 1 character"),
+    ({"kind": "checkpoint", "path": "x", "temperature": -1}, r"checkpoint\.temperature\n  Input should be greater"),
+    ({"kind": "endpoint", "url": "http://a", "temperature": "hot"}, r"endpoint\.temperature\n  Input should be a "),
+    ({"kind": "oracle", "corrupt": 1.5}, r"oracle\.corrupt\n  Input should be less than or equal to 1"),
 ])
 def test_bad_specs_name_the_problem(spec, message):
     with pytest.raises(ValueError, match=message):

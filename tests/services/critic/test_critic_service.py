@@ -1,4 +1,5 @@
-"""The critic service: V = min of two heads over HTTP, the ``critic.value`` task, bad requests."""
+"""The critic service: V = min of two heads over HTTP, the ``critic.value`` task (the same operation, with the
+same side effects), bad requests."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from sqlalchemy import select
 
 from services.critic.app import create_critic_app
 from services.critic.values import CriticScorer, MissingStartPageError, State
+from webrl.clients import critic_value
+from webrl.contracts import StartState, ValueRequest
 from webrl.db import models as m
 from webrl.db.repository import save_trajectory, upsert_task
 from webrl.db.session import session_scope
@@ -48,6 +51,9 @@ def test_value_is_the_min_of_the_two_heads(client, scorer) -> None:
     ({"states": [{"observation": "<p/>"}]}, "states.0.intent"),
     ({"states": [{"intent": "", "observation": "<p/>"}]}, "states.0.intent"),
     ({"states": [{"intent": "x", "observation": "<p/>", "history": "not a list"}]}, "states.0.history"),
+    ({"states": [{"intent": "x", "observation": "<p/>"}], "critc": "/typo"}, "critc"),
+    ({"states": [{"intent": "x", "observation": "<p/>", "histroy": []}]}, "states.0.histroy"),
+    ({"task_keys": ["no/such/task"]}, "task_keys"),
 ])
 def test_bad_requests_get_422(client, body, field) -> None:
     resp = client.post("/v1/critic/value", json=body)
@@ -89,20 +95,49 @@ def test_critic_value_task_names_tasks_without_a_start_page(tiny_critic_dir, db_
     assert 0.0 < result["by_key"]["lonely"] < 1.0
 
 
-def test_critic_value_task_takes_items_as_the_pipeline_sends_them(tiny_critic_dir, db_settings, scorer) -> None:
+def test_critic_value_task_takes_keyed_states_as_the_pipeline_sends_them(tiny_critic_dir, db_settings, scorer) -> None:
     _store_task(db_settings, "observed", "reddit", with_episode=False)
     items = [{"key": "observed", "intent": "Do observed", "observation": "<p>forum</p>"},
              {"key": "not-stored", "intent": "Something else", "observation": "<p>other</p>"}]
-    result = dispatch("critic.value", {"critic": str(tiny_critic_dir), "items": items})
+    result = dispatch("critic.value", {"critic": str(tiny_critic_dir), "states": items})
     expected = scorer.values([State("Do observed", "<p>forum</p>"), State("Something else", "<p>other</p>")])
     assert result["values"] == pytest.approx(expected, abs=1e-5)
     with session_scope(db_settings) as session:
         assert len(session.scalars(select(m.CriticValue)).all()) == 1  # only stored tasks keep a value
-    with pytest.raises(ValueError, match="items or task_keys"):
+    with pytest.raises(ValueError, match="exactly one of states or task_keys"):
         dispatch("critic.value", {"critic": str(tiny_critic_dir)})
+    with pytest.raises(ValueError, match="items"):
+        dispatch("critic.value", {"critic": str(tiny_critic_dir), "items": items})  # the old name: not a field
 
 
 def test_an_unconfigured_critic_answers_503(db_settings) -> None:
     client = TestClient(create_critic_app(db_settings))
     resp = client.post("/v1/critic/value", json={"states": [{"intent": "x", "observation": "<p/>"}]})
     assert resp.status_code == 503 and "WEBRL_CRITIC_MODEL" in resp.json()["error"]["message"]
+
+
+def test_rest_route_and_celery_task_give_the_same_values_and_store_them(client, tiny_critic_dir, db_settings,
+                                                                        scorer) -> None:
+    _store_task(db_settings, "seen", "shopping", with_episode=True)
+    _store_task(db_settings, "new", "shopping", with_episode=False)
+    request = ValueRequest(task_keys=["seen", "new"], critic=str(tiny_critic_dir))
+    resp = client.post("/v1/critic/value", json=request.model_dump(mode="json"))
+    assert resp.status_code == 200, resp.text
+    with session_scope(db_settings) as session:
+        assert len(session.scalars(select(m.CriticValue)).all()) == 2  # the route stores, as the task does
+    by_task = critic_value(request)  # typed client -> eager Celery task
+    by_route = resp.json()
+    assert by_task.critic_version == by_route["critic_version"]
+    assert by_task.values == pytest.approx(by_route["values"], abs=1e-6)
+    assert by_task.by_key == pytest.approx(by_route["by_key"], abs=1e-6)
+    with session_scope(db_settings) as session:
+        assert len(session.scalars(select(m.CriticValue)).all()) == 2
+
+
+def test_typed_client_round_trips_keyed_start_states(tiny_critic_dir, db_settings, scorer) -> None:
+    _store_task(db_settings, "observed", "reddit", with_episode=False)
+    start = StartState(key="observed", intent="Do observed", observation="<p>forum</p>")
+    result = critic_value(ValueRequest(states=[{"key": start.key, "intent": start.intent,
+                                                "observation": start.observation}], critic=str(tiny_critic_dir)))
+    assert result.by_key == {"observed": pytest.approx(scorer.values([State("Do observed", "<p>forum</p>")])[0],
+                                                       abs=1e-5)}

@@ -59,7 +59,8 @@ def test_a_higher_threshold_flips_rewards(client, make_trajectory) -> None:
 
 @pytest.mark.parametrize(("body", "field"), [
     ({}, "give exactly one"),
-    ({"trajectory_ids": []}, "give exactly one"),
+    ({"trajectory_ids": []}, "trajectory_ids"),
+    ({"trajectory_ids": [1], "treshold": 0.4}, "treshold"),
     ({"trajectory_ids": [1], "trajectories": [{"task_id": "t", "intent": "x"}]}, "give exactly one"),
     ({"trajectory_ids": [1], "threshold": 1.5}, "threshold"),
     ({"trajectory_ids": ["one"]}, "trajectory_ids.0"),
@@ -80,3 +81,20 @@ def test_an_unconfigured_orm_answers_503(db_settings, make_trajectory) -> None:
     client = TestClient(create_orm_app(db_settings))  # no WEBRL_ORM_MODEL, no backend
     resp = client.post("/v1/orm/score", json={"trajectories": [make_trajectory(0).model_dump(mode="json")]})
     assert resp.status_code == 503 and "WEBRL_ORM_MODEL" in resp.json()["error"]["message"]
+
+
+def test_rest_route_and_celery_task_label_a_phase_alike(tiny_orm_dir, db_settings, make_trajectory, store) -> None:
+    from webrl.clients import orm_score
+    from webrl.contracts import ScoreRequest
+
+    ids = store(db_settings, [make_trajectory(i) for i in range(2)], phase=4)
+    request = ScoreRequest(phase=4, orm=str(tiny_orm_dir), threshold=0.5)
+    client = TestClient(create_orm_app(db_settings))  # loads the request's ORM, as the worker does
+    by_route = client.post("/v1/orm/score", json=request.model_dump(mode="json"))
+    assert by_route.status_code == 200, by_route.text
+    with session_scope(db_settings) as session:
+        assert sorted(session.scalars(select(m.OrmLabel.trajectory_id))) == ids  # the route stores labels
+    by_task = orm_score(request)  # typed client -> eager Celery task: finds the labels, stores nothing twice
+    assert by_task.model_dump(mode="json") == by_route.json()
+    with session_scope(db_settings) as session:
+        assert session.scalar(select(func.count()).select_from(m.OrmLabel)) == 2

@@ -27,16 +27,16 @@ def test_orm_score_task_labels_a_phase(tiny_orm_dir, db_settings, make_trajector
     ids = store(db_settings, [make_trajectory(i) for i in range(3)], phase=2)
     store(db_settings, [make_trajectory(9, intent="another phase")], phase=3)
     result = dispatch("orm.score", {"phase": 2, "orm": str(tiny_orm_dir), "threshold": 0.5})
-    assert result["trajectory_ids"] == ids and len(result["p"]) == 3
-    assert result["rewards"] == [1.0 if p >= 0.5 else 0.0 for p in result["p"]]
+    assert [r["trajectory_id"] for r in result["results"]] == ids
+    assert [r["reward"] for r in result["results"]] == [1.0 if r["p"] >= 0.5 else 0.0 for r in result["results"]]
     again = dispatch("orm.score", {"trajectory_ids": ids, "orm": str(tiny_orm_dir)})
-    assert again["p"] == pytest.approx(result["p"])
+    assert [r["p"] for r in again["results"]] == pytest.approx([r["p"] for r in result["results"]])
     with session_scope(db_settings) as session:
         assert sorted(session.scalars(select(m.OrmLabel.trajectory_id))) == ids
 
 
 def test_orm_score_task_rejects_an_empty_payload(tiny_orm_dir, db_settings) -> None:
-    with pytest.raises(ValueError, match="trajectory_ids or phase"):
+    with pytest.raises(ValueError, match="trajectory_ids or phase"):  # pydantic's ValidationError is a ValueError
         dispatch("orm.score", {"orm": str(tiny_orm_dir)})
 
 
@@ -101,7 +101,7 @@ def test_openai_backend_matches_the_local_backend(openai_server, db_settings, ma
 def test_orm_start_value_judges_start_states(tiny_orm_dir, db_settings) -> None:
     items = [{"key": "a", "intent": "Buy item 1", "observation": '<input id="13"/>'},
              {"key": "b", "intent": "Buy item 2", "observation": '<div id="5">Order placed</div>'}]
-    result = dispatch("orm.start_value", {"orm": str(tiny_orm_dir), "items": items})
+    result = dispatch("orm.start_value", {"orm": str(tiny_orm_dir), "states": items})
     orm = LocalOrm(tiny_orm_dir, db_settings)
     prompts = [render_orm_prompt(orm.tokenizer, i["intent"], [], i["observation"]) for i in items]
     assert result["values"] == pytest.approx(orm_probabilities(orm.model, orm.tokenizer, prompts), abs=1e-5)

@@ -90,3 +90,28 @@ def test_rest_filter_and_validation(db: Settings) -> None:
     assert unknown.status_code == 422 and "task_keys" in unknown.json()["error"]["message"]
     llm = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["t1"], "n": 3, "generator": "llm"})
     assert llm.status_code == 422 and "endpoint and model" in llm.json()["error"]["message"]
+
+
+def test_rest_route_and_celery_task_filter_and_store_alike(db: Settings) -> None:
+    from services.taskgen.app import app
+    from webrl.clients import taskgen_filter
+    from webrl.contracts import FilterRequest
+
+    request = FilterRequest(task_keys=["t1", "t3"], values={"t1": 0.04, "t3": 0.3}, critic_version="c-both")
+    by_route = TestClient(app).post("/v1/tasks/filter", json=request.model_dump(mode="json"))
+    assert by_route.status_code == 200 and by_route.json() == {"kept": ["t3"]}
+    assert taskgen_filter(request).kept == ["t3"]  # typed client -> eager Celery task
+    with session_scope(db) as s:  # each stored both values once, under the one critic version
+        rows = s.scalars(select(m.CriticValue).where(m.CriticValue.critic_version == "c-both")).all()
+        assert sorted(r.value for r in rows) == [0.04, 0.3]
+
+
+def test_a_misspelt_field_is_rejected_by_name(db: Settings) -> None:
+    from services.taskgen.app import app
+    from webrl.queue import dispatch
+
+    body = {"task_keys": ["t1"], "values": {"t1": 0.5}, "critic_version": "c", "hihg": 0.9}
+    resp = TestClient(app).post("/v1/tasks/filter", json=body)
+    assert resp.status_code == 422 and "hihg" in resp.json()["error"]["message"]
+    with pytest.raises(ValueError, match="hihg"):
+        dispatch("taskgen.filter", body)

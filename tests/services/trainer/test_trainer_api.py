@@ -60,3 +60,30 @@ def test_celery_task_runs_eagerly_through_dispatch(tiny_dir: Path, store_traject
                                     "seed": 0, "max_minutes": None, "max_length": 300})
     assert set(result) == {"path", "version", "sha256", "metrics"}
     assert result["metrics"]["examples"] == 1
+
+
+def test_a_misspelt_job_field_is_a_422_naming_it(db) -> None:
+    client = TestClient(create_trainer_app(db))
+    response = client.post("/v1/train", json={"phase": 1, "actor": "x", "actor_lrr": 1e-3})
+    assert response.status_code == 422
+    assert response.json()["error"]["fields"][0]["field"] == "actor_lrr"
+
+
+def test_rest_job_and_typed_client_publish_the_same_checkpoint(tiny_dir: Path, store_trajectory, db) -> None:
+    from webrl.clients import train_sft
+    from webrl.contracts import SftJob, SftResult
+    from webrl.queue import configure
+
+    configure(db)
+    ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft")]
+    job = SftJob(base=str(tiny_dir), output=str(Path(db.home) / "sft3"), trajectory_ids=ids, lr=1e-3, max_length=300)
+    client = TestClient(create_trainer_app(db))
+    job_id = client.post("/v1/train/sft", json=job.model_dump(mode="json")).json()["job_id"]
+    deadline = time.time() + 120
+    status = client.get(f"/v1/train/{job_id}").json()
+    while status["status"] == "running" and time.time() < deadline:
+        time.sleep(0.5)
+        status = client.get(f"/v1/train/{job_id}").json()
+    by_route = SftResult.model_validate(status["result"])
+    by_task = train_sft(job)  # the eager Celery task finds the published checkpoint: same job, same version
+    assert (by_task.path, by_task.version, by_task.sha256) == (by_route.path, by_route.version, by_route.sha256)

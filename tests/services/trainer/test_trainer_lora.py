@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from services.trainer.phase import PhaseJob, run_phase
-from services.trainer.sft import SftJob, load_for_training, run_sft
+from services.trainer.phase import run_phase
+from services.trainer.sft import load_for_training, run_sft
 from webrl.checkpoints import read_manifest, verify
+from webrl.contracts import PhaseJob, SftJob
 from webrl.hyperparams import DEFAULTS, with_overrides
 from webrl.models.adapters import ADAPTER_FILE, AdapterError, is_adapter, resolve_base
 from webrl.models.loading import load_causal_lm

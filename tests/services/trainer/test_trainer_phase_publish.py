@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 
 from services.trainer.loop import LoopConfig, make_accelerator, prepare
-from services.trainer.phase import PhaseJob, run_phase
+from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version, publish_model
-from services.trainer.sft import SftJob, run_sft
+from services.trainer.sft import run_sft
 from webrl.checkpoints import list_checkpoints, read_manifest, verify
+from webrl.contracts import PhaseJob, SftJob
 from webrl.db.session import session_scope
 from webrl.hyperparams import DEFAULTS, with_overrides
 

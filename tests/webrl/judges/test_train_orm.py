@@ -12,6 +12,7 @@ import pytest
 
 from webrl.commands.judges import balance, measure, parse_policy
 from webrl.config import Settings
+from webrl.contracts import CheckpointSpec, EndpointSpec, OracleSpec
 from webrl.models.orm import calibration_bins, classification_metrics, expected_calibration_error, plot_calibration
 from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
@@ -94,10 +95,10 @@ def test_short_orm_training_beats_the_untrained_model(settings, tiny_base, tmp_p
 
 
 def test_policy_specs() -> None:
-    assert parse_policy("oracle", "/sft", 3) == {"kind": "oracle", "corrupt": 0.0, "seed": 3}
-    assert parse_policy("oracle:0.4", "/sft", 3)["corrupt"] == 0.4
-    assert parse_policy("sft", "/sft", 0) == {"kind": "checkpoint", "path": "/sft"}
-    assert parse_policy("endpoint:http://a/", "/sft", 0) == {"kind": "endpoint", "url": "http://a/"}
+    assert parse_policy("oracle", "/sft", 3) == OracleSpec(corrupt=0.0, seed=3)
+    assert parse_policy("oracle:0.4", "/sft", 3).corrupt == 0.4
+    assert parse_policy("sft", "/sft", 0) == CheckpointSpec(path="/sft")
+    assert parse_policy("endpoint:http://a/", "/sft", 0) == EndpointSpec(url="http://a/")
     for bad in ("oracle:2", "mystery", "checkpoint:"):
         with pytest.raises(ValueError):
             parse_policy(bad, "/sft", 0)

@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, smollm2_base: Path) -> None:
-    from services.trainer.phase import PhaseJob, run_phase
+    from services.trainer.phase import run_phase
     from webrl.agent.policy import PolicyRequest
+    from webrl.contracts import PhaseJob
     from webrl.db import models as m
     from webrl.db.session import session_scope
     from webrl.hyperparams import DEFAULTS, with_overrides

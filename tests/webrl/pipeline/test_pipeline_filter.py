@@ -5,7 +5,7 @@ from __future__ import annotations
 from webrl.config import Settings
 from webrl.db.migrate import upgrade
 from webrl.hyperparams import DEFAULTS, with_overrides
-from webrl.pipeline import Pipeline, PipelineOptions, nearest_to_band
+from webrl.pipeline import PhaseState, Pipeline, PipelineOptions, nearest_to_band
 
 
 def test_nearest_to_band_orders_by_distance_to_the_interval() -> None:
@@ -19,4 +19,6 @@ def test_a_phase_without_rollouts_carries_the_actor_over(settings: Settings) -> 
     upgrade(settings)
     pipeline = Pipeline(settings, PipelineOptions(run="empty", actor="/models/actor-sft",
                                                   hyperparams=with_overrides(DEFAULTS, {"curriculum.phases": 1})))
-    assert pipeline._stage_train(1) == {"skipped": True, "actor_path": "/models/actor-sft"}
+    metrics, state = pipeline._stage_train(1, PhaseState())
+    assert metrics == {"skipped": True}
+    assert state == PhaseState(actor_path="/models/actor-sft")

@@ -51,7 +51,7 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
         metrics = phases[1].metrics
         assert 0.0 <= metrics["evaluate.success"] <= 1.0 and metrics["evaluate.n"] == 8
         assert all(isinstance(p.metrics["evaluate.solved"], list) for p in phases)  # the keys the report lists
-        assert Path(metrics["train.actor_path"], "model.safetensors").exists()
+        assert Path(phases[-1].state["actor_path"], "model.safetensors").exists()
         parents = {c.role: c.parent_version for c in s.scalars(select(m.Checkpoint))}
         assert parents["actor"]  # lineage recorded
         stored = s.scalar(select(m.Run.options))

@@ -1,0 +1,377 @@
+"""The typed contracts between services: every payload and result that crosses a service boundary.
+
+A Celery task and the REST route of the same operation take the same request model and answer the same
+result model (JSON on the wire); :mod:`webrl.clients` sends them. Every model forbids unknown fields, so a
+misspelt key is an error naming it instead of a silently ignored option.
+
+- policy specs (what a rollout runs): :data:`PolicySpec`, a union discriminated on ``kind``;
+- actor: :class:`ActRequest` -> :class:`ActResponse` (``POST /v1/act``), :class:`ActJob` (``actor.act``); an
+  :class:`ActItem` is made from a policy request and an :class:`ActResult` read as a policy response
+  (:mod:`webrl.agent.policy`);
+- browser pool: :class:`RolloutRequest` -> :class:`RolloutResult`, :class:`ObserveRequest` -> :class:`ObserveResult`;
+- critic: :class:`ValueRequest` -> :class:`ValueResult`;
+- ORM: :class:`ScoreRequest` -> :class:`ScoreResult`, :class:`StartValueRequest` -> :class:`StartValueResult`;
+- taskgen: :class:`GenerateRequest` -> :class:`GenerateResult`, :class:`FilterRequest` -> :class:`FilterResult`;
+- trainer: :class:`PhaseJob` -> :class:`PhaseResult`, :class:`SftJob` -> :class:`SftResult`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from webrl.actions import Action
+from webrl.agent.policy import PolicyRequest, PolicyResponse
+from webrl.early_stop import MAX_STEPS
+from webrl.hyperparams import DEFAULTS, WebRLHyperparams
+from webrl.schemas import Observation, Seed, Trajectory
+
+DB_MAX_ID = 2**63 - 1  # a database id is a signed 64-bit integer (SQLite and Postgres BIGINT)
+MAX_TRAJECTORIES = 256  # full trajectories per ORM request: bounds one request's memory and latency
+MAX_STATES = 256  # states per critic request
+MAX_ACT_BATCH = 256  # one act request carries at most this many observations
+
+DbId = Annotated[int, Field(ge=1, le=DB_MAX_ID)]
+
+
+class Contract(BaseModel):
+    """A payload or result between services: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class InvalidRequest(ValueError):
+    """A well-formed request that names something that does not exist or cannot be served; ``field`` is the
+    request field at fault (REST answers 422 naming it; a Celery task fails with this message)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class NotServing(RuntimeError):
+    """The service has no model to answer with (e.g. no critic configured): REST answers 503."""
+
+
+# ---- policy specs -------------------------------------------------------------------------------------
+class OracleSpec(Contract):
+    """The sandbox's scripted solvers."""
+
+    kind: Literal["oracle"] = "oracle"
+    corrupt: float = Field(0.0, ge=0.0, le=1.0, description="Probability a step's action is replaced by a random "
+                           "valid one.")
+    seed: int = 0
+
+
+class CheckpointSpec(Contract):
+    """A model folder loaded by the rollout worker itself."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    path: str = Field(min_length=1, description="A Hugging Face folder (full model or LoRA adapter).")
+    temperature: float | None = Field(None, ge=0.0, description="None: WEBRL_ACTOR_TEMPERATURE (greedy).")
+
+
+class EndpointSpec(Contract):
+    """An actor service's ``POST /v1/act``."""
+
+    kind: Literal["endpoint"] = "endpoint"
+    url: str = Field(min_length=1, description="Base URL of the actor service, e.g. http://actor:8102.")
+    temperature: float | None = Field(None, ge=0.0, description="None: the actor service's default.")
+
+
+PolicySpec = Annotated[OracleSpec | CheckpointSpec | EndpointSpec, Field(discriminator="kind")]
+POLICY_SPEC: TypeAdapter[OracleSpec | CheckpointSpec | EndpointSpec] = TypeAdapter(PolicySpec)
+
+
+# ---- actor ------------------------------------------------------------------------------------------
+class ActItem(Contract):
+    """One episode's current step."""
+
+    intent: str = Field(min_length=1, description="The task intent.")
+    observation: Observation
+    history: list[str] = Field(default_factory=list, description="Earlier raw responses of this episode, oldest "
+                                                                  "first (their observations are elided).")
+
+    @classmethod
+    def of(cls, request: PolicyRequest) -> ActItem:
+        """The item of a policy request: its intent, observation and earlier raw responses."""
+        return cls(intent=request.intent, observation=request.observation,
+                   history=[step.response for step in request.history])
+
+
+class ActRequest(Contract):
+    """``POST /v1/act``: one action per item, batched in one forward pass."""
+
+    batch: list[ActItem] = Field(min_length=1, max_length=MAX_ACT_BATCH)
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Default: WEBRL_ACTOR_TEMPERATURE.")
+    max_new_tokens: int | None = Field(None, ge=1, le=2048, description="Default: WEBRL_ACTOR_MAX_NEW_TOKENS.")
+    seed: Seed | None = None
+
+
+class ActJob(ActRequest):
+    """``actor.act``: ``POST /v1/act``'s body and the model folder to load (default WEBRL_ACTOR_MODEL)."""
+
+    model: str | None = Field(None, min_length=1, description="Actor folder; default WEBRL_ACTOR_MODEL.")
+
+
+class ActResult(Contract):
+    response: str = Field(description="The raw generated text.")
+    action: Action | None = None
+    parse_error: str | None = None
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    version: str = ""
+
+    def policy_response(self) -> PolicyResponse:
+        """The result as a policy's response (text, token ids, log-probs, version)."""
+        return PolicyResponse(response=self.response, token_ids=self.token_ids, logprobs=self.logprobs,
+                              version=self.version)
+
+
+class ActResponse(Contract):
+    results: list[ActResult]
+    version: str = Field(description="Checkpoint version that produced every result of this batch.")
+
+
+# ---- browser pool --------------------------------------------------------------------------------------
+class RolloutRequest(Contract):
+    """``rollout.run`` and ``POST /v1/rollouts``: run a policy on stored tasks and store the trajectories."""
+
+    task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks (tasks.key).")
+    phase: int = Field(0, ge=0)
+    attempt: int = Field(0, ge=0)
+    purpose: Literal["train", "eval", "sft", "orm"] = "train"
+    policy: PolicySpec
+    concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
+    max_steps: int = Field(MAX_STEPS, ge=1, le=100)
+
+
+class RolloutResult(Contract):
+    trajectory_ids: list[int]
+    mean_env_score: float = Field(description="Mean evaluator score over the trajectories that have one (else 0).")
+    n_scored: int = Field(description="Trajectories with an evaluator score.")
+    n_new: int = Field(description="Trajectories run by this job (the rest were stored already).")
+
+
+class ObserveRequest(Contract):
+    """``rollout.observe``: the start states of stored tasks (reads only)."""
+
+    task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks.")
+    concurrency: int = Field(2, ge=1, le=64, description="Episodes opened at once.")
+
+
+class StartState(Contract):
+    """A task's first state: what the actor sees at step 0, and what the curriculum filter values."""
+
+    key: str = Field(description="The task's key.")
+    intent: str
+    observation: str = Field(description="The simplified HTML of the first page.")
+    url: str = ""
+
+
+class ObserveResult(Contract):
+    states: list[StartState] = Field(description="One per requested key, in request order.")
+
+
+# ---- critic ------------------------------------------------------------------------------------------
+class CriticState(Contract):
+    """What the critic reads: the intent, the page and the raw responses of the earlier steps."""
+
+    intent: str = Field(min_length=1, description="The task's intent.")
+    observation: str = Field(description="Simplified HTML of the page (WebRL's observation).")
+    history: list[str] = Field(default_factory=list, description="Raw responses of the earlier steps, oldest first.")
+    key: str | None = Field(None, description="The task's key; values of stored tasks are kept in critic_values.")
+
+
+class ValueRequest(Contract):
+    """``critic.value`` and ``POST /v1/critic/value``: V of ``states``, or of the start states of ``task_keys``
+    (start pages from ``observations`` or stored episodes)."""
+
+    states: list[CriticState] | None = Field(None, min_length=1, max_length=MAX_STATES)
+    task_keys: list[str] | None = Field(None, min_length=1)
+    observations: dict[str, str] = Field(default_factory=dict, description="Start page per task key, if known.")
+    critic: str | None = Field(None, min_length=1, description="Saved critic folder; default WEBRL_CRITIC_MODEL.")
+
+    @model_validator(mode="after")
+    def _states_or_keys(self) -> Self:
+        if (self.states is None) == (self.task_keys is None):
+            raise ValueError("give exactly one of states or task_keys")
+        return self
+
+
+class ValueResult(Contract):
+    critic_version: str
+    values: list[float] = Field(description="V = min(softmax(head1)[1], softmax(head2)[1]) per state, in order")
+    by_key: dict[str, float] = Field(default_factory=dict, description="V per task key, for keyed states.")
+
+
+# ---- ORM ---------------------------------------------------------------------------------------------
+class ScoreRequest(Contract):
+    """``orm.score`` and ``POST /v1/orm/score``: full trajectories (judged, not stored), or stored ones by id or by
+    phase (judged, labels stored)."""
+
+    trajectories: list[Trajectory] | None = Field(None, min_length=1, max_length=MAX_TRAJECTORIES)
+    trajectory_ids: list[DbId] | None = Field(None, min_length=1)
+    phase: int | None = Field(None, ge=0, description="Every trajectory of this phase (and purpose).")
+    purpose: str = "train"
+    orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM_MODEL.")
+    threshold: float = Field(DEFAULTS.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        given = [name for name in ("trajectories", "trajectory_ids", "phase") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of trajectories, trajectory_ids or phase")
+        return self
+
+
+class ScoreItem(Contract):
+    trajectory_id: int | None = None
+    p: float = Field(description="P(YES) = softmax(logit_YES, logit_NO)[YES]")
+    reward: float = Field(description="1 if p >= threshold else 0")
+
+
+class ScoreResult(Contract):
+    orm_version: str
+    threshold: float
+    results: list[ScoreItem]
+    mean_reward: float
+
+
+class StartValueRequest(Contract):
+    """``orm.start_value``: P(YES) of tasks' start states, the critic's stand-in before phase 1 has one."""
+
+    states: list[StartState] = Field(min_length=1)
+    orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM_MODEL.")
+
+
+class StartValueResult(Contract):
+    orm_version: str
+    values: list[float] = Field(description="P(YES) per start state, in order.")
+
+
+# ---- taskgen -----------------------------------------------------------------------------------------
+class GenerateRequest(Contract):
+    """``taskgen.generate`` and ``POST /v1/tasks/generate``: new tasks in breadth from failed ones."""
+
+    phase: int = Field(ge=1, description="Phase the new tasks belong to.")
+    parent_keys: list[str] = Field(min_length=1, max_length=5000, description="Keys of the failed tasks.")
+    n: int = Field(ge=1, le=10000, description="How many tasks to generate at most.")
+    generator: Literal["grounded", "llm"] = "grounded"
+    seed: int = 0
+    endpoint: str | None = Field(None, description="OpenAI-compatible base URL (llm generator); default "
+                                 "WEBRL_LLM_JUDGE_ENDPOINT.")
+    model: str | None = Field(None, description="Model name at the endpoint (llm generator); default "
+                              "WEBRL_LLM_JUDGE_MODEL.")
+    mode: Literal["chat", "completions"] = "chat"
+    feasibility: bool = True
+
+
+class Rejected(Contract):
+    text: str
+    reason: str
+
+
+class GenerateResult(Contract):
+    task_keys: list[str]
+    rejected: list[Rejected] = Field(default_factory=list)
+    duplicates: int = 0
+
+
+class FilterRequest(Contract):
+    """``taskgen.filter`` and ``POST /v1/tasks/filter``: keep the tasks whose V lies in [low, high]."""
+
+    task_keys: list[str] = Field(min_length=1, max_length=10000)
+    values: dict[str, float] = Field(description="V(start state) per task key, in [0, 1].")
+    critic_version: str = Field(min_length=1, max_length=80)
+    low: float = Field(DEFAULTS.curriculum.value_low, ge=0.0, le=1.0)
+    high: float = Field(DEFAULTS.curriculum.value_high, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        missing = [k for k in self.task_keys if k not in self.values]
+        if missing:
+            raise ValueError(f"values lacks task keys {missing[:5]}")
+        if any(not 0.0 <= v <= 1.0 for v in self.values.values()):
+            raise ValueError("every value must lie in [0, 1]")
+        return self
+
+
+class FilterResult(Contract):
+    kept: list[str]
+
+
+# ---- trainer -----------------------------------------------------------------------------------------
+class PhaseJob(Contract):
+    """``train.phase`` and ``POST /v1/train``: one WebRL phase of training (critic, then actor)."""
+
+    phase: int = Field(ge=1, description="The phase whose trajectories are trained on.")
+    actor: str = Field(description="The actor at the start of the phase (a causal LM folder).")
+    critic: str | None = Field(None, description="The previous critic; None in phase 1 (fresh heads).")
+    critic_base: str | None = Field(None, description="Backbone of a fresh critic (the SFT model); default actor.")
+    reference: str | None = Field(None, description="Frozen reference; default the actor at the phase start.")
+    hyperparams: WebRLHyperparams = Field(default_factory=WebRLHyperparams,
+                                          description="The run's WebRL hyperparameters (replay, advantage, actor "
+                                                      "loss, critic, batching are read here).")
+    seed: int = 0
+    max_minutes: float | None = Field(None, gt=0, description="Budget for each of critic and actor training.")
+    max_length: int | None = Field(None, ge=16)
+    purpose: str = "train"
+    actor_output: str | None = None
+    critic_output: str | None = None
+
+
+class SftJob(Contract):
+    """``train.sft`` and ``POST /v1/train/sft``: supervised fine-tuning of an actor or an ORM."""
+
+    base: str = Field(description="Hugging Face folder to start from.")
+    output: str = Field(description="Where to publish the trained folder.")
+    kind: Literal["actor", "orm"] = "actor"
+    trajectory_ids: list[int] | None = Field(None, description="Trajectories to learn from; else phase/purpose.")
+    phase: int | None = None
+    purpose: str | None = Field(None, description="Trajectory purpose filter (e.g. 'sft', 'orm').")
+    epochs: int = Field(1, ge=1)
+    lr: float = Field(1e-5, gt=0)
+    seed: int = 0
+    max_minutes: float | None = Field(None, gt=0)
+    batch_size: int = Field(8, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    max_length: int | None = Field(None, ge=16, description="Tokens per sequence; default the model's context.")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    cosine: bool = Field(False, description="Cosine-decay the lr to lr/10 over the planned steps (epochs x batches).")
+    prompt_loss_weight: float = Field(0.0, ge=0.0, description="Weight of an auxiliary next-token loss on the prompt "
+                                      "tokens (0: loss on the action tokens only, as WebRL trains).")
+    relabelled_copies: int = Field(0, ge=0, description="Actor SFT: relabelled copies of each demonstration "
+                                   "(entity names swapped, element ids renumbered; services/trainer/augment.py).")
+    lora_rank: int | None = Field(None, ge=1, le=1024, description="Train a new LoRA adapter of this rank on the "
+                                  "frozen base and publish the adapter (MBs); None: full fine-tuning. A base that "
+                                  "is itself an adapter folder always trains its adapter.")
+
+
+class PublishedCheckpoint(Contract):
+    """A checkpoint the trainer published (the event on ``webrl:checkpoints``)."""
+
+    role: str
+    version: str
+    path: str
+    sha256: str
+
+
+class PhaseResult(Contract):
+    actor: PublishedCheckpoint
+    critic: PublishedCheckpoint
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class SftResult(Contract):
+    path: str
+    version: str
+    sha256: str
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+TrainJob = PhaseJob | SftJob
