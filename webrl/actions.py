@@ -4,6 +4,7 @@ Grammar (DESIGN.md), optionally preceded by ``#`` comment lines::
 
     do(action="Click", element="7")
     do(action="Type", argument="hello", element="22")
+    do(action="Scroll Down", element="5")    (optional element: scroll the box it scrolls in)
     exit(message="the answer")
 
 Parsing uses :mod:`ast` on the call expression (never ``eval``): only keyword arguments whose values are
@@ -16,7 +17,7 @@ import ast
 import json
 import warnings
 
-from webrl.schemas import ACTION_ARGUMENTS, Action, ActionType
+from webrl.schemas import ACTION_ARGUMENTS, OPTIONAL_ARGUMENTS, Action, ActionType
 
 _BY_NAME = {t.value.lower(): t for t in ActionType if t is not ActionType.EXIT}
 MAX_ACTION_CHARS = 4096  # longer output is not an action; bounds the parser's work on garbage
@@ -84,7 +85,7 @@ def parse_action(text: str) -> Action:
         raise ActionParseError(f"unknown function {call.func.id!r}; expected do or exit")
 
     wanted = ACTION_ARGUMENTS[kind]
-    extra = sorted(set(kwargs) - set(wanted))
+    extra = sorted(set(kwargs) - set(wanted) - set(OPTIONAL_ARGUMENTS.get(kind, ())))
     if extra:
         raise ActionParseError(f"{kind.value} does not take {', '.join(extra)}")
     missing = [a for a in wanted if a not in kwargs]

@@ -118,6 +118,13 @@ ACTION_ARGUMENTS: dict[ActionType, tuple[str, ...]] = {
     ActionType.EXIT: ("message",),
 }
 
+#: Arguments an action may carry besides those above (issue 22): Scroll with an element scrolls the box that
+#: element scrolls in (a list, a textarea) instead of the window. WebRL's own outputs never carry them.
+OPTIONAL_ARGUMENTS: dict[ActionType, tuple[str, ...]] = {
+    ActionType.SCROLL_UP: ("element",),
+    ActionType.SCROLL_DOWN: ("element",),
+}
+
 
 class Action(BaseModel):
     """A parsed action. ``element`` is the integer id shown in the observation, kept as text."""
