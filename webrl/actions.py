@@ -4,6 +4,7 @@ Grammar (DESIGN.md), optionally preceded by ``#`` comment lines::
 
     do(action="Click", element="7")
     do(action="Type", argument="hello", element="22")
+    do(action="Scroll Down", element="5")    (optional element: scroll the box it scrolls in)
     exit(message="the answer")
 
 Parsing uses :mod:`ast` on the call expression (never ``eval``): only keyword arguments whose values are
@@ -49,6 +50,13 @@ ACTION_ARGUMENTS: dict[ActionType, tuple[str, ...]] = {
     ActionType.GO_BACKWARD: (),
     ActionType.GO_FORWARD: (),
     ActionType.EXIT: ("message",),
+}
+
+#: Arguments an action may carry besides those above (issue 22): Scroll with an element scrolls the box that
+#: element scrolls in (a list, a textarea) instead of the window. WebRL's own outputs never carry them.
+OPTIONAL_ARGUMENTS: dict[ActionType, tuple[str, ...]] = {
+    ActionType.SCROLL_UP: ("element",),
+    ActionType.SCROLL_DOWN: ("element",),
 }
 
 
@@ -133,7 +141,7 @@ def parse_action(text: str) -> Action:
         raise ActionParseError(f"unknown function {call.func.id!r}; expected do or exit")
 
     wanted = ACTION_ARGUMENTS[kind]
-    extra = sorted(set(kwargs) - set(wanted))
+    extra = sorted(set(kwargs) - set(wanted) - set(OPTIONAL_ARGUMENTS.get(kind, ())))
     if extra:
         raise ActionParseError(f"{kind.value} does not take {', '.join(extra)}")
     missing = [a for a in wanted if a not in kwargs]

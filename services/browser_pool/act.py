@@ -1,11 +1,15 @@
 """Execute WebRL actions on a page, by element id, with WebRL's semantics.
 
-- Click / Hover: the element marked with the id (Playwright's actionability checks apply).
-- Type: clear the field, then type the text key by key (WebRL clears before typing).
+- Click / Hover: the element marked with the id (Playwright's actionability checks apply). Click on an
+  option of a ``<select multiple>`` toggles it, as a Ctrl+click does.
+- Type: clear the field, then enter the text (WebRL clears before typing). Date, time, month, week and
+  datetime-local inputs take the text in common forms (dates.py), or report the forms they read.
 - Search: Type, then press Enter in the field.
 - Select Dropdown Option: pick the ``<option>`` whose text matches the argument case-insensitively
-  (exact match first, then the first option containing it).
-- Scroll Up / Down: scroll the page by 2/3 of the viewport height (WebRL's scroll step).
+  (exact match first, then the first option containing it); a ``<select multiple>`` adds it to the
+  selection.
+- Scroll Up / Down: scroll the page by 2/3 of the viewport height (WebRL's scroll step); with an element,
+  scroll the box that element scrolls in (the element itself when it scrolls) by 2/3 of that box.
 - Press Enter: on whatever has focus. Go Backward / Forward: history navigation.
 - exit: nothing to do here; the episode loop stops.
 
@@ -21,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Locator, Page
 
+from services.browser_pool.dates import DATE_INPUT_TYPES, DateFormatError, input_value
 from services.browser_pool.observe import MARK_ATTRIBUTE, ElementMap
 from webrl.actions import Action, ActionType
 
@@ -32,7 +37,25 @@ NAVIGATION_TIMEOUT_MS = 15_000  # Go Backward / Forward wait for the load event 
 FILLABLE_TAGS = {"input", "textarea"}
 
 _SCROLL_JS = "(f) => window.scrollBy({top: Math.round(window.innerHeight * f), left: 0, behavior: 'instant'})"
-_OPTIONS_JS = "(el) => el.tagName === 'SELECT' ? Array.from(el.options).map(o => o.textContent) : null"
+# The nearest box that scrolls vertically, from the element up; the window when there is none.
+_SCROLL_ELEMENT_JS = """(el, f) => {
+  for (let e = el; e && e !== document.body && e !== document.documentElement; e = e.parentElement) {
+    const overflow = getComputedStyle(e).overflowY;
+    if (e.scrollHeight > e.clientHeight && ["auto", "scroll", "overlay"].includes(overflow)) {
+      e.scrollBy({top: Math.round(e.clientHeight * f), left: 0, behavior: "instant"});
+      return;
+    }
+  }
+  window.scrollBy({top: Math.round(window.innerHeight * f), left: 0, behavior: "instant"});
+}"""
+_OPTIONS_JS = """(el) => el.tagName !== 'SELECT' ? null
+  : {multiple: el.multiple, texts: Array.from(el.options).map(o => o.textContent),
+     selected: Array.from(el.options).flatMap((o, i) => o.selected ? [i] : [])}"""
+_TOGGLE_OPTION_JS = """(option) => {
+  option.selected = !option.selected;
+  const select = option.closest("select");
+  if (select) for (const type of ["input", "change"]) select.dispatchEvent(new Event(type, {bubbles: true}));
+}"""
 
 
 class ActionError(Exception):
@@ -69,9 +92,15 @@ async def _type(page: Page, action: Action, elements: ElementMap) -> None:
     info = elements[action.element or ""]
     if info.tag not in FILLABLE_TAGS and not await loc.evaluate("el => el.isContentEditable"):
         raise ActionError(f"element {action.element} is a <{info.tag}>, not a text field")
+    text = action.argument or ""
+    if info.tag == "input" and info.type in DATE_INPUT_TYPES:
+        try:
+            text = input_value(info.type, text)
+        except DateFormatError as exc:
+            raise ActionError(f'element {action.element} is an <input type="{info.type}">: {exc}') from None
     # fill() clears the field, then enters the whole text with one input event: key-by-key typing costs a
     # round trip per character and timed out on long queries under load.
-    await loc.fill(action.argument or "", timeout=ACTION_TIMEOUT_MS)
+    await loc.fill(text, timeout=ACTION_TIMEOUT_MS)
 
 
 async def _search(page: Page, action: Action, elements: ElementMap) -> None:
@@ -81,14 +110,31 @@ async def _search(page: Page, action: Action, elements: ElementMap) -> None:
 
 async def _select(page: Page, action: Action, elements: ElementMap) -> None:
     loc = _element(page, action, elements)
-    options = await loc.evaluate(_OPTIONS_JS, timeout=ACTION_TIMEOUT_MS)
-    if options is None:
+    state = await loc.evaluate(_OPTIONS_JS, timeout=ACTION_TIMEOUT_MS)
+    if state is None:
         raise ActionError(f"element {action.element} is not a <select>")
+    options: list[str] = state["texts"]
     index = match_option(options, action.argument or "")
     if index is None:
         shown = ", ".join(repr(" ".join(o.split())) for o in options[:10])
         raise ActionError(f"no option {action.argument!r} in element {action.element}; options: {shown}")
-    await loc.select_option(index=index, timeout=ACTION_TIMEOUT_MS)
+    chosen = sorted({*state["selected"], index}) if state["multiple"] else [index]
+    await loc.select_option(index=chosen, timeout=ACTION_TIMEOUT_MS)
+
+
+async def _click(page: Page, action: Action, elements: ElementMap) -> None:
+    loc = _element(page, action, elements)
+    if elements[action.element or ""].tag == "option":  # only a <select multiple>'s options have ids
+        await loc.evaluate(_TOGGLE_OPTION_JS, timeout=ACTION_TIMEOUT_MS)
+        return
+    await loc.click(timeout=ACTION_TIMEOUT_MS)
+
+
+async def _scroll(page: Page, action: Action, elements: ElementMap, fraction: float) -> None:
+    if action.element is None:
+        await page.evaluate(_SCROLL_JS, fraction)
+        return
+    await _element(page, action, elements).evaluate(_SCROLL_ELEMENT_JS, fraction, timeout=ACTION_TIMEOUT_MS)
 
 
 async def _history(page: Page, forward: bool) -> None:
@@ -100,13 +146,13 @@ async def _history(page: Page, forward: bool) -> None:
 
 
 _HANDLERS: dict[ActionType, Callable[[Page, Action, ElementMap], Awaitable[object]]] = {
-    ActionType.CLICK: lambda p, a, e: _element(p, a, e).click(timeout=ACTION_TIMEOUT_MS),
+    ActionType.CLICK: _click,
     ActionType.HOVER: lambda p, a, e: _element(p, a, e).hover(timeout=ACTION_TIMEOUT_MS),
     ActionType.TYPE: _type,
     ActionType.SEARCH: _search,
     ActionType.SELECT: _select,
-    ActionType.SCROLL_UP: lambda p, a, e: p.evaluate(_SCROLL_JS, -SCROLL_FRACTION),
-    ActionType.SCROLL_DOWN: lambda p, a, e: p.evaluate(_SCROLL_JS, SCROLL_FRACTION),
+    ActionType.SCROLL_UP: lambda p, a, e: _scroll(p, a, e, -SCROLL_FRACTION),
+    ActionType.SCROLL_DOWN: lambda p, a, e: _scroll(p, a, e, SCROLL_FRACTION),
     ActionType.PRESS_ENTER: lambda p, a, e: p.keyboard.press("Enter"),
     ActionType.GO_BACKWARD: lambda p, a, e: _history(p, forward=False),
     ActionType.GO_FORWARD: lambda p, a, e: _history(p, forward=True),

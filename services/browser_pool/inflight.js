@@ -1,11 +1,66 @@
-// Installed in every document of an episode's context (context.add_init_script): counts fetch and
-// XMLHttpRequest calls in flight, so observe.js can wait for a page's own requests before it reads the DOM.
-// When the count drops to zero it fires the window event "webrl-idle". It also counts popups the page opens
-// (window.open, links with a target) in window.__webrlPopups, so the episode knows to wait for the new tab.
+// Installed in every document of an episode's context (context.add_init_script), before the page's own
+// scripts. It records what observe.js cannot see from the DOM alone:
+// - fetch and XMLHttpRequest calls in flight, response bodies being read included (window.__webrlInflight);
+// - short timers pending (window.__webrlTimers): a setTimeout of at most SHORT_TIMER_MS set by page code that
+//   does not itself run in a timer callback (a debounce after typing, a submenu shown after a hover), so a
+//   polling loop (a timer that sets the next one) is never waited for;
+// - elements given a click-like listener with addEventListener (window.__webrlClickable, a WeakSet), so a
+//   control inside a cursor:pointer wrapper gets its own id;
+// - popups the page opens (window.open, links with a target) in window.__webrlPopups, so the episode knows
+//   to wait for the new tab.
+// When the fetch/XHR count or the short-timer count drops to zero it fires the window event "webrl-idle".
+// observe.js waits with window.__webrlSetTimeout (the page's original setTimeout), which is never counted.
 (() => {
   if (window.__webrlInflight !== undefined) return;
+  const SHORT_TIMER_MS = 500;  // a page's "in a moment" (debounce, hover intent); longer timers are not waited for
+  const CLICK_EVENTS = new Set(["click", "mousedown", "mouseup", "pointerdown", "pointerup", "touchstart"]);
   window.__webrlInflight = 0;
+  window.__webrlTimers = 0;
   window.__webrlPopups = 0;
+  window.__webrlClickable = new WeakSet();
+  const idle = () => window.dispatchEvent(new Event("webrl-idle"));
+
+  const addEventListener = EventTarget.prototype.addEventListener;
+  EventTarget.prototype.addEventListener = function (type, ...rest) {
+    if (CLICK_EVENTS.has(type) && this instanceof Element) window.__webrlClickable.add(this);
+    return addEventListener.call(this, type, ...rest);
+  };
+
+  const setTimeout = window.setTimeout;
+  const clearTimeout = window.clearTimeout;
+  window.__webrlSetTimeout = setTimeout.bind(window);
+  window.__webrlClearTimeout = clearTimeout.bind(window);
+  const pending = new Set();
+  let inTimer = false;  // true while a timer callback and the microtasks it queued run
+  const forget = (id) => {
+    if (pending.delete(id)) {
+      window.__webrlTimers = pending.size;
+      if (pending.size === 0) idle();
+    }
+  };
+  window.setTimeout = function (handler, delay, ...args) {
+    const counted = typeof handler === "function" && !inTimer && (Number(delay) || 0) <= SHORT_TIMER_MS;
+    if (typeof handler !== "function") return setTimeout.call(window, handler, delay, ...args);
+    const id = setTimeout.call(window, function (...callArgs) {
+      inTimer = true;
+      setTimeout.call(window, () => { inTimer = false; }, 0);
+      try {
+        return handler.apply(this, callArgs);
+      } finally {
+        forget(id);
+      }
+    }, delay, ...args);
+    if (counted) {
+      pending.add(id);
+      window.__webrlTimers = pending.size;
+    }
+    return id;
+  };
+  window.clearTimeout = function (id) {
+    forget(id);
+    return clearTimeout.call(window, id);
+  };
+
   const open = window.open;
   window.open = function (...args) {
     window.__webrlPopups += 1;
@@ -19,15 +74,27 @@
   const begin = () => { window.__webrlInflight += 1; };
   const end = () => {
     window.__webrlInflight = Math.max(0, window.__webrlInflight - 1);
-    if (window.__webrlInflight === 0) window.dispatchEvent(new Event("webrl-idle"));
+    if (window.__webrlInflight === 0) idle();
   };
   const fetch = window.fetch;
   if (fetch) {
     window.fetch = function (...args) {
       begin();
-      let pending;
-      try { pending = fetch.apply(this, args); } catch (err) { end(); throw err; }
-      return pending.finally(end);
+      let request;
+      try { request = fetch.apply(this, args); } catch (err) { end(); throw err; }
+      return request.finally(end);
+    };
+  }
+  // Reading a response's body is part of the request: a page that does fetch(...).then((r) => r.json())
+  // has nothing in flight between the headers and the body otherwise.
+  for (const method of ["text", "json", "arrayBuffer", "blob", "formData"]) {
+    const read = Response.prototype[method];
+    if (!read) continue;
+    Response.prototype[method] = function (...args) {
+      begin();
+      let body;
+      try { body = read.apply(this, args); } catch (err) { end(); throw err; }
+      return body.finally(end);
     };
   }
   const send = XMLHttpRequest.prototype.send;

@@ -1,46 +1,97 @@
 // WebRL's simplified HTML, built in one page.evaluate call (services/browser_pool/observe.py).
 //
-// 1. Wait until the page is quiet: no DOM mutation for `quietMs` and no fetch/XHR in flight (inflight.js),
-//    at most `capMs` (event-driven: MutationObserver and inflight.js's "webrl-idle" event).
+// 1. Wait until the page is settled, at most `capMs` (event-driven: MutationObserver and inflight.js's
+//    "webrl-idle" event): no DOM mutation for `quietMs`, no fetch/XHR in flight and, with `settleTimers`, no
+//    short page timer pending (inflight.js). With `settleMedia`, then also wait for what changes the page
+//    without a mutation: images in the viewport still loading, web fonts loading, and CSS transitions and
+//    animations that end within `animationMs`; then for DOM quiet again; all of it within `mediaCapMs`.
 // 2. Mark interactive elements with integer ids (attribute data-webrl-id, in document order, so the same
 //    page always gets the same ids). An element is interactive when it is a link, button, form control,
-//    summary, label with a control, has an interactive ARIA role, an onclick handler, tabindex >= 0, is the
-//    root of a contenteditable region, or sets cursor:pointer itself (not inherited). It must be rendered,
-//    have its centre inside the viewport and be hit-testable there (elementFromPoint lands on it or inside
-//    it). When interactive elements nest, only the innermost gets an id.
+//    summary, label with a control, has an interactive ARIA role, an onclick handler or a click-like
+//    listener (inflight.js), tabindex >= 0, is the root of a contenteditable region, or sets cursor:pointer
+//    itself (not inherited). It must be rendered, have its centre inside the viewport and be hit-testable
+//    there (elementFromPoint lands on it or inside it). When interactive elements nest, only the innermost
+//    gets an id, except that a <select multiple> keeps its id and its options shown in the list get theirs.
 // 3. Render: scripts, styles, comments, hidden and off-viewport nodes dropped; wrappers without text
 //    unwrapped; only the attributes DESIGN.md keeps (id, title, value, type, placeholder, selected,
-//    data-value, data-text, data-bbox, data-status); long text truncated.
+//    data-value, data-text, data-bbox, data-status); long text truncated. An element with an id and no text
+//    is named in data-text from what the page gives (aria-label, alt, an inner svg title, CSS ::before text,
+//    icon class names such as "fa-trash"); the current page of a pagination widget says data-status="current".
 async (opts) => {
-  const { quietMs, capMs, maxText, maxValue, maxOptions, bbox, paths } = opts;
+  const { quietMs, capMs, mediaCapMs, maxText, maxValue, maxField, maxOptions, bbox, paths, settleTimers,
+    settleMedia, animationMs } = opts;
+  const later = window.__webrlSetTimeout || setTimeout;  // inflight.js: the page's timer, not counted as pending
+  const cancel = window.__webrlClearTimeout || clearTimeout;
+  const vw = window.innerWidth;
+  const vh = window.innerHeight;
 
   if (document.readyState === "loading") {
     await new Promise((resolve) => {
       document.addEventListener("DOMContentLoaded", resolve, { once: true });
-      setTimeout(resolve, capMs);
+      later(resolve, capMs);
     });
   }
-  // Quiet = no DOM mutation for quietMs and none of the page's fetch/XHR calls in flight (inflight.js).
-  await new Promise((resolve) => {
-    let quiet = null;
-    const observer = new MutationObserver(() => arm());
-    const cap = setTimeout(() => finish(), capMs);
-    const inflight = () => window.__webrlInflight || 0;
-    function finish() {
-      observer.disconnect();
-      window.removeEventListener("webrl-idle", arm);
-      clearTimeout(quiet);
-      clearTimeout(cap);
-      resolve();
+  const started = performance.now();
+  const remaining = (limit) => Math.max(0, started + limit - performance.now());
+
+  // Quiet = no DOM mutation for quietMs and none of the page's fetch/XHR calls (nor, with settleTimers, its
+  // short timers) in flight (inflight.js).
+  function domQuiet(limitMs) {
+    return new Promise((resolve) => {
+      let quiet = null;
+      const observer = new MutationObserver(() => arm());
+      const cap = later(() => finish(), limitMs);
+      const busy = () => (window.__webrlInflight || 0) > 0 || (settleTimers && (window.__webrlTimers || 0) > 0);
+      function finish() {
+        observer.disconnect();
+        window.removeEventListener("webrl-idle", arm);
+        cancel(quiet);
+        cancel(cap);
+        resolve();
+      }
+      function arm() {
+        cancel(quiet);
+        quiet = later(() => { if (!busy()) finish(); }, quietMs);
+      }
+      observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+      window.addEventListener("webrl-idle", arm);
+      arm();
+    });
+  }
+
+  function inViewport(r) {
+    return r.bottom >= 0 && r.right >= 0 && r.top <= vh && r.left <= vw;
+  }
+
+  // Promises for what still changes the page without a DOM mutation: images in the viewport, web fonts,
+  // transitions and animations that end within animationMs (infinite ones, spinners, never count).
+  function mediaWaits() {
+    void document.documentElement.offsetHeight;  // lay out first: a web font starts loading when text needs it
+    const waits = [];
+    if (document.fonts && document.fonts.status === "loading") waits.push(document.fonts.ready);
+    for (const img of document.images) {
+      if (img.complete || !img.getAttribute("src") || !inViewport(img.getBoundingClientRect())) continue;
+      waits.push(new Promise((resolve) => {
+        img.addEventListener("load", resolve, { once: true });
+        img.addEventListener("error", resolve, { once: true });
+      }));
     }
-    function arm() {
-      clearTimeout(quiet);
-      quiet = setTimeout(() => { if (inflight() === 0) finish(); }, quietMs);
+    for (const animation of document.getAnimations()) {
+      if (animation.playState !== "running" || !animation.effect) continue;
+      const timing = animation.effect.getComputedTiming();
+      const left = timing.endTime - (timing.localTime || 0);
+      if (Number.isFinite(left) && left > 0 && left <= animationMs) waits.push(animation.finished.catch(() => null));
     }
-    observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
-    window.addEventListener("webrl-idle", arm);
-    arm();
-  });
+    return waits;
+  }
+
+  await domQuiet(capMs);
+  while (settleMedia && remaining(mediaCapMs) > 0) {
+    const waits = mediaWaits();
+    if (!waits.length) break;
+    await Promise.race([Promise.all(waits), new Promise((resolve) => later(resolve, remaining(mediaCapMs)))]);
+    await domQuiet(Math.min(capMs, remaining(mediaCapMs)));
+  }
 
   const MARK = "data-webrl-id";
   const SKIP = new Set(["SCRIPT", "STYLE", "NOSCRIPT", "TEMPLATE", "HEAD", "META", "LINK", "IFRAME", "OBJECT",
@@ -52,8 +103,6 @@ async (opts) => {
   const KEEP = new Set(["H1", "H2", "H3", "H4", "H5", "H6", "P", "LI", "TABLE", "TR", "TD", "TH", "FORM", "LABEL",
     "NAV", "MAIN", "HEADER", "FOOTER", "DL", "DT", "DD", "UL", "OL", "IMG"]);
   const VOID = new Set(["INPUT", "IMG"]);
-  const vw = window.innerWidth;
-  const vh = window.innerHeight;
 
   for (const el of document.querySelectorAll(`[${MARK}]`)) el.removeAttribute(MARK);
 
@@ -69,6 +118,7 @@ async (opts) => {
   };
 
   const clip = (text, n) => (text.length > n ? text.slice(0, n) + "..." : text);
+  const clickable = window.__webrlClickable;  // inflight.js: elements with a click-like listener
   const norm = (text) => text.replace(/\s+/g, " ").trim();
   const esc = (text) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
     .replace(/"/g, "&quot;");
@@ -82,6 +132,7 @@ async (opts) => {
     const role = (el.getAttribute("role") || "").trim().toLowerCase();
     if (ROLES.has(role)) return true;
     if (el.hasAttribute("onclick") || typeof el.onclick === "function") return true;
+    if (clickable && clickable.has(el) && el !== document.body) return true;
     if (el.hasAttribute("tabindex") && el.tabIndex >= 0) return true;
     if (el.isContentEditable && !(el.parentElement && el.parentElement.isContentEditable)) return true;
     if (style.cursor === "pointer") {
@@ -115,6 +166,7 @@ async (opts) => {
     if (SKIP.has(el.tagName)) return false;
     const style = styleOf(el);
     if (style.display === "none") return false;
+    if (el.tagName === "SELECT") return markSelect(el);
     let inner = false;
     for (const child of el.children) inner = mark(child) || inner;
     if (inner) return true;
@@ -123,6 +175,18 @@ async (opts) => {
     const box = firstBox(el);
     if (!box || !hittable(el, box)) return false;
     interactive.add(el);
+    return true;
+  }
+  // A select gets an id; the options of a <select multiple> that its list shows get theirs (Click toggles one).
+  function markSelect(el) {
+    const box = firstBox(el);
+    if (!box || !hittable(el, box)) return false;
+    interactive.add(el);
+    if (!el.multiple) return true;
+    for (const option of Array.from(el.options).slice(0, maxOptions)) {
+      const optionBox = firstBox(option);
+      if (optionBox && hittable(option, optionBox)) interactive.add(option);
+    }
     return true;
   }
   if (document.body) mark(document.body);
@@ -173,29 +237,127 @@ async (opts) => {
       status.push("selected");
     }
     if (el.disabled || el.getAttribute("aria-disabled") === "true") status.push("disabled");
+    if (isCurrentPage(el)) status.push("current");
     return status.join(" ");
+  }
+
+  // The current page of a pagination widget: aria-current, or a class word active/current/selected, on an
+  // element inside a container named like a pager. Only there: elsewhere (tabs, menus) the rendering stays
+  // as it was, which our sandbox sites' observations rely on.
+  const PAGER = /pagination|pager|paging|\bpages\b/i;
+  const CURRENT_WORDS = new Set(["active", "current", "selected"]);
+  function isCurrentPage(el) {
+    const aria = el.getAttribute("aria-current");
+    const marked = (aria && aria !== "false") || Array.from(el.classList)
+      .some((name) => name.toLowerCase().split(/[-_]/).some((word) => CURRENT_WORDS.has(word)));
+    if (!marked) return false;
+    for (let e = el.parentElement, depth = 0; e && depth < 4; e = e.parentElement, depth++) {
+      const names = `${e.getAttribute("class") || ""} ${e.id} ${e.getAttribute("aria-label") || ""} ${e.getAttribute("role") || ""}`;
+      if (PAGER.test(names)) return true;
+    }
+    return false;
+  }
+
+  // Names for a control with no text (icon buttons drawn by CSS or an icon font), from what the page gives.
+  const ICON_WORDS = new Set(["close", "cancel", "dismiss", "trash", "delete", "remove", "star", "favorite",
+    "heart", "like", "send", "edit", "search", "menu", "plus", "add", "minus", "cart", "basket", "user",
+    "account", "profile", "settings", "home", "share", "download", "upload", "bell", "notifications", "filter",
+    "sort", "refresh", "reload", "sync", "copy", "print", "info", "help", "check", "arrow", "chevron", "caret",
+    "next", "previous", "prev", "back", "play", "pause", "stop", "bookmark", "flag", "reply", "forward", "more",
+    "external", "lock", "unlock", "eye", "calendar", "mail", "comment", "chat", "phone", "camera", "image",
+    "attach", "save", "expand", "collapse", "logout", "login", "upvote", "downvote", "archive", "undo", "redo",
+    "zoom", "location", "tag", "folder", "video", "volume", "mute", "microphone"]);
+  const ICON_SYNONYMS = { times: "close", xmark: "close", bin: "trash", pencil: "edit", cog: "settings",
+    gear: "settings", magnifier: "search", hamburger: "menu", bars: "menu", ellipsis: "more", dots: "more",
+    kebab: "more", envelope: "mail", paperclip: "attach", thumbs: "like" };
+  const DIRECTIONS = new Set(["left", "right", "up", "down"]);  // kept only after an icon word ("arrow left")
+  const PRIVATE_USE = /[\uE000-\uF8FF]|[\u{F0000}-\u{10FFFD}]/gu;  // icon-font glyphs: no meaning as text
+
+  function iconClassName(el) {
+    const words = [];
+    const nodes = [el, ...Array.from(el.querySelectorAll("[class]")).slice(0, 10)];
+    for (const node of nodes) {
+      for (const name of Array.from(node.classList)) {
+        for (const raw of name.replace(/([a-z])([A-Z])/g, "$1-$2").toLowerCase().split(/[-_]+/)) {
+          const word = ICON_SYNONYMS[raw] || raw;
+          const known = ICON_WORDS.has(word) || (DIRECTIONS.has(word) && words.length > 0);
+          if (known && !words.includes(word)) words.push(word);
+        }
+      }
+    }
+    return words.slice(0, 3).join(" ");
+  }
+
+  function pseudoText(el) {
+    const nodes = [el, ...Array.from(el.querySelectorAll("*")).slice(0, 10)];
+    for (const node of nodes) {
+      for (const pseudo of ["::before", "::after"]) {
+        const content = getComputedStyle(node, pseudo).content;
+        if (!content || content[0] !== '"') continue;
+        const text = norm(content.slice(1, -1).replace(PRIVATE_USE, ""));
+        if (/\p{L}/u.test(text)) return text;
+      }
+    }
+    return "";
+  }
+
+  function innerLabel(el) {
+    const ids = (el.getAttribute("aria-labelledby") || "").split(/\s+/).filter(Boolean);
+    const labelled = norm(ids.map((id) => document.getElementById(id)?.textContent || "").join(" "));
+    if (labelled) return labelled;
+    if (el.tagName === "INPUT" && el.type === "image") return el.getAttribute("alt") || "";
+    for (const inner of el.querySelectorAll("[aria-label], img[alt], svg title")) {
+      const text = norm(inner.getAttribute("aria-label") || inner.getAttribute("alt") || inner.textContent || "");
+      if (text) return text;
+    }
+    return "";
+  }
+
+  // aria-label first (as before); nothing more when a title already names it.
+  function nameOf(el) {
+    const label = el.getAttribute("aria-label");
+    if (label) return label;
+    if (el.getAttribute("title")) return null;
+    return innerLabel(el) || pseudoText(el) || iconClassName(el) || null;
+  }
+
+  // A field's value: up to maxField characters; a textarea scrolled down shows the part at its scroll
+  // position, so Scroll on it reaches the end. Markers say how much is left out on each side.
+  function fieldValue(el, text) {
+    const value = norm(text);
+    if (value.length <= maxField) return value;
+    let start = 0;
+    if (el.tagName === "TEXTAREA" && el.scrollTop > 0 && el.scrollHeight > 0) {
+      start = Math.min(value.length - maxField, Math.floor(value.length * el.scrollTop / el.scrollHeight));
+    }
+    const end = start + maxField;
+    const before = start > 0 ? `(${start} earlier characters) ...` : "";
+    const after = end < value.length ? `... (${value.length - end} more characters)` : "";
+    return before + value.slice(start, end) + after;
   }
 
   function attrsOf(el, id, hasText) {
     const out = [];
+    const put = (name, value) => { if (value) out.push(`${name}="${esc(value)}"`); };
     const add = (name, value) => {
-      if (value !== null && value !== undefined && value !== "") out.push(`${name}="${esc(clip(norm(String(value)), maxValue))}"`);
+      if (value !== null && value !== undefined && value !== "") put(name, clip(norm(String(value)), maxValue));
     };
     if (id !== undefined) add("id", id);
     add("title", el.getAttribute("title") || (el.tagName === "IMG" ? el.getAttribute("alt") : null));
     const tag = el.tagName;
     if (tag === "INPUT") add("type", el.type);
     else if (tag === "BUTTON" && el.hasAttribute("type")) add("type", el.getAttribute("type"));
+    else if (tag === "SELECT" && el.multiple) add("type", "select-multiple");
     if (tag === "INPUT" && !["checkbox", "radio", "submit", "button", "reset", "file", "image"].includes(el.type)) {
-      add("value", el.type === "password" ? "*".repeat(el.value.length) : el.value);
+      put("value", fieldValue(el, el.type === "password" ? "*".repeat(el.value.length) : el.value));
     } else if (tag === "TEXTAREA") {
-      add("value", el.value);
+      put("value", fieldValue(el, el.value));
     } else if (tag === "INPUT" && (el.type === "submit" || el.type === "button" || el.type === "reset")) {
       add("value", el.value);
     }
     add("placeholder", el.getAttribute("placeholder"));
     add("data-value", el.getAttribute("data-value"));
-    const label = el.getAttribute("data-text") || (!hasText && id !== undefined ? el.getAttribute("aria-label") : null);
+    const label = el.getAttribute("data-text") || (!hasText && id !== undefined ? nameOf(el) : null);
     add("data-text", label);
     if (id !== undefined) add("data-status", statusOf(el));
     if (bbox && id !== undefined) {
@@ -209,7 +371,8 @@ async (opts) => {
     const options = [];
     for (const opt of Array.from(el.options).slice(0, maxOptions)) {
       const sel = opt.selected ? " selected" : "";
-      options.push(`<option${sel}> ${esc(clip(norm(opt.textContent || ""), maxText))} </option>`);
+      const optionId = ids.has(opt) ? ` id="${ids.get(opt)}"` : "";
+      options.push(`<option${optionId}${sel}> ${esc(clip(norm(opt.textContent || ""), maxText))} </option>`);
     }
     if (el.options.length > maxOptions) options.push(`... ${el.options.length - maxOptions} more options`);
     return `<select${attrsOf(el, id, true)}> ${options.join(" ")} </select>`;
@@ -243,6 +406,7 @@ async (opts) => {
       return seen && el.getAttribute("alt") ? `<img${attrsOf(el, undefined, false)}>` : "";
     }
     if (!body) return "";
+    if (isCurrentPage(el)) return `<${tag} data-status="current"> ${body} </${tag}>`;
     return KEEP.has(el.tagName) ? `<${tag}> ${body} </${tag}>` : body;
   }
 

@@ -25,11 +25,35 @@ MARK_ATTRIBUTE = "data-webrl-id"  # set by observe.js on each element that has a
 
 QUIET_MS = 25  # DOM quiet window: no mutation for this long means the page has settled (~1.5 frames at 60 Hz)
 QUIET_CAP_MS = 1000  # never wait longer than this for a page that keeps mutating (carousels, clocks)
+MEDIA_CAP_MS = 2000  # nor longer than this in all for images, fonts and transitions (a slow image host)
+ANIMATION_WAIT_MS = 500  # a transition/animation ending within this is waited for (a menu sliding open)
 MAX_TEXT_CHARS = 200  # a text node longer than this is truncated ("..."); keeps observations short
-MAX_VALUE_CHARS = 100  # attribute values (input values, titles) are truncated at this length
+MAX_VALUE_CHARS = 100  # other attribute values (titles, labels) are truncated at this length
+MAX_FIELD_CHARS = 1000  # an input's or textarea's value shows this much; Scroll on a textarea shows the rest
 MAX_OPTIONS = 50  # options listed per <select>
 LOAD_TIMEOUT_MS = 10_000  # waiting for the load event after an action; past it the page is observed as is
 NAVIGATION_RETRIES = 3  # an evaluate interrupted by a navigation is retried after the new page loads
+
+
+@dataclass(frozen=True)
+class SettleRule:
+    """What observe.js waits for before it reads the page: DOM quiet at most ``cap_ms``; with media, at
+    most ``media_cap_ms`` in all."""
+
+    quiet_ms: int = QUIET_MS
+    cap_ms: int = QUIET_CAP_MS
+    media_cap_ms: int = MEDIA_CAP_MS
+    timers: bool = True  # short page timers pending (inflight.js: debounces, hover delays)
+    media: bool = True  # images in the viewport, web fonts, transitions ending within ANIMATION_WAIT_MS
+
+    def options(self) -> dict[str, object]:
+        return {"quietMs": self.quiet_ms, "capMs": self.cap_ms, "mediaCapMs": self.media_cap_ms,
+                "settleTimers": self.timers,
+                "settleMedia": self.media, "animationMs": ANIMATION_WAIT_MS}
+
+
+SETTLE = SettleRule()
+DOM_ONLY_SETTLE = SettleRule(timers=False, media=False)  # the rule before issue 22: DOM and fetch/XHR quiet
 
 
 @dataclass(frozen=True)
@@ -82,11 +106,11 @@ def _interrupted_by_navigation(exc: PlaywrightError) -> bool:
 
 
 async def observe_view(page: Page, *, tabs: list[Page] | None = None, error: str | None = None,
-                       bbox: bool = False, paths: bool = False) -> PageView:
+                       bbox: bool = False, paths: bool = False, settle_rule: SettleRule = SETTLE) -> PageView:
     """Settle, then extract the simplified HTML and the id map (and the titles of ``tabs``, default: every
     page of the context). Retries when a navigation interrupts it."""
-    opts = {"quietMs": QUIET_MS, "capMs": QUIET_CAP_MS, "maxText": MAX_TEXT_CHARS, "maxValue": MAX_VALUE_CHARS,
-            "maxOptions": MAX_OPTIONS, "bbox": bbox, "paths": paths}
+    opts = {**settle_rule.options(), "maxText": MAX_TEXT_CHARS, "maxValue": MAX_VALUE_CHARS,
+            "maxField": MAX_FIELD_CHARS, "maxOptions": MAX_OPTIONS, "bbox": bbox, "paths": paths}
     last: PlaywrightError | None = None
     for _ in range(NAVIGATION_RETRIES + 1):
         await settle(page)

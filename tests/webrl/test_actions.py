@@ -17,6 +17,8 @@ EXAMPLES = {
     'do(action="Hover", element="3")': Action(type=ActionType.HOVER, element="3"),
     'do(action="Scroll Up")': Action(type=ActionType.SCROLL_UP),
     'do(action="Scroll Down")': Action(type=ActionType.SCROLL_DOWN),
+    'do(action="Scroll Down", element="5")': Action(type=ActionType.SCROLL_DOWN, element="5"),
+    'do(action="Scroll Up", element="5")': Action(type=ActionType.SCROLL_UP, element="5"),
     'do(action="Press Enter")': Action(type=ActionType.PRESS_ENTER),
     'do(action="Select Dropdown Option", argument="Month", element="20")': Action(
         type=ActionType.SELECT, argument="Month", element="20"),
@@ -61,7 +63,8 @@ def test_integer_element_is_accepted_as_text() -> None:
         ('do(action="Fly", element="1")', "unknown action 'Fly'"),
         ('do(action="Click")', "Click needs element"),
         ('do(action="Click", element="a7")', "element must be an integer id"),
-        ('do(action="Scroll Up", element="1")', "Scroll Up does not take element"),
+        ('do(action="Scroll Up", argument="1")', "Scroll Up does not take argument"),
+        ('do(action="Scroll Up", element="top")', "element must be an integer id"),
         ('click(element="1")', "unknown function 'click'"),
         ('do("Click", element="1")', "positional arguments"),
         ('do(action="Click", element=x)', "must be a string literal"),

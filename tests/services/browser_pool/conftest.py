@@ -19,6 +19,7 @@ from webrl.schemas import TaskConfig
 FIXTURES = Path(__file__).with_name("fixtures")
 SLOW_PAGE_DELAY_S = 0.3  # /slow.html answers after this long: actions must wait for it, not race it
 HANG_PAGE_DELAY_S = 4.0  # /hang.html answers after this long: longer than the timeout tests allow a step
+DELAYED_PREFIX = "/delayed/"  # /delayed/<file> serves <file> after SLOW_PAGE_DELAY_S (late images and fonts)
 
 
 class _Handler(SimpleHTTPRequestHandler):
@@ -34,6 +35,9 @@ class _Handler(SimpleHTTPRequestHandler):
         if self.path.startswith(("/slow.html", "/hang.html")):
             time.sleep(SLOW_PAGE_DELAY_S if self.path.startswith("/slow.html") else HANG_PAGE_DELAY_S)
             self.path = "/next.html"
+        elif self.path.startswith(DELAYED_PREFIX):
+            time.sleep(SLOW_PAGE_DELAY_S)
+            self.path = "/" + self.path.removeprefix(DELAYED_PREFIX)
         super().do_GET()
 
 
