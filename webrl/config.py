@@ -23,6 +23,9 @@ SITE_PLACEHOLDERS: dict[str, str] = {
     "wikipedia": "__WIKIPEDIA__",
 }
 
+#: The sites the built-in sandbox serves (``webrl.sandbox.sites``); map and wikipedia have no sandbox site.
+SANDBOX_SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
+
 #: Ports of the built-in sandbox sites (``webrl sites serve``); one port per site.
 SANDBOX_PORTS: dict[str, int] = {
     "shopping": 7770,
@@ -63,9 +66,18 @@ class Settings(BaseSettings):
     homepage_url: str | None = None
 
     api_key: str | None = Field(None, description="When set, every route but health and metrics wants Bearer.")
+    allow_no_auth: bool = Field(False, description="Serve without api_key on a non-loopback address (refused "
+                                "otherwise: `webrl serve` will not start, a service answers only loopback).")
+    allowed_endpoints: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Base URLs a request may name as a model endpoint (a rollout policy's url, taskgen's llm "
+                    "endpoint), besides the configured actor_url, actor_endpoint, orm_endpoint and "
+                    "llm_judge_endpoint. Comma-separated; compared by scheme, host and port.",
+    )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Hosts a browser may reach. Empty: the hosts of the configured site URLs.",
+        description="Hosts (host:port, or host for any port) a browser may reach. Empty: the hosts of the "
+                    "configured site URLs and of the sandbox sites that are served.",
     )
 
     # Models and serving
@@ -140,7 +152,7 @@ class Settings(BaseSettings):
 
     log_level: str = Field("WARNING", description="Log level of the CLI (its progress bars carry the news); -v: DEBUG.")
 
-    @field_validator("allowed_hosts", mode="before")
+    @field_validator("allowed_hosts", "allowed_endpoints", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
@@ -182,12 +194,21 @@ class Settings(BaseSettings):
         return {site: self.site_url(site) for site in SITE_PLACEHOLDERS}
 
     def host_allow_list(self) -> list[str]:
-        """Hosts (``host:port`` or bare host) a browser may contact."""
+        """Hosts (``host:port`` or bare host) a browser may contact: ``allowed_hosts`` when set, else the
+        hosts of the sites that exist: each configured ``<site>_url`` and the sandbox's own sites (not
+        the sandbox ports of map and wikipedia, where nothing is served)."""
         if self.allowed_hosts:
             return list(self.allowed_hosts)
         from urllib.parse import urlsplit
 
-        return sorted({urlsplit(u).netloc for u in self.site_urls().values()})
+        sites = [site for site in SITE_PLACEHOLDERS if getattr(self, f"{site}_url") or site in SANDBOX_SITES]
+        return sorted({urlsplit(self.site_url(site)).netloc for site in sites})
+
+    def endpoint_allow_list(self) -> list[str]:
+        """Base URLs a request body may send the services to: ``allowed_endpoints`` and the configured
+        model endpoints (the actor service, the actor/ORM model servers, the LLM judge)."""
+        configured = [self.actor_url, self.actor_endpoint, self.orm_endpoint, self.llm_judge_endpoint]
+        return [url for url in [*configured, *self.allowed_endpoints] if url]
 
     def ensure_dirs(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)

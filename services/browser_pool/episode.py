@@ -28,6 +28,7 @@ from services.browser_pool.observe import INFLIGHT_JS, ElementMap, PageView, obs
 from services.browser_pool.pool import BrowserPool, BrowserSlot
 from services.browser_pool.safety import AllowList
 from webrl.actions import ActionParseError, parse_action
+from webrl.allow_list import start_url_problem
 from webrl.config import SITE_PLACEHOLDERS, Settings
 from webrl.early_stop import MAX_STEPS, EarlyStop
 from webrl.policy import Policy, PolicyRequest, PolicyResponse
@@ -49,6 +50,13 @@ class EpisodeCrashed(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class StartUrlRefused(EpisodeCrashed):
+    """A start URL the pool does not open (not http(s), or a host off the allow-list); no browser was used."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("start_url_refused", f"start_url: {message}")
 
 
 @dataclass
@@ -132,6 +140,10 @@ class BrowserEpisode:
     async def open(cls, pool: BrowserPool, task: TaskConfig, settings: Settings) -> BrowserEpisode:
         """Reset: a fresh context for ``task`` with its start tabs open; ``.observation`` is the first one."""
         resolved = task.resolved(settings)
+        allowed = settings.host_allow_list()
+        urls = resolved.start_urls(settings)
+        for problem in filter(None, (start_url_problem(url, allowed) for url in urls)):
+            raise StartUrlRefused(problem)
         slot = await pool.acquire()
         episode_id = uuid.uuid4().hex[:16]
         try:
@@ -139,12 +151,12 @@ class BrowserEpisode:
         except BaseException:
             pool.release(slot)
             raise
-        allow = AllowList(settings.host_allow_list())
+        allow = AllowList(allowed)
         episode = cls(pool, slot, resolved, settings, context, allow, episode_id)
         try:
             await allow.install(context)
             await context.add_init_script(INFLIGHT_JS)
-            await episode._open_tabs(resolved.start_urls(settings))
+            await episode._open_tabs(urls)
             await episode.refresh()
         except BaseException:
             await episode.close()
@@ -328,6 +340,7 @@ class BrowserEpisode:
                 await self.context.request.delete(f"{base}/__webrl/episodes/{self.id}", timeout=2000)
             except PlaywrightError:
                 pass  # not a sandbox site, or already gone
+        await self.allow.remove()
         await self.context.close()
 
 

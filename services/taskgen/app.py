@@ -7,9 +7,16 @@ from typing import Literal
 from fastapi import HTTPException
 from pydantic import BaseModel, Field, model_validator
 
-from services.taskgen.curriculum import VALUE_HIGH, VALUE_LOW, filter_by_value, generate_grounded, generate_llm
+from services.taskgen.curriculum import (
+    VALUE_HIGH,
+    VALUE_LOW,
+    EndpointRefused,
+    filter_by_value,
+    generate_grounded,
+    generate_llm,
+)
 from webrl.config import get_settings
-from webrl.service import create_app
+from webrl.service import create_app, invalid
 
 
 class GenerateRequest(BaseModel):
@@ -75,6 +82,8 @@ def generate(body: GenerateRequest) -> GenerateResponse:
             result = generate_grounded(settings, body.phase, body.parent_keys, body.n, body.seed)
     except KeyError as exc:
         raise HTTPException(status_code=422, detail=f"parent_keys: {exc.args[0]}") from None
+    except EndpointRefused as exc:
+        raise invalid("endpoint", str(exc)) from None
     return GenerateResponse(task_keys=result.task_keys, duplicates=result.duplicates,
                             rejected=[{"text": r.text, "reason": r.reason} for r in result.rejected])
 
