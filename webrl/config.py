@@ -37,6 +37,10 @@ SANDBOX_PORTS: dict[str, int] = {
 }
 
 
+#: Default gap between the longest job and Redis' visibility timeout (a slow ack after a long job).
+VISIBILITY_MARGIN_S = 600.0
+
+
 class Settings(BaseSettings):
     """webrl's configuration. Every field can be set as ``WEBRL_<FIELD>`` in the environment or ``.env``."""
 
@@ -150,6 +154,18 @@ class Settings(BaseSettings):
     browser_step_timeout_s: float = Field(60.0, gt=0, description="Limit on one step (action + observation).")
     browser_episode_timeout_s: float = Field(900.0, gt=0, description="Limit on one whole episode.")
 
+    # Jobs (webrl/queue.py): how long one Celery job may run, and when Redis gives up on its worker.
+    job_time_limit_s: float = Field(
+        6 * 3600.0, gt=0, description="Hard limit of one Celery job: the worker process running it is killed "
+        "(the soft limit, 95% of it, raises in the job first). Size it to the longest job, a training phase.")
+    broker_visibility_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds Redis waits for a job's acknowledgement before giving it to another "
+        "worker (its worker was killed whole). Must exceed job_time_limit_s, else a job still running is handed "
+        "out twice. Default: job_time_limit_s + 10 minutes.")
+    dispatch_timeout_s: float | None = Field(
+        None, gt=0, description="How long `dispatch` waits for a job's result before raising. Default: "
+        "broker_visibility_timeout_s + job_time_limit_s (a killed worker's job handed out again and run again).")
+
     log_level: str = Field("WARNING", description="Log level of the CLI (its progress bars carry the news); -v: DEBUG.")
 
     @field_validator("allowed_hosts", "allowed_endpoints", mode="before")
@@ -172,6 +188,13 @@ class Settings(BaseSettings):
             self.result_backend = self.broker_url
         if self.redis_url is None and self.broker_url and self.broker_url.startswith("redis"):
             self.redis_url = self.broker_url
+        if self.broker_visibility_timeout_s is None:
+            self.broker_visibility_timeout_s = self.job_time_limit_s + VISIBILITY_MARGIN_S
+        if self.broker_visibility_timeout_s <= self.job_time_limit_s:
+            raise ValueError(f"broker_visibility_timeout_s ({self.broker_visibility_timeout_s:g}) must exceed "
+                             f"job_time_limit_s ({self.job_time_limit_s:g}): a running job would be handed out twice")
+        if self.dispatch_timeout_s is None:
+            self.dispatch_timeout_s = self.broker_visibility_timeout_s + self.job_time_limit_s
         return self
 
     # Derived views
