@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "webrl.commands.sites",
     "webrl.commands.tasks",
     "webrl.commands.models",
+    "webrl.commands.serve",
     "webrl.commands.train",
     "webrl.commands.judges",
 ]

@@ -24,6 +24,9 @@ SITE_PLACEHOLDERS: dict[str, str] = {
     "wikipedia": "__WIKIPEDIA__",
 }
 
+#: The sites the built-in sandbox serves (``webrl.sandbox.sites``); map and wikipedia have no sandbox site.
+SANDBOX_SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
+
 #: Ports of the built-in sandbox sites (``webrl sites serve``); one port per site.
 SANDBOX_PORTS: dict[str, int] = {
     "shopping": 7770,
@@ -33,6 +36,10 @@ SANDBOX_PORTS: dict[str, int] = {
     "map": 3000,
     "wikipedia": 8888,
 }
+
+
+#: Default gap between the longest job and Redis' visibility timeout (a slow ack after a long job).
+VISIBILITY_MARGIN_S = 600.0
 
 
 class Settings(BaseSettings):
@@ -64,9 +71,18 @@ class Settings(BaseSettings):
     homepage_url: str | None = None
 
     api_key: str | None = Field(None, description="When set, every route but health and metrics wants Bearer.")
+    allow_no_auth: bool = Field(False, description="Serve without api_key on a non-loopback address (refused "
+                                "otherwise: `webrl serve` will not start, a service answers only loopback).")
+    allowed_endpoints: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Base URLs a request may name as a model endpoint (a rollout policy's url, taskgen's llm "
+                    "endpoint), besides the configured actor_url, actor_endpoint, orm_endpoint and "
+                    "llm_judge_endpoint. Comma-separated; compared by scheme, host and port.",
+    )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Hosts a browser may reach. Empty: the hosts of the configured site URLs.",
+        description="Hosts (host:port, or host for any port) a browser may reach. Empty: the hosts of the "
+                    "configured site URLs and of the sandbox sites that are served.",
     )
 
     # Models and serving
@@ -124,8 +140,13 @@ class Settings(BaseSettings):
         None, description="Accelerate config file; when set, training jobs run under `accelerate launch` with it "
         "(e.g. configs/accelerate/deepspeed_zero3.yaml on GPUs). None: in the worker's own process.")
 
-    # Service URLs: the browser pool, which the actor's agent runs (services/actor/agent.py) drive over HTTP.
+    # Service URLs: the browser pool, which the actor's agent runs (services/actor/agent.py) drive over HTTP,
+    # and the actor service, the one endpoint a rollout policy's bearer key is sent to.
     browser_pool_url: str = "http://127.0.0.1:8101"
+    actor_url: str = Field(
+        "http://127.0.0.1:8102", description="Base URL of the actor service. A rollout policy {kind: endpoint} may "
+        "name it (it is on endpoint_allow_list), and only there does the endpoint policy send the bearer key "
+        "(actor_api_key, else api_key).")
 
     # Browser pool (services/browser_pool): Chromium, pool size, step and episode time limits.
     chromium_path: str = Field("/usr/bin/chromium", description="Chromium executable Playwright launches.")
@@ -133,9 +154,21 @@ class Settings(BaseSettings):
     browser_step_timeout_s: float = Field(60.0, gt=0, description="Limit on one step (action + observation).")
     browser_episode_timeout_s: float = Field(900.0, gt=0, description="Limit on one whole episode.")
 
+    # Jobs (webrl/queue.py): how long one Celery job may run, and when Redis gives up on its worker.
+    job_time_limit_s: float = Field(
+        6 * 3600.0, gt=0, description="Hard limit of one Celery job: the worker process running it is killed "
+        "(the soft limit, 95% of it, raises in the job first). Size it to the longest job, a training phase.")
+    broker_visibility_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds Redis waits for a job's acknowledgement before giving it to another "
+        "worker (its worker was killed whole). Must exceed job_time_limit_s, else a job still running is handed "
+        "out twice. Default: job_time_limit_s + 10 minutes.")
+    dispatch_timeout_s: float | None = Field(
+        None, gt=0, description="How long `dispatch` waits for a job's result before raising. Default: "
+        "broker_visibility_timeout_s + job_time_limit_s (a killed worker's job handed out again and run again).")
+
     log_level: str = Field("WARNING", description="Log level of the CLI (its progress bars carry the news); -v: DEBUG.")
 
-    @field_validator("allowed_hosts", mode="before")
+    @field_validator("allowed_hosts", "allowed_endpoints", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
@@ -155,6 +188,13 @@ class Settings(BaseSettings):
             self.result_backend = self.broker_url
         if self.redis_url is None and self.broker_url and self.broker_url.startswith("redis"):
             self.redis_url = self.broker_url
+        if self.broker_visibility_timeout_s is None:
+            self.broker_visibility_timeout_s = self.job_time_limit_s + VISIBILITY_MARGIN_S
+        if self.broker_visibility_timeout_s <= self.job_time_limit_s:
+            raise ValueError(f"broker_visibility_timeout_s ({self.broker_visibility_timeout_s:g}) must exceed "
+                             f"job_time_limit_s ({self.job_time_limit_s:g}): a running job would be handed out twice")
+        if self.dispatch_timeout_s is None:
+            self.dispatch_timeout_s = self.broker_visibility_timeout_s + self.job_time_limit_s
         return self
 
     # Derived views
@@ -177,12 +217,21 @@ class Settings(BaseSettings):
         return {site: self.site_url(site) for site in SITE_PLACEHOLDERS}
 
     def host_allow_list(self) -> list[str]:
-        """Hosts (``host:port`` or bare host) a browser may contact."""
+        """Hosts (``host:port`` or bare host) a browser may contact: ``allowed_hosts`` when set, else the
+        hosts of the sites that exist: each configured ``<site>_url`` and the sandbox's own sites (not
+        the sandbox ports of map and wikipedia, where nothing is served)."""
         if self.allowed_hosts:
             return list(self.allowed_hosts)
         from urllib.parse import urlsplit
 
-        return sorted({urlsplit(u).netloc for u in self.site_urls().values()})
+        sites = [site for site in SITE_PLACEHOLDERS if getattr(self, f"{site}_url") or site in SANDBOX_SITES]
+        return sorted({urlsplit(self.site_url(site)).netloc for site in sites})
+
+    def endpoint_allow_list(self) -> list[str]:
+        """Base URLs a request body may send the services to: ``allowed_endpoints`` and the configured
+        model endpoints (the actor service, the actor/ORM model servers, the LLM judge)."""
+        configured = [self.actor_url, self.actor_endpoint, self.orm_endpoint, self.llm_judge_endpoint]
+        return [url for url in [*configured, *self.allowed_endpoints] if url]
 
     def ensure_dirs(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)

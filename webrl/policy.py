@@ -7,8 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 from webrl.agent.policy import Policy
+from webrl.allow_list import endpoint_problem
 from webrl.config import Settings
-from webrl.contracts import POLICY_SPEC, CheckpointSpec, OracleSpec, PolicySpec
+from webrl.contracts import POLICY_SPEC, CheckpointSpec, EndpointSpec, InvalidRequest, OracleSpec, PolicySpec
+
+
+def check_policy_spec(spec: PolicySpec, settings: Settings) -> None:
+    """Raise :class:`~webrl.contracts.InvalidRequest` naming ``policy`` unless ``spec`` may be served here: an
+    endpoint url must be a configured one (``Settings.endpoint_allow_list``: a request may not send the browser
+    pool to any server it likes). The shape of the spec is the contract's business (pydantic)."""
+    if isinstance(spec, EndpointSpec):
+        problem = endpoint_problem(spec.url, settings.endpoint_allow_list())
+        if problem:
+            raise InvalidRequest("policy", f"url: {problem}")
 
 
 def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> Policy:
@@ -16,13 +27,15 @@ def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> P
 
     - :class:`~webrl.contracts.OracleSpec`: the sandbox's scripted solvers;
     - :class:`~webrl.contracts.CheckpointSpec`: a local model folder;
-    - :class:`~webrl.contracts.EndpointSpec`: an actor service's ``POST /v1/act``.
+    - :class:`~webrl.contracts.EndpointSpec`: an actor service's ``POST /v1/act`` (a configured endpoint only,
+      :func:`check_policy_spec`).
 
     Both model kinds take an optional ``temperature`` (default ``settings.actor_temperature``, greedy): WebRL
     samples its training rollouts and evaluates greedily. A dict is validated first (a pydantic
     ValidationError names the bad field). Imports are lazy: the browser pool does not load torch to run the oracle.
     """
     spec = POLICY_SPEC.validate_python(spec) if isinstance(spec, dict) else spec
+    check_policy_spec(spec, settings)
     if isinstance(spec, OracleSpec):
         from webrl.sandbox.oracles import OraclePolicy
 

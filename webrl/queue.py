@@ -7,6 +7,7 @@ finds task modules through :data:`TASK_MODULES`.
 
 from __future__ import annotations
 
+import celery.exceptions
 from celery import Celery
 from celery.signals import worker_init
 from kombu import pools as kombu_pools
@@ -42,10 +43,29 @@ def route_for(name: str) -> str:
     return QUEUES.get(name.split(".", 1)[0], "default")
 
 
+SOFT_LIMIT_FRACTION = 0.95  # the soft time limit: a job gets SoftTimeLimitExceeded this far into its limit
+
+
+class DispatchTimeout(TimeoutError):
+    """No result for a dispatched job within the dispatch timeout."""
+
+
+def _transport_options(settings: Settings) -> dict[str, float]:
+    """Redis broker options: the visibility timeout (an unacknowledged job goes back to its queue after it),
+    swept for often enough that a killed worker's job is redelivered within about that timeout."""
+    visibility = float(settings.broker_visibility_timeout_s or 0)
+    return {"visibility_timeout": visibility, "unacked_restore_interval": max(1.0, min(10.0, visibility / 10)),
+            "unacked_restore_throttle": 1}
+
+
 def make_celery(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
     app = Celery("webrl", broker=settings.broker_url or "memory://", backend=settings.result_backend)
     app.conf.update(
+        broker_transport_options=_transport_options(settings),
+        task_time_limit=settings.job_time_limit_s,
+        task_soft_time_limit=settings.job_time_limit_s * SOFT_LIMIT_FRACTION,
+        webrl_dispatch_timeout_s=settings.dispatch_timeout_s,
         task_serializer="json",
         accept_content=["json"],
         result_serializer="json",
@@ -84,14 +104,23 @@ def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
     """Run the Celery task ``name`` with one JSON payload and return its JSON result.
 
     Embedded mode (no broker): the task runs here, eagerly. Distributed mode: it goes to its service's
-    queue and this waits for a worker's result. The caller's code is the same in both modes.
+    queue and this waits for a worker's result, at most ``timeout`` seconds (default: the configured
+    ``dispatch_timeout_s``), then raises :class:`DispatchTimeout`. The caller's code is the same in both modes.
     """
     if celery_app.conf.task_always_eager:
         autodiscover()
         if name not in celery_app.tasks:
             raise KeyError(f"no Celery task named {name!r}")
         return celery_app.tasks[name].apply(args=(payload,), throw=True).get()
-    return celery_app.send_task(name, args=(payload,)).get(timeout=timeout)
+    wait = timeout if timeout is not None else celery_app.conf.webrl_dispatch_timeout_s
+    sent = celery_app.send_task(name, args=(payload,))
+    try:
+        return sent.get(timeout=wait)
+    except celery.exceptions.TimeoutError:
+        raise DispatchTimeout(
+            f"job {name} ({sent.id}) gave no result within {wait:g} s: is a worker consuming queue "
+            f"{route_for(name)!r} (`celery -A webrl.queue worker -Q {route_for(name)}`)? Its state: {sent.state}; "
+            "WEBRL_DISPATCH_TIMEOUT_S sets the wait") from None
 
 
 def configure(settings: Settings) -> Celery:

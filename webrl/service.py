@@ -1,13 +1,15 @@
 """The FastAPI app factory every service uses.
 
 It adds ``/healthz`` (process up), ``/readyz`` (database and broker reachable), ``/metrics``
-(Prometheus), bearer auth when ``WEBRL_API_KEY`` is set (constant-time compare; a 401 never says why),
+(Prometheus), bearer auth when ``WEBRL_API_KEY`` is set (constant-time compare; a 401 never says why; with
+no key only loopback is served unless ``WEBRL_ALLOW_NO_AUTH=1``),
 one JSON error shape ``{"error": {"type", "message", "fields", "request_id"}}`` and request ids in logs.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import time
 import uuid
@@ -28,6 +30,25 @@ from webrl.contracts import InvalidRequest, NotServing
 log = logging.getLogger("webrl.service")
 
 OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}
+NO_AUTH_FIX = "set WEBRL_API_KEY (e.g. `openssl rand -hex 32`), or WEBRL_ALLOW_NO_AUTH=1 to serve without auth"
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` (an address or "localhost") reachable from this machine only?"""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def unauthenticated_bind_problem(host: str, settings: Settings) -> str | None:
+    """Why a service may not listen on ``host``, or None: off loopback it needs an API key (or the explicit
+    ``allow_no_auth``), else every route answers anyone who can reach the machine."""
+    if settings.api_key or settings.allow_no_auth or is_loopback(host):
+        return None
+    return f"refusing to serve on {host} without an API key: {NO_AUTH_FIX}"
 
 
 class ErrorField(BaseModel):
@@ -90,6 +111,18 @@ def check_ready(settings: Settings) -> dict[str, str]:
     return status
 
 
+def _unauthenticated_remote(request: Request, settings: Settings) -> bool:
+    """A request that came in on a network address (the server's own, e.g. a pod IP) while no API key is
+    set and no-auth was not allowed: what `uvicorn --host 0.0.0.0` without a key would otherwise serve."""
+    server = request.scope.get("server")
+    if settings.api_key or settings.allow_no_auth or not server:
+        return False
+    try:
+        return not ipaddress.ip_address(str(server[0]).strip("[]")).is_loopback
+    except ValueError:  # a unix socket or an in-process test transport ("testserver")
+        return False
+
+
 def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None = None,
                description: str = "") -> FastAPI:
     """A FastAPI app with webrl's health, metrics, auth and error handling. Routes are added by the caller."""
@@ -106,6 +139,9 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
     async def _request_context(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
         request.state.request_id = request_id
+        if request.url.path not in OPEN_PATHS and _unauthenticated_remote(request, settings):
+            return JSONResponse(error_body("unauthorized", f"no API key on a non-loopback address: {NO_AUTH_FIX}",
+                                           request_id), status_code=401, headers={"x-request-id": request_id})
         if settings.api_key and request.url.path not in OPEN_PATHS:
             header = request.headers.get("authorization", "")
             scheme, _, token = header.partition(" ")
@@ -173,3 +209,8 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
 
 def not_found(what: str) -> HTTPException:
     return HTTPException(status_code=404, detail=f"{what} not found")
+
+
+def invalid(field: str, message: str) -> RequestValidationError:
+    """A 422 naming ``field`` of the request body (the error shape lists it under ``fields``)."""
+    return RequestValidationError([{"loc": ("body", *field.split(".")), "msg": message, "type": "value_error"}])

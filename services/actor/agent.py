@@ -9,12 +9,12 @@ actions come from this service's own engine (``ActorEngine.act``).
 from __future__ import annotations
 
 import uuid
-from urllib.parse import urlsplit
 
 from webrl.actions import parse_action
 from webrl.agent.environment import StepResult
 from webrl.agent.loop import run_episode
 from webrl.agent.policy import PolicyRequest, PolicyResponse
+from webrl.allow_list import start_url_problem
 from webrl.config import SITE_PLACEHOLDERS, Settings
 from webrl.contracts import ActItem, ActRequest
 from webrl.early_stop import MAX_STEPS
@@ -33,11 +33,9 @@ def check_allowed(url: str, settings: Settings, field: str = "start_url") -> Non
     """Raise :class:`AgentRunError` unless every `` |AND| `` part of ``url`` is http(s) on the allow-list."""
     allowed = settings.host_allow_list()
     for part in url.split(" |AND| "):
-        parts = urlsplit(part.strip())
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise AgentRunError(field, f"{part.strip()!r} is not an http(s) URL")
-        if parts.netloc not in allowed and parts.hostname not in allowed:
-            raise AgentRunError(field, f"host {parts.netloc} is not on the allow-list {allowed}")
+        problem = start_url_problem(part.strip(), allowed)
+        if problem:
+            raise AgentRunError(field, problem)
 
 
 def _site_of(url: str, settings: Settings) -> str:

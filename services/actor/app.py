@@ -12,7 +12,6 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
 
 from services.actor.agent import AgentRunError, PoolUnavailableError, resolve_run, run_agent
 from services.actor.engine import ActorEngine, EngineUnavailableError
@@ -37,14 +36,9 @@ from webrl.checkpoints import CHANNEL
 from webrl.config import Settings, get_settings
 from webrl.contracts import ActRequest, ActResponse
 from webrl.models.backends import Generation
-from webrl.service import create_app
+from webrl.service import create_app, invalid
 
 log = logging.getLogger("webrl.actor")
-
-
-def invalid(field: str, message: str) -> RequestValidationError:
-    """A 422 naming ``field`` (the service's error shape lists it under ``fields``)."""
-    return RequestValidationError([{"loc": ("body", field), "msg": message, "type": "value_error"}])
 
 
 def get_engine(request: Request) -> ActorEngine:

@@ -10,14 +10,16 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field, model_validator
 
+from services.browser_pool.episode import StartUrlRefused
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.sessions import EpisodeManager, EpisodeNotFound, JobView, PoolBusy
 from webrl.config import Settings, get_settings
 from webrl.contracts import RolloutRequest
 from webrl.db import repository
 from webrl.db.session import session_scope
+from webrl.policy import check_policy_spec
 from webrl.schemas import Observation, TaskConfig
-from webrl.service import create_app, not_found
+from webrl.service import create_app, invalid, not_found
 
 
 class CreateEpisodeIn(BaseModel):
@@ -94,6 +96,8 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
             episode = await manager.create(task)
         except PoolBusy as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
+        except StartUrlRefused as exc:
+            raise invalid("task.start_url" if body.task else "task_key", str(exc)) from None
         assert episode.observation is not None
         return EpisodeOut(episode_id=episode.id, observation=episode.observation)
 
@@ -127,6 +131,7 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/v1/rollouts", response_model=JobView, status_code=202, tags=["jobs"])
     async def start_rollout(body: RolloutRequest, manager: ManagerDep) -> JobView:
+        check_policy_spec(body.policy, settings)  # InvalidRequest: a 422 naming policy
         return manager.submit(body)
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["jobs"])

@@ -26,6 +26,7 @@ from services.browser_pool.pool import BrowserPool, BrowserSlot
 from services.browser_pool.safety import AllowList
 from webrl.actions import ActionParseError, ActionType, parse_action
 from webrl.agent.environment import EpisodeCrashed, StepResult
+from webrl.allow_list import start_url_problem
 from webrl.config import SITE_PLACEHOLDERS, Settings
 from webrl.schemas import Observation, TaskConfig
 
@@ -36,6 +37,13 @@ GOTO_TIMEOUT_MS = 30_000  # opening a start URL
 POPUP_WAIT_S = 5.0  # a page that opened a tab: wait this long at most for the tab to show up
 NAVIGATION_WAIT_S = 10.0  # a navigation that started while observing: wait this long at most for it
 EPISODE_CLEANUP_TIMEOUT_S = 5.0  # freeing a sandbox episode's state and closing the context
+
+
+class StartUrlRefused(EpisodeCrashed):
+    """A start URL the pool does not open (not http(s), or a host off the allow-list); no browser was used."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("start_url_refused", f"start_url: {message}")
 
 
 @dataclass
@@ -109,6 +117,10 @@ class BrowserEpisode:
         leased from ``pool``. Returns the episode; its ``.observation`` is the first observation. On failure the
         browser goes back to the pool and the error (a Playwright error, :class:`EpisodeCrashed`) is raised."""
         resolved = task.resolved(settings)
+        allowed = settings.host_allow_list()
+        urls = resolved.start_urls(settings)
+        for problem in filter(None, (start_url_problem(url, allowed) for url in urls)):
+            raise StartUrlRefused(problem)
         slot = await pool.acquire()
         episode_id = uuid.uuid4().hex[:16]
         try:
@@ -116,12 +128,12 @@ class BrowserEpisode:
         except BaseException:
             pool.release(slot)
             raise
-        allow = AllowList(settings.host_allow_list())
+        allow = AllowList(allowed)
         episode = cls(pool, slot, resolved, settings, context, allow, episode_id)
         try:
             await allow.install(context)
             await context.add_init_script(INFLIGHT_JS)
-            await episode._open_tabs(resolved.start_urls(settings))
+            await episode._open_tabs(urls)
             await episode.refresh()
         except BaseException:
             await episode.close()
@@ -311,4 +323,5 @@ class BrowserEpisode:
                 await self.context.request.delete(f"{base}/__webrl/episodes/{self.id}", timeout=2000)
             except PlaywrightError:
                 pass  # not a sandbox site, or already gone
+        await self.allow.remove()
         await self.context.close()

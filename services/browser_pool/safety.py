@@ -1,22 +1,24 @@
-"""What a browser context may reach: the host allow-list, enforced by request interception.
+"""What a browser context may reach: the host allow-list (rules in :mod:`webrl.allow_list`).
 
-Only requests to hosts *off* the list are intercepted (the route pattern is a regular expression that
-Playwright matches inside the browser driver), so allowed traffic pays nothing. Intercepted requests are
-checked again in Python and aborted; each block is recorded so the episode can report it.
+Two fences, both recorded so the episode can report each block:
+- request interception (``context.route``) on the first request of anything the page loads: only
+  requests to hosts *off* the list are intercepted (the route pattern is a regular expression that
+  Playwright matches inside the browser driver), so allowed traffic pays nothing;
+- a :class:`~webrl.navigation_guard.NavigationGuard` on the browser for every hop of a navigation, which
+  the route never sees after a redirect (a 302 from an allowed site to another host).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import urlsplit
 
 from playwright.async_api import BrowserContext, Route
 
-log = logging.getLogger(__name__)
+from webrl.allow_list import LOCAL_SCHEMES, is_allowed
+from webrl.navigation_guard import NavigationGuard
 
-#: Schemes that never leave the browser.
-LOCAL_SCHEMES = ("data:", "blob:", "about:", "chrome-error:", "javascript:")
+log = logging.getLogger(__name__)
 
 
 def _host_pattern(entry: str) -> str:
@@ -34,42 +36,41 @@ def blocked_url_regex(allowed: list[str]) -> re.Pattern[str]:
     return re.compile(rf"^(?!(?:{local}))(?!(?:https?|wss?)://(?:[^/@]*@)?(?:{hosts})(?:[/?#]|$))", re.IGNORECASE)
 
 
-def is_allowed(url: str, allowed: list[str]) -> bool:
-    """The authoritative check: is ``url``'s host (or host:port) on the allow-list?"""
-    if url.startswith(LOCAL_SCHEMES):
-        return True
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https", "ws", "wss"):
-        return False
-    try:
-        port = parts.port
-    except ValueError:  # "host:7770.evil.com" and other malformed ports
-        return False
-    netloc = (parts.hostname or "") + (f":{port}" if port else "")
-    wanted = {h.strip().lower() for h in allowed}
-    return netloc.lower() in wanted or (parts.hostname or "").lower() in wanted
-
-
 class AllowList:
-    """Installs the allow-list on a context and remembers what it blocked."""
+    """Installs the allow-list on a context (and its browser) and remembers what it blocked."""
 
     def __init__(self, allowed: list[str]) -> None:
         self.allowed = list(allowed)
         self.blocked: list[tuple[str, bool]] = []  # (url, was it a navigation)
+        self.guard: NavigationGuard | None = None
 
     async def install(self, context: BrowserContext) -> None:
+        """Route the context's requests; guard its browser's navigations (the context must be the only
+        one on that browser: the pool leases whole browsers)."""
         await context.route(blocked_url_regex(self.allowed), self._handle)
+        if context.browser is not None:
+            self.guard = await NavigationGuard.on_browser(context.browser, self.allowed,
+                                                          lambda url: self._record(url, True))
+
+    async def remove(self) -> None:
+        """Take the navigation guard off the browser (before the browser serves another context)."""
+        guard, self.guard = self.guard, None
+        if guard is not None:
+            await guard.detach()
 
     async def _handle(self, route: Route) -> None:
         url = route.request.url
         if is_allowed(url, self.allowed):
             await route.continue_()
             return
-        self.blocked.append((url, route.request.is_navigation_request()))
+        self._record(url, route.request.is_navigation_request())
         log.info("blocked request to %s (not on the allow-list %s)", url, self.allowed)
         await route.abort("blockedbyclient")
 
+    def _record(self, url: str, is_navigation: bool) -> None:
+        self.blocked.append((url, is_navigation))
+
     def take_blocked(self) -> list[tuple[str, bool]]:
-        """``(url, is_navigation)`` of each request blocked since the last call."""
-        out, self.blocked = self.blocked, []
+        """``(url, is_navigation)`` of each request blocked since the last call, each once."""
+        out, self.blocked = list(dict.fromkeys(self.blocked)), []
         return out

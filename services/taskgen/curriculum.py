@@ -12,6 +12,7 @@ from sqlalchemy import select
 from services.taskgen.dedup import Deduplicator
 from services.taskgen.grounded import GroundedGenerator, generated_task_id
 from services.taskgen.llm import LLMGenerator, OpenAICompatibleLLM, Rejection, llm_task_config
+from webrl.allow_list import endpoint_problem
 from webrl.config import Settings
 from webrl.contracts import (
     FilterRequest,
@@ -79,9 +80,21 @@ def generate_grounded(settings: Settings, phase: int, parent_keys: list[str], n:
     return GenerationResult(_store(settings, phase, "grounded", items))
 
 
+class EndpointRefused(InvalidRequest):
+    """An LLM endpoint that is not configured: taskgen does not send requests wherever a caller asks (REST
+    answers 422 naming ``endpoint``; the Celery task fails with this message)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("endpoint", message)
+
+
 def generate_llm(settings: Settings, phase: int, parent_keys: list[str], n: int, seed: int, *,
                  endpoint: str, model: str, mode: str = "chat", feasibility: bool = True) -> GenerationResult:
-    """Group failures by site, ask the LLM for tasks in breadth, drop infeasible and duplicate ones."""
+    """Group failures by site, ask the LLM for tasks in breadth, drop infeasible and duplicate ones.
+    ``endpoint`` must be a configured one (``Settings.endpoint_allow_list``), else :class:`EndpointRefused`."""
+    problem = endpoint_problem(endpoint, settings.endpoint_allow_list())
+    if problem:
+        raise EndpointRefused(problem)
     parents = _parents(settings, parent_keys)
     by_site: dict[str, list[m.Task]] = {}
     for p in parents:

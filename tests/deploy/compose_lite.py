@@ -4,7 +4,7 @@
   ``${VAR-d}``, ``${VAR:?e}``, ``${VAR?e}``, ``${VAR:+a}``, ``${VAR+a}``) to the file's text before YAML
   parsing (compose applies it to parsed values and then casts by its schema; on text the casts come free,
   which is why docker-compose.yml quotes every interpolated environment value).
-- :func:`load` reads the file with the variables of ``.env.example`` (or any mapping) and resolves YAML
+- :func:`load` reads the file with the variables of ``.env.example`` plus an API key (or any mapping) and resolves YAML
   anchors and merge keys, giving the project as compose sees it.
 - :func:`local_processes` turns the default-profile services into local commands and environments, exactly
   compose's, with compose's DNS names and ports rewritten to 127.0.0.1 and free ports, and the databases
@@ -87,9 +87,18 @@ def variables_used(text: str) -> set[str]:
     return names
 
 
+#: The API key the tests put in .env (compose refuses to start without one; .env.example leaves it empty).
+TEST_API_KEY = "compose-test-api-key"
+
+
+def example_env() -> dict[str, str]:
+    """What a user's .env holds: .env.example's values with the required API key filled in."""
+    return {**read_env_file(ENV_EXAMPLE), "WEBRL_API_KEY": TEST_API_KEY}
+
+
 def load(env: dict[str, str] | None = None, path: Path = COMPOSE_FILE) -> dict[str, Any]:
-    """The compose project as a dict, interpolated with ``env`` (default: .env.example's values)."""
-    env = read_env_file(ENV_EXAMPLE) if env is None else env
+    """The compose project as a dict, interpolated with ``env`` (default: :func:`example_env`)."""
+    env = example_env() if env is None else env
     return yaml.safe_load(interpolate(path.read_text(), env))
 
 

@@ -16,6 +16,7 @@ import pytest
 from compose_lite import (
     COMPOSE_FILE,
     ENV_EXAMPLE,
+    TEST_API_KEY,
     InterpolationError,
     environment_of,
     host_ports,
@@ -68,6 +69,15 @@ def test_interpolation_follows_compose_rules() -> None:
     assert interpolate(text, env) == "x d d  alt  $HOME x"
     with pytest.raises(InterpolationError, match="UNSET"):
         interpolate("${UNSET:?set UNSET}", env)
+
+
+def test_compose_requires_an_api_key(services: dict[str, dict]) -> None:
+    """.env.example as is (no key) does not start; with a key every webrl container gets it."""
+    with pytest.raises(InterpolationError, match="WEBRL_API_KEY"):
+        load(read_env_file(ENV_EXAMPLE))
+    for name, svc in services.items():
+        if name not in IMAGE_VARS or name == "vllm":
+            assert environment_of(svc)["WEBRL_API_KEY"] == TEST_API_KEY, name
 
 
 def test_every_interpolated_variable_is_documented_in_env_example() -> None:

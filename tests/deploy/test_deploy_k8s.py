@@ -77,6 +77,8 @@ def test_every_service_has_api_and_worker_running_its_entry_point(overlay: str) 
         api = objects[("Deployment", name)]
         command = _containers(api)[0]["command"]
         assert command[:2] == ["uvicorn", f"services.{svc}.app:app"], command
+        key = {e["name"]: e for e in _containers(api)[0]["env"]}["WEBRL_API_KEY"]  # required: no key, no pod
+        assert key["valueFrom"]["secretKeyRef"] == {"name": "webrl-secrets", "key": "WEBRL_API_KEY"}, name
         port = int(command[command.index("--port") + 1])
         assert objects[("Service", name)]["spec"]["ports"][0]["port"] == port
         worker = _containers(objects[("Deployment", f"{name}-worker")])[0]["command"]

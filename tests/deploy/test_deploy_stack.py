@@ -199,7 +199,9 @@ def test_compose_stack_runs_an_agent_episode_through_rest(stack: tuple[Stack, Lo
     shopping = actor.env["WEBRL_SHOPPING_URL"]
     body = {"intent": "Show me the products in the Electronics category", "start_url": f"{shopping}/",
             "max_steps": MAX_STEPS, "evaluate": False}
-    response = httpx.post(f"http://127.0.0.1:{actor.port}/v1/agent/run", json=body, timeout=RUN_TIMEOUT_S)
+    auth = {"Authorization": f"Bearer {actor.env['WEBRL_API_KEY']}"}
+    response = httpx.post(f"http://127.0.0.1:{actor.port}/v1/agent/run", json=body, headers=auth,
+                          timeout=RUN_TIMEOUT_S)
     assert response.status_code == 200, f"{response.text}\n--- actor log\n{running.tail('actor')}"
     result = response.json()
     steps = result["trajectory"]["steps"]
@@ -208,6 +210,6 @@ def test_compose_stack_runs_an_agent_episode_through_rest(stack: tuple[Stack, Lo
     assert result["version"]
 
     bad = httpx.post(f"http://127.0.0.1:{actor.port}/v1/agent/run",
-                     json={**body, "start_url": "http://example.com/"}, timeout=60)
+                     json={**body, "start_url": "http://example.com/"}, headers=auth, timeout=60)
     assert bad.status_code == 422 and "start_url" in bad.text  # the browser allow-list holds
     running.assert_alive()

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from webrl.config import SANDBOX_PORTS, Settings, get_settings
+from webrl.config import SANDBOX_PORTS, SANDBOX_SITES, Settings, get_settings
 
 
 def test_defaults_live_under_home(tmp_path) -> None:
@@ -34,9 +34,16 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Non
 
 
 def test_allow_list_defaults_to_the_site_hosts(tmp_path) -> None:
+    """Exactly the sites that exist: configured URLs and the served sandbox sites, no port nothing serves."""
+    from webrl.sandbox.sites import SITES
+
+    assert set(SANDBOX_SITES) == set(SITES)
     s = Settings(home=tmp_path, reddit_url="http://forum.test:9999", _env_file=None)
-    assert "forum.test:9999" in s.host_allow_list()
-    assert f"127.0.0.1:{SANDBOX_PORTS['shopping']}" in s.host_allow_list()
+    assert s.host_allow_list() == sorted(["forum.test:9999", *(f"127.0.0.1:{SANDBOX_PORTS[site]}"
+                                                                for site in ("shopping", "shopping_admin", "gitlab"))])
+    with_map = Settings(home=tmp_path, map_url="http://map.test:3000", _env_file=None)
+    assert "map.test:3000" in with_map.host_allow_list()
+    assert f"127.0.0.1:{SANDBOX_PORTS['wikipedia']}" not in with_map.host_allow_list()
 
 
 def test_bad_values_are_rejected_naming_the_field(tmp_path) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from webrl.config import Settings
-from webrl.queue import celery_app, configure, dispatch, route_for
+from webrl.queue import QUEUES, DispatchTimeout, celery_app, configure, dispatch, route_for
 
 pytestmark = pytest.mark.redis
 
@@ -70,3 +72,103 @@ def test_a_task_goes_through_a_real_worker_via_redis(worker: Settings) -> None:
     assert result["checks"] == {"database": "ok", "broker": "ok"}
     assert result["worker"]  # answered by the worker process, which checked Postgres and Redis itself
     assert time.monotonic() - start < 60
+
+
+def test_limits_are_set_explicitly() -> None:
+    settings = Settings(job_time_limit_s=100.0, _env_file=None)
+    assert settings.broker_visibility_timeout_s == 700.0 and settings.dispatch_timeout_s == 800.0
+    with pytest.raises(ValueError, match=r"broker_visibility_timeout_s .* must exceed job_time_limit_s"):
+        Settings(job_time_limit_s=100.0, broker_visibility_timeout_s=50.0, _env_file=None)
+    configure(Settings(job_time_limit_s=100.0, _env_file=None))
+    try:
+        conf = celery_app.conf
+        assert conf.broker_transport_options["visibility_timeout"] == 700.0
+        assert conf.task_time_limit == 100.0 and conf.task_soft_time_limit == 95.0
+    finally:
+        configure(Settings(_env_file=None))
+
+
+#: The worker-kill test's limits: a 3 s job, killed mid-way, redelivered after 6 s without an ack.
+JOB_S, TIME_LIMIT_S, VISIBILITY_S = 3.0, 4.0, 6.0
+
+
+def _start_worker(env: dict[str, str], queue: str, name: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["nice", "-n", "19", sys.executable, "-m", "celery", "-A", "webrl.queue", "worker", "-Q", queue,
+         "-n", f"{name}@%h", "--pool", "prefork", "--concurrency", "1", "--include", "celery_slow_job",
+         "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _wait_for(path: Path, count: int, procs: list[subprocess.Popen], what: str) -> list[str]:
+    deadline = time.monotonic() + 300  # worker start-up imports every service (torch): slow on a busy CPU
+    while len(names := sorted(p.name for p in path.iterdir())) < count:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), f"{what}: {names}"
+        time.sleep(0.05)
+    return names
+
+
+def test_a_job_of_a_killed_worker_is_redelivered(redis_url: str, postgres_url: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL of a whole worker (its process group) mid-job: after the visibility timeout another worker
+    runs the job again and dispatch gets its exact result. Redis db 14, not the shared 15: a short
+    visibility timeout would also redeliver other test runs' unacknowledged jobs."""
+    broker = redis_url.rsplit("/", 1)[0] + "/14"
+    queue = f"killtest-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setitem(QUEUES, "killtest", queue)
+    started, ready = tmp_path / "started", tmp_path / "ready"
+    started.mkdir()
+    ready.mkdir()
+    env = {**os.environ, "WEBRL_BROKER_URL": broker, "WEBRL_DATABASE_URL": postgres_url, "WEBRL_HOME": str(tmp_path),
+           "WEBRL_JOB_TIME_LIMIT_S": str(TIME_LIMIT_S), "WEBRL_BROKER_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
+           "KILLTEST_READY_DIR": str(ready),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    configure(Settings(home=tmp_path, broker_url=broker, database_url=postgres_url, job_time_limit_s=TIME_LIMIT_S,
+                       broker_visibility_timeout_s=VISIBILITY_S, dispatch_timeout_s=600.0, _env_file=None))
+    first = _start_worker(env, queue, "first")
+    second = _start_worker(env, f"{queue}-idle", "second")  # takes the queue over once the first is dead
+    outcome: dict = {}
+    payload = {"n": 1000, "seconds": JOB_S, "started_dir": str(started)}
+    sender = threading.Thread(target=lambda: outcome.update(dispatch("killtest.sum", payload)))
+    try:
+        [_, second_name] = _wait_for(ready, 2, [first, second], "workers not ready")
+        sender.start()
+        [first_pid] = [int(name) for name in _wait_for(started, 1, [first], "the job never started")]
+        os.killpg(first.pid, signal.SIGKILL)  # the whole worker: main process and its pool child
+        killed_at = time.monotonic()
+        first.wait(timeout=10)
+        celery_app.control.add_consumer(queue, destination=[second_name], reply=True, timeout=30)
+        sender.join(timeout=300)
+        assert not sender.is_alive(), "no result: the job was not redelivered"
+        assert outcome == {"sum": sum(range(1000)), "pid": outcome["pid"]} and outcome["pid"] != first_pid
+        assert time.monotonic() - killed_at < VISIBILITY_S + JOB_S + 30  # the visibility timeout, not an hour
+    finally:
+        _stop(first)
+        _stop(second)
+        configure(Settings(home=tmp_path, _env_file=None))
+
+
+def test_dispatch_without_a_worker_times_out_clearly(redis_url: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = f"nobody-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setitem(QUEUES, "nobody", queue)
+    configure(Settings(home=tmp_path, broker_url=redis_url, dispatch_timeout_s=1.0, _env_file=None))
+    try:
+        start = time.monotonic()
+        with pytest.raises(DispatchTimeout, match=f"no result within 1 s: is a worker consuming queue '{queue}'"):
+            dispatch("nobody.work", {})
+        assert time.monotonic() - start < 10
+    finally:
+        import redis
+
+        redis.Redis.from_url(redis_url).delete(queue)
+        configure(Settings(home=tmp_path, _env_file=None))

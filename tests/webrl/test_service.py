@@ -90,3 +90,43 @@ def test_readyz_reports_an_unreachable_database(tmp_path) -> None:
     resp = TestClient(create_app("x", settings=broken)).get("/readyz")
     assert resp.status_code == 503
     assert resp.json()["checks"]["database"].startswith("error")
+
+
+@pytest.mark.parametrize("server, allowed", [("127.0.0.1", True), ("[::1]", True), ("10.1.2.3", False)])
+async def test_without_a_key_only_loopback_is_served(tmp_path, server: str, allowed: bool) -> None:
+    """No API key: a request that came in on a network address gets a 401 saying how to fix it (health
+    checks stay open); loopback is served; WEBRL_ALLOW_NO_AUTH=1 serves both; a key serves both with auth."""
+    base = Settings(home=tmp_path, database_url="sqlite://", _env_file=None)
+    for settings, served in ((base, allowed), (base.model_copy(update={"allow_no_auth": True}), True)):
+        transport = httpx.ASGITransport(app=_app(settings))
+        async with httpx.AsyncClient(transport=transport, base_url=f"http://{server}:8101") as client:
+            reply = await client.post("/v1/echo", json={"text": "x"})
+            assert (reply.status_code == 200) is served, reply.text
+            if not served:
+                assert reply.status_code == 401 and "WEBRL_API_KEY" in reply.json()["error"]["message"]
+            assert (await client.get("/healthz")).status_code == 200
+
+
+def test_serve_refuses_an_open_network_bind(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from webrl.cli import app
+    from webrl.config import get_settings
+    from webrl.service import unauthenticated_bind_problem
+
+    monkeypatch.delenv("WEBRL_API_KEY", raising=False)
+    monkeypatch.delenv("WEBRL_ALLOW_NO_AUTH", raising=False)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["serve", "actor", "--host", "0.0.0.0"])
+        assert result.exit_code == 2 and "WEBRL_API_KEY" in result.output
+        unknown = CliRunner().invoke(app, ["serve", "nothing"])
+        assert unknown.exit_code == 2 and "unknown service 'nothing'" in unknown.output
+    finally:
+        get_settings.cache_clear()
+    open_settings = Settings(_env_file=None)
+    for host in ("127.0.0.1", "::1", "[::1]", "localhost"):
+        assert unauthenticated_bind_problem(host, open_settings) is None, host
+    assert "0.0.0.0" in (unauthenticated_bind_problem("0.0.0.0", open_settings) or "")
+    assert unauthenticated_bind_problem("0.0.0.0", Settings(api_key="k", _env_file=None)) is None
+    assert unauthenticated_bind_problem("0.0.0.0", Settings(allow_no_auth=True, _env_file=None)) is None

@@ -17,8 +17,9 @@ from webrl.schemas import Observation, TaskConfig
 
 
 class EpisodeCrashed(Exception):
-    """The browser or page under an episode died; the episode cannot go on. ``reason`` names what happened
-    (``browser_crashed``, ``page_crashed``, ``page_error``, ``browser_error``): the trajectory's stop reason."""
+    """The browser or page under an episode died, or it could not start; the episode cannot go on. ``reason``
+    names what happened (``browser_crashed``, ``page_crashed``, ``page_error``, ``browser_error``,
+    ``start_url_refused``): the trajectory's stop reason."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)

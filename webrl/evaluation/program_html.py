@@ -14,6 +14,8 @@ WebArena (``HTMLContentEvaluator``), for each target in order, multiplying the s
 Where it reads: the agent's own page, live, until a target navigates (so ``"last"`` sees unsubmitted
 form values, as in WebArena) and never navigates that page; every navigation happens on a page of its own
 in the same browser context (same cookies, so the same sandbox episode and login), closed at the end.
+That page only opens URLs on the allow-list and follows no redirect off it (a
+:class:`~webrl.navigation_guard.NavigationGuard` on it); either is an :class:`EvaluationError`.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from urllib.parse import urlparse
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 
+from webrl.allow_list import is_allowed
 from webrl.evaluation.base import EpisodeEnd
 from webrl.evaluation.errors import EvaluationError, EvaluatorBuildError
 from webrl.evaluation.helpers import HelperCall, HelperContext
 from webrl.evaluation.judge import require_judge
 from webrl.evaluation.text import exact_match, must_exclude, must_include_any
+from webrl.navigation_guard import NavigationGuard
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +120,7 @@ class _Pages:
         agent = end.agent_page
         self.current: Page | None = agent if agent is not None and not agent.is_closed() else None
         self.own: Page | None = None
+        self.blocked: list[str] = []  # navigations of our own page to hosts off the allow-list (none got there)
 
     @property
     def url(self) -> str:
@@ -130,12 +135,19 @@ class _Pages:
     async def goto(self, url: str) -> Page:
         if self.end.context is None:
             raise EvaluationError("program_html needs a browser context to open its own page")
+        settings = self.end.settings
+        allowed = settings.host_allow_list()
+        if not is_allowed(url, allowed):
+            raise EvaluationError(f"program_html will not open {url}: its host is not on the allow-list {allowed}")
         if self.own is None:
             self.own = await self.end.context.new_page()
-        settings = self.end.settings
+            await NavigationGuard.on_page(self.own, allowed, self.blocked.append)
         try:
             await self.own.goto(url, wait_until="load", timeout=settings.evaluation_nav_timeout_s * 1000)
         except PlaywrightError as exc:
+            if self.blocked:
+                raise EvaluationError(f"program_html: {url} redirected to {self.blocked[-1]}, whose host is not "
+                                      f"on the allow-list {allowed}") from None
             raise EvaluationError(f"program_html could not open {url}: {exc.message}") from exc
         if settings.evaluation_settle_s:
             await asyncio.sleep(settings.evaluation_settle_s)

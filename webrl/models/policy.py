@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from webrl.agent.policy import PolicyRequest, PolicyResponse
+from webrl.allow_list import origin
 from webrl.config import Settings
 from webrl.contracts import ActItem, ActRequest, ActResponse
 from webrl.models.backends import Generation
@@ -80,11 +81,15 @@ class LocalModelPolicy:
                 for g in generations]
 
 class ActorEndpointPolicy:
-    """The actor behind an actor service (``{"kind": "endpoint", "url": ...}``): one ``/v1/act`` per batch."""
+    """The actor behind an actor service (``{"kind": "endpoint", "url": ...}``): one ``/v1/act`` per batch.
+    The bearer key (``actor_api_key``, else the services' ``api_key``) goes only to the configured
+    ``actor_url``, never to another endpoint."""
 
     def __init__(self, url: str, settings: Settings, *, temperature: float | None = None,
                  max_new_tokens: int | None = None, timeout: float = 300.0) -> None:
-        headers = {"Authorization": f"Bearer {settings.actor_api_key}"} if settings.actor_api_key else {}
+        key = settings.actor_api_key or settings.api_key
+        to_actor = origin(url) == origin(settings.actor_url)
+        headers = {"Authorization": f"Bearer {key}"} if key and to_actor else {}
         self.url = url.rstrip("/") + "/v1/act"
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens

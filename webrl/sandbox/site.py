@@ -39,7 +39,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -121,12 +121,25 @@ class SiteContext:
         again with ``error``, ``status_code`` and the site's ``page`` variables."""
         if row is None or not auth.check_password(password, row[hash_column]):
             return self.render(request, "login.html", next=next_url, error=error, status_code=status_code, **page)
-        return self.login_response(row[user_column], next_url if next_url.startswith("/") else home)
+        return self.login_response(row[user_column], same_site_path(next_url, home))
 
     def logout_response(self, redirect_to: str = "/") -> RedirectResponse:
         response = RedirectResponse(redirect_to, status_code=303)
         response.delete_cookie(auth.session_cookie_name(self.name), path="/")
         return response
+
+
+def same_site_path(target: str, home: str = "/") -> str:
+    """``target`` when it is a path on this site (``/cart?x=1``), else ``home``, so a redirect to it cannot
+    leave the site. Refused: a scheme-relative ``//host/x``; a slash then a backslash (browsers read the
+    backslash as a slash); control characters (browsers drop tabs and newlines inside ``/<tab>/host``);
+    anything with a scheme."""
+    if not target.startswith("/") or target.startswith(("//", "/\\")):
+        return home
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in target):
+        return home
+    parts = urlsplit(target)
+    return target if not (parts.scheme or parts.netloc) else home
 
 
 ASGIApp = Callable[[MutableMapping[str, Any], Callable, Callable], Awaitable[None]]

@@ -36,7 +36,8 @@ def test_episodes_of_a_batch_share_one_act_request_and_match_the_local_checkpoin
     local = asyncio.run(policy_from_spec(CheckpointSpec(path=str(actor_model_dir)), live).act(requests))
     served = serve(create_actor_app(live))  # a real uvicorn server on a free port
     before = _acts_served(served.url)
-    remote = asyncio.run(policy_from_spec(EndpointSpec(url=served.url), live).act(requests))
+    configured = live.model_copy(update={"actor_url": served.url})  # only a configured endpoint may be named
+    remote = asyncio.run(policy_from_spec(EndpointSpec(url=served.url), configured).act(requests))
     assert _acts_served(served.url) == before + 1  # three episodes' steps, one request
     assert [r.token_ids for r in remote] == [r.token_ids for r in local]  # greedy: the same tokens
     assert [r.response for r in remote] == [r.response for r in local]

@@ -7,8 +7,10 @@ import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -32,6 +34,12 @@ class _Handler(SimpleHTTPRequestHandler):
         super().end_headers()
 
     def do_GET(self) -> None:
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        if self.path.startswith("/redirect?to="):  # an open redirect: 302 to the url in the query
+            self.send_response(302)
+            self.send_header("Location", unquote(self.path.removeprefix("/redirect?to=")))
+            self.end_headers()
+            return
         if self.path.startswith(("/slow.html", "/hang.html")):
             time.sleep(SLOW_PAGE_DELAY_S if self.path.startswith("/slow.html") else HANG_PAGE_DELAY_S)
             self.path = "/next.html"
@@ -41,13 +49,23 @@ class _Handler(SimpleHTTPRequestHandler):
         super().do_GET()
 
 
-def _serve() -> Iterator[str]:
+@dataclass
+class Served:
+    """A running fixture server: its base URL and the paths it was asked for."""
+
+    url: str
+    paths: list[str]
+
+
+def _serve() -> Iterator[Served]:
     handler = functools.partial(_Handler, directory=str(FIXTURES))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    served = Served(f"http://127.0.0.1:{server.server_port}", [])
+    server.paths = served.paths  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_port}"
+        yield served
     finally:
         server.shutdown()
         server.server_close()
@@ -55,14 +73,20 @@ def _serve() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def fixture_url() -> Iterator[str]:
-    """Base URL of the fixture pages (the allowed host)."""
+    """Base URL of the fixture pages (the allowed host); ``/redirect?to=<url>`` answers 302 to ``url``."""
+    for served in _serve():
+        yield served.url
+
+
+@pytest.fixture(scope="session")
+def outside() -> Iterator[Served]:
+    """A second server on another port: a host that is NOT on the allow-list."""
     yield from _serve()
 
 
 @pytest.fixture(scope="session")
-def outside_url() -> Iterator[str]:
-    """A second server on another port: a host that is NOT on the allow-list."""
-    yield from _serve()
+def outside_url(outside: Served) -> str:
+    return outside.url
 
 
 @pytest.fixture(scope="session")

@@ -53,8 +53,31 @@ def test_validation_errors_name_the_field(client, fixture_url, make_task):
     assert rollout.status_code == 422 and "task_keys" in rollout.json()["error"]["message"]
     typo = client.post("/v1/rollouts", json={"task_keys": ["k"], "policy": {"kind": "oracle", "corupt": 0.5}})
     assert typo.status_code == 422 and "policy.oracle.corupt" in typo.json()["error"]["message"]
+    anywhere = client.post("/v1/rollouts", json={"task_keys": ["k"], "policy": {"kind": "endpoint",
+                                                                                "url": "http://127.0.0.1:1"}})
+    error = anywhere.json()["error"]
+    assert anywhere.status_code == 422 and error["fields"][0]["field"] == "policy"
+    assert "not a configured endpoint" in error["message"]
     assert client.get("/v1/jobs/nope").status_code == 404
     assert client.delete("/v1/episodes/nope").status_code == 404
+
+
+def test_start_urls_are_checked_by_the_pool(client, fixture_url, outside, make_task):
+    """The pool itself refuses non-http(s) start URLs (422 naming the field) and blocks a start URL that
+    redirects off the allow-list (noted in the observation)."""
+    for url in ("chrome://version", "data:text/html,<h1>hi</h1>", "javascript:alert(1)", "file:///etc/passwd"):
+        reply = client.post("/v1/episodes", json={"task": make_task(url).to_json()})
+        assert reply.status_code == 422, url
+        error = reply.json()["error"]
+        assert error["fields"][0]["field"] == "task.start_url" and "not an http(s) URL" in error["message"], url
+    target = f"{outside.url}/outside.html"
+    outside.paths.clear()
+    created = client.post("/v1/episodes", json={"task": make_task(f"{fixture_url}/redirect?to={target}").to_json()})
+    assert created.status_code == 200, created.text
+    obs = created.json()["observation"]
+    assert "You reached the outside host" not in obs["html"] and f"blocked navigation to {target}" in obs["error"]
+    assert outside.paths == []
+    client.delete(f"/v1/episodes/{created.json()['episode_id']}")
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ import pytest
 
 from webrl.agent.policy import Policy
 from webrl.config import Settings
-from webrl.policy import policy_from_spec
+from webrl.contracts import EndpointSpec, InvalidRequest
+from webrl.policy import check_policy_spec, policy_from_spec
 
 
 def test_oracle_spec():
@@ -30,11 +31,26 @@ def test_bad_specs_name_the_problem(spec, message):
         policy_from_spec(spec, Settings())
 
 
+def test_endpoint_urls_must_be_configured():
+    """A request may not send the pool to any server: only the configured actor or allowed endpoints."""
+    settings = Settings(actor_url="http://actor:8102", allowed_endpoints=["http://other:9000/v1"], _env_file=None)
+    for url in ("http://actor:8102", "http://ACTOR:8102/", "http://other:9000"):
+        check_policy_spec(EndpointSpec(url=url), settings)
+    for url in ("http://actor:8103", "http://127.0.0.1:1", "https://actor:8102", "file:///etc/passwd"):
+        with pytest.raises(InvalidRequest, match="policy: url: ") as refused:
+            check_policy_spec(EndpointSpec(url=url), settings)
+        assert refused.value.field == "policy"
+        with pytest.raises(InvalidRequest, match=r"not a configured endpoint|not an http"):  # the Celery path too
+            policy_from_spec({"kind": "endpoint", "url": url}, settings)
+
+
 @pytest.mark.slow  # imports torch and transformers through webrl.models
 def test_endpoint_spec_builds_the_http_policy():
     pytest.importorskip("webrl.models.policy")
-    policy = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:1"}, Settings())
+    settings = Settings(actor_url="http://127.0.0.1:1", api_key="the-key", allowed_endpoints=["http://127.0.0.1:2"])
+    policy = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:1"}, settings)
     assert type(policy).__name__ == "ActorEndpointPolicy" and isinstance(policy, Policy)
     assert policy.temperature is None  # the actor service's own default
-    sampled = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:1", "temperature": 0.7}, Settings())
-    assert sampled.temperature == 0.7
+    assert policy._headers == {"Authorization": "Bearer the-key"}  # the configured actor gets the key
+    sampled = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:2", "temperature": 0.7}, settings)
+    assert sampled.temperature == 0.7 and sampled._headers == {}  # another endpoint never does

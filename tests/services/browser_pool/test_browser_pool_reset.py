@@ -40,7 +40,8 @@ async def test_placeholders_resolve_to_site_urls(pool, pool_settings, fixture_ur
 
 
 async def test_unreachable_start_url_is_reported(pool, pool_settings, make_task):
-    episode = await BrowserEpisode.open(pool, make_task("http://example.invalid/"), pool_settings)
+    listed = pool_settings.model_copy(update={"allowed_hosts": [*pool_settings.allowed_hosts, "example.invalid"]})
+    episode = await BrowserEpisode.open(pool, make_task("http://example.invalid/"), listed)
     try:
         assert episode.observation.error and "could not open http://example.invalid/" in episode.observation.error
     finally:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import os
 import re
 import signal
+from urllib.parse import quote
 
 import pytest
 
-from services.browser_pool.episode import BrowserEpisode
+from services.browser_pool.episode import BrowserEpisode, StartUrlRefused
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.runs import run_episode
-from services.browser_pool.safety import blocked_url_regex, is_allowed
+from services.browser_pool.safety import blocked_url_regex
 from webrl.agent.policy import PolicyRequest, PolicyResponse
+from webrl.allow_list import is_allowed
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -61,6 +63,55 @@ async def test_outside_host_reachable_when_allowed(pool, pool_settings, fixture_
         assert "You reached the outside host" in result.observation.html
     finally:
         await episode.close()
+
+
+async def test_redirect_off_the_allow_list_is_blocked(pool, pool_settings, fixture_url, outside, make_task):
+    """A 302 from the allowed host to an unlisted port, as the start URL and behind a clicked link: the
+    request never leaves the browser and the observation says so. Control: with the port listed, it loads."""
+    target = f"{outside.url}/outside.html"
+    away = f"{fixture_url}/redirect?to={quote(target)}"
+    outside.paths.clear()
+    episode = await BrowserEpisode.open(pool, make_task(away), pool_settings)
+    try:
+        assert "You reached the outside host" not in episode.observation.html
+        assert f"blocked navigation to {target}" in (episode.observation.error or "")
+    finally:
+        await episode.close()
+    episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/away.html?to={quote(away)}"), pool_settings)
+    try:
+        result = await episode.step(f'do(action="Click", element="{_id(episode.observation.html, "Away link")}")')
+        assert "You reached the outside host" not in result.observation.html
+        assert f"blocked navigation to {target}" in (result.observation.error or "")
+    finally:
+        await episode.close()
+    assert outside.paths == []
+    listed = pool_settings.model_copy(update={"allowed_hosts": [*pool_settings.allowed_hosts,
+                                                                outside.url.split("//")[1]]})
+    episode = await BrowserEpisode.open(pool, make_task(away), listed)
+    try:
+        assert "You reached the outside host" in episode.observation.html and episode.observation.error is None
+    finally:
+        await episode.close()
+
+
+@pytest.mark.parametrize("url", ["chrome://version", "data:text/html,<h1>hi</h1>", "javascript:alert(1)",
+                                 "file:///etc/passwd", "about:blank", "http://[::1", "http://127.0.0.1:1/"])
+async def test_start_urls_off_http_or_the_allow_list_are_refused(pool, pool_settings, make_task, url):
+    free = pool.slots[0].episodes
+    with pytest.raises(StartUrlRefused, match=r"start_url: .*(not an http|not a valid URL|not on the allow-list)"):
+        await BrowserEpisode.open(pool, make_task(url), pool_settings)
+    assert pool.slots[0].episodes == free  # refused before a browser was leased
+
+
+async def test_a_rollout_on_a_refused_start_url_records_why(pool, pool_settings, make_task):
+    """The episode loop (runs.py) keeps the refusal as the trajectory's stop reason; the batch goes on."""
+    traj = await run_episode(make_task("file:///etc/passwd"), _NeverAsked(), pool, pool_settings)
+    assert traj.stop_reason == "start_url_refused" and traj.steps == []
+
+
+class _NeverAsked:
+    async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
+        raise AssertionError("a refused episode never asks the policy")
 
 
 async def test_popups_downloads_dialogs(pool, pool_settings, fixture_url, make_task):

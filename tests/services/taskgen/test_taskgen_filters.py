@@ -90,6 +90,16 @@ def test_rest_filter_and_validation(db: Settings) -> None:
     assert unknown.status_code == 422 and "task_keys" in unknown.json()["error"]["message"]
     llm = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["t1"], "n": 3, "generator": "llm"})
     assert llm.status_code == 422 and "endpoint and model" in llm.json()["error"]["message"]
+    from webrl.queue import dispatch
+
+    anywhere = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["t1"], "n": 3, "generator": "llm",
+                                                        "endpoint": "http://127.0.0.1:1/v1", "model": "m"})
+    error = anywhere.json()["error"]
+    assert anywhere.status_code == 422 and error["fields"][0]["field"] == "endpoint"
+    assert "not a configured endpoint" in error["message"]
+    with pytest.raises(ValueError, match="not a configured endpoint"):  # the Celery path runs the same op
+        dispatch("taskgen.generate", {"phase": 1, "parent_keys": ["t1"], "n": 3, "generator": "llm",
+                                      "endpoint": "http://127.0.0.1:1/v1", "model": "m"})
 
 
 def test_rest_route_and_celery_task_filter_and_store_alike(db: Settings) -> None:

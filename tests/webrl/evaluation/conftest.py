@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from playwright.async_api import Browser, BrowserContext, async_playwright
@@ -54,6 +55,7 @@ class LocalSite:
 
     url: str
     judge_requests: list[dict[str, Any]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # every GET it answered
 
 
 def _judge_answer(prompt: str) -> str:
@@ -83,8 +85,13 @@ def _handler(site: LocalSite) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path in PAGES:
+            site.paths.append(self.path)
+            path, _, query = self.path.partition("?")
+            if path == "/away":  # an open redirect: 302 to the url in the query
+                self.send_response(302)
+                self.send_header("Location", unquote(query.removeprefix("to=")))
+                self.end_headers()
+            elif path in PAGES:
                 self._send(200, PAGES[path], "text/html; charset=utf-8")
             else:
                 self._send(404, "<html><body>Not found</body></html>", "text/html")
@@ -102,8 +109,7 @@ def _handler(site: LocalSite) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture(scope="session")
-def local_site() -> Iterator[LocalSite]:
+def _serve_site() -> Iterator[LocalSite]:
     site = LocalSite(url="")
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(site))
     site.url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -112,6 +118,17 @@ def local_site() -> Iterator[LocalSite]:
     yield site
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="session")
+def local_site() -> Iterator[LocalSite]:
+    yield from _serve_site()
+
+
+@pytest.fixture(scope="session")
+def outside_site() -> Iterator[LocalSite]:
+    """The same pages on another port, which no settings list: a host off the allow-list."""
+    yield from _serve_site()
 
 
 @pytest.fixture

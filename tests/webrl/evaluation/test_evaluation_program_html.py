@@ -3,6 +3,7 @@ the agent's page left where it was, and site-specific helpers failing clearly wh
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -176,5 +177,26 @@ async def test_program_html_fuzzy_match(judge_settings: Settings, context: Brows
 
 async def test_unreachable_page_is_an_error(eval_settings: Settings, context: BrowserContext) -> None:
     config = html_task([target("http://127.0.0.1:9/nowhere", "", {"must_include": ["x"]})])
+    settings = eval_settings.model_copy(update={"allowed_hosts": [*eval_settings.host_allow_list(), "127.0.0.1:9"]})
     with pytest.raises(EvaluationError, match="could not open"):
-        await score(config, eval_settings, context, "about:blank")
+        await score(config, settings, context, "about:blank")
+
+
+async def test_no_page_off_the_allow_list_is_opened(eval_settings: Settings, context: BrowserContext,
+                                                    outside_site: Any) -> None:
+    """Neither a target on an unlisted host nor a redirect to one (the request never leaves the browser);
+    the control: with that host listed, the same redirect is followed and the check passes."""
+    locator = "document.querySelector('#greeting').outerText"
+    direct = html_task([target(f"{outside_site.url}/form", locator, {"exact_match": "Fish & Chips"})])
+    redirected = html_task([target(f"__SHOPPING__/away?to={outside_site.url}/form", locator,
+                                   {"exact_match": "Fish & Chips"})])
+    outside_site.paths.clear()
+    with pytest.raises(EvaluationError, match="not on the allow-list"):
+        await score(direct, eval_settings, context, "about:blank")
+    with pytest.raises(EvaluationError, match=re.escape(f"redirected to {outside_site.url}/form, whose")):
+        await score(redirected, eval_settings, context, "about:blank")
+    assert outside_site.paths == []
+    listed = [*eval_settings.host_allow_list(), outside_site.url.split("//", 1)[1]]
+    assert await score(redirected, eval_settings.model_copy(update={"allowed_hosts": listed}), context,
+                       "about:blank") == 1.0
+    assert "/form" in outside_site.paths

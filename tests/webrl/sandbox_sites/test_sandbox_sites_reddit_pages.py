@@ -102,3 +102,14 @@ def test_widgets_are_present(client) -> None:
     post_id = made.url.path.split("/")[3]
     assert c.post(f"/f/books/{post_id}/delete").url.path == "/f/books"
     assert c.get(f"/f/books/{post_id}").status_code == 404
+
+
+def test_back_redirects_stay_on_site(client) -> None:
+    """Subscribing (like voting) goes back to the referring page only when that page is on this site."""
+    c = client("reddit")
+    back = c.post("/f/gaming/subscribe", headers={"referer": "http://testserver/f/books?page=2"},
+                  follow_redirects=False)
+    assert back.status_code == 303 and back.headers["location"] == "/f/books?page=2"
+    for referer in ("http://evil.example/x", "http://testserver//evil.example/x"):
+        away = c.post("/f/gaming/subscribe", headers={"referer": referer}, follow_redirects=False)
+        assert away.status_code == 303 and away.headers["location"] == "/f/gaming", referer

@@ -12,11 +12,12 @@ import math
 import sqlite3
 from datetime import datetime
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from webrl.sandbox.site import SiteContext
+from webrl.sandbox.site import SiteContext, same_site_path
 from webrl.sandbox.sites.reddit.seed import slugify
 
 PAGE_SIZE = 20  # items per list page, as in Postmill's default listing
@@ -130,8 +131,12 @@ def _choice(value: str) -> int:
 
 
 def _back(request: Request, fallback: str) -> RedirectResponse:
-    referer = request.headers.get("referer") or fallback
-    return RedirectResponse(referer, status_code=303)
+    """Back to the referring page when it is on this site, else to ``fallback``."""
+    referer = urlsplit(request.headers.get("referer") or "")
+    if referer.netloc != request.url.netloc:
+        return RedirectResponse(fallback, status_code=303)
+    path = referer.path + (f"?{referer.query}" if referer.query else "")
+    return RedirectResponse(same_site_path(path, fallback), status_code=303)
 
 
 def _listing(ctx: SiteContext, request: Request, sort: str, forum: sqlite3.Row | None) -> HTMLResponse:
