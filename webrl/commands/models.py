@@ -31,10 +31,10 @@ def bootstrap(
     demos_per_template: int = typer.Option(None, min=1, help="Train tasks per template the oracle demonstrates"
                                                              " (default 3 tiny, 4 pretrained)."),
     sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default: WEBRL_BOOTSTRAP_MINUTES"
-                                                          " / 2 tiny, 30 pretrained)."),
+                                                          " / 2 tiny, 100 pretrained)."),
     epochs: int = typer.Option(None, min=1, help="SFT epochs (the cosine schedule spans all of them; the time"
                                                  " budget stops training earlier if it must)."),
-    lr: float = typer.Option(None, min=0.0, help="SFT peak learning rate (default 2e-3 tiny, 2e-4 LoRA)."),
+    lr: float = typer.Option(None, min=0.0, help="SFT peak learning rate (default 2e-3 tiny, 5e-4 LoRA)."),
     warmup_steps: int = typer.Option(None, min=0, help="Linear lr warm-up steps."),
     cosine: bool = typer.Option(_DEFAULT.cosine, "--cosine/--constant-lr",
                                 help="Cosine-decay the lr to lr/10 over the planned SFT steps."),
