@@ -36,13 +36,13 @@ from services.browser_pool.pool import BrowserPool  # noqa: E402
 from webrl.actions import ActionType, parse_action  # noqa: E402
 from webrl.agent.policy import PolicyRequest  # noqa: E402
 from webrl.config import Settings  # noqa: E402
+from webrl.early_stop import MAX_STEPS  # noqa: E402
 from webrl.schemas import Step, TaskConfig  # noqa: E402
 
 FIXTURES = REPO / "tests" / "services" / "browser_pool" / "fixtures"
 STATIC_PAGES = ("elements.html", "actions.html", "wrapper.html", "icons.html", "longvalue.html",
                 "multiselect.html", "dates.html", "pagination.html")
 RULES = {"old (DOM + fetch quiet)": DOM_ONLY_SETTLE, "new (+ timers, media)": SETTLE}
-MAX_STEPS = 30  # WebRL's episode length
 
 
 async def oracle_steps(pool: BrowserPool, task: TaskConfig, settings: Settings, rule: SettleRule) -> list[float]:
