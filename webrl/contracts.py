@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from webrl.actions import Action
 from webrl.agent.policy import PolicyRequest, PolicyResponse
@@ -306,6 +306,26 @@ class FilterResult(Contract):
 
 
 # ---- trainer -----------------------------------------------------------------------------------------
+#: Where training metrics go (``webrl train --log-with``): TensorBoard event files under the artifacts (the
+#: default, a dependency), or W&B / MLflow when their optional extra is installed (:mod:`webrl.tracking`).
+LogWith = Literal["tensorboard", "wandb", "mlflow"]
+
+
+class TrackingSpec(Contract):
+    """The run a job's training metrics belong to and the tracker they go to."""
+
+    run: str = Field(max_length=200, pattern=r"^[^/\\]+$",
+                     description="The pipeline run's name, a folder name (<artifacts>/tensorboard/<run>/).")
+    log_with: LogWith = "tensorboard"
+
+    @field_validator("run")
+    @classmethod
+    def _a_folder_name(cls, run: str) -> str:
+        if run in {".", ".."}:
+            raise ValueError("must name a folder, not '.' or '..'")
+        return run
+
+
 class PhaseJob(Contract):
     """``train.phase`` and ``POST /v1/train``: one WebRL phase of training (critic, then actor)."""
 
@@ -323,6 +343,9 @@ class PhaseJob(Contract):
     purpose: str = "train"
     actor_output: str | None = None
     critic_output: str | None = None
+    tracking: TrackingSpec | None = Field(None, description="Log every optimizer step's metrics (losses, KL, "
+                                          "beta, lr, tokens/s) and the advantages' distribution to this run's "
+                                          "tracker; None: no step logging. Not part of the checkpoint version.")
 
 
 class SftJob(Contract):

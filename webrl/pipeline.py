@@ -41,6 +41,7 @@ from webrl.contracts import (
     RolloutRequest,
     ScoreRequest,
     StartValueRequest,
+    TrackingSpec,
     ValueRequest,
 )
 from webrl.db import models as m
@@ -124,9 +125,11 @@ class Pipeline:
 
     def __init__(self, settings: Settings, options: PipelineOptions,
                  on_progress: ProgressHook | None = None,
-                 on_stage: Callable[[StageReport], None] | None = None) -> None:
+                 on_stage: Callable[[StageReport], None] | None = None,
+                 tracking: TrackingSpec | None = None) -> None:
         self.settings = settings
         self.options = options
+        self.tracking = tracking  # where the trainer logs each step (webrl.tracking); not stored with the run
         self.on_progress = on_progress or (lambda label, done, total: None)
         self.on_stage = on_stage or (lambda report: None)
         self.run_id = self._ensure_run()
@@ -357,7 +360,7 @@ class Pipeline:
         """The ``train.phase`` job of phase ``index``: its checkpoints and the run's hyperparameters."""
         return PhaseJob(phase=index, actor=self.actor_for_phase(index), critic=self.critic_for_phase(index),
                         critic_base=self.options.actor, seed=self.options.seed, max_length=self._train_max_length(),
-                        hyperparams=self.hp)
+                        hyperparams=self.hp, tracking=self.tracking)
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _task_keys(self, *, split: str, origin: str | None, limit: int | None = None) -> list[str]:

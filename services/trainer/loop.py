@@ -27,6 +27,9 @@ from services.trainer.losses import Metrics
 log = logging.getLogger("webrl.trainer.loop")
 
 LossFn = Callable[[Any, dict[str, torch.Tensor]], tuple[torch.Tensor, Metrics]]
+#: Called after every optimizer step with the step number (from 1) and that step's metrics: the loss's metrics
+#: averaged over the step's micro-batches, ``grad_norm``, ``lr``, ``tokens_per_s`` and ``samples_per_s``.
+StepHook = Callable[[int, Metrics], None]
 
 #: Log the running metrics every this many optimizer steps.
 LOG_EVERY = 10
@@ -69,6 +72,8 @@ class TrainSummary:
 
     steps: int = 0
     samples: int = 0
+    tokens: int = 0
+    """Tokens (non-padding positions) this process fed the model, every sequence of a batch counted."""
     seconds: float = 0.0
     first_loss: float | None = None
     last_loss: float | None = None
@@ -78,6 +83,42 @@ class TrainSummary:
     @property
     def samples_per_second(self) -> float:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def batch_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens of a batch: the sum of its attention masks (a critic batch has two, s and s')."""
+    return sum(int(value.sum()) for key, value in batch.items() if key.endswith("attention_mask"))
+
+
+def batch_size_of(batch: dict[str, torch.Tensor]) -> int:
+    return int(batch["input_ids"].shape[0] if "input_ids" in batch else batch["index"].shape[0])
+
+
+@dataclass
+class StepWindow:
+    """The micro-batches since the last optimizer step: what :data:`StepHook` reports for one step."""
+
+    totals: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    micro_batches: int = 0
+    tokens: int = 0
+    samples: int = 0
+    start: float = field(default_factory=time.perf_counter)
+
+    def add(self, metrics: Metrics, tokens: int, samples: int) -> None:
+        for key, value in metrics.items():
+            self.totals[key] += value
+        self.micro_batches += 1
+        self.tokens += tokens
+        self.samples += samples
+
+    def metrics(self, grad_norm: float, lr: float) -> Metrics:
+        seconds = max(time.perf_counter() - self.start, 1e-9)
+        return {**{k: v / max(1, self.micro_batches) for k, v in self.totals.items()}, "grad_norm": grad_norm,
+                "lr": lr, "tokens_per_s": self.tokens / seconds, "samples_per_s": self.samples / seconds}
 
 
 def resolve_precision(name: str) -> str:
@@ -151,34 +192,44 @@ def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig
     return Prepared(model, optimizer, scheduler)
 
 
-def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: LossFn, config: LoopConfig
-          ) -> TrainSummary:
-    """Run ``config.epochs`` epochs: loss_fn -> backward -> (every ``grad_accum`` micro-batches) clip, step."""
+def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: LossFn, config: LoopConfig,
+          on_step: StepHook | None = None) -> TrainSummary:
+    """Run ``config.epochs`` epochs: loss_fn -> backward -> (every ``grad_accum`` micro-batches) clip, step;
+    ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.tracking`)."""
     summary = TrainSummary()
     totals: dict[str, float] = defaultdict(float)
     count = 0
     start = time.perf_counter()
     deadline = start + config.max_minutes * 60 if config.max_minutes else math.inf
+    window = StepWindow()
     prepared.model.train()
     for epoch in range(config.epochs):
         for batch in loader:
+            grad_norm, lr = 0.0, float(prepared.optimizer.param_groups[0]["lr"])  # the lr this step uses
             with accelerator.accumulate(prepared.model):
                 loss, metrics = loss_fn(prepared.model, batch)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients:
-                    grad_norm = accelerator.clip_grad_norm_(prepared.model.parameters(), config.max_grad_norm)
-                    metrics = {**metrics, "grad_norm": float(grad_norm) if grad_norm is not None else 0.0}
+                    norm = accelerator.clip_grad_norm_(prepared.model.parameters(), config.max_grad_norm)
+                    grad_norm = float(norm) if norm is not None else 0.0
+                    metrics = {**metrics, "grad_norm": grad_norm}
                 prepared.optimizer.step()
                 prepared.scheduler.step()
                 prepared.optimizer.zero_grad()
             summary.first_loss = float(loss.detach()) if summary.first_loss is None else summary.first_loss
             summary.last_loss = float(loss.detach())
-            summary.samples += int(batch["input_ids"].shape[0] if "input_ids" in batch else batch["index"].shape[0])
+            tokens, samples = batch_tokens(batch), batch_size_of(batch)
+            summary.samples += samples
+            summary.tokens += tokens
+            window.add({k: v for k, v in metrics.items() if k != "grad_norm"}, tokens, samples)
             for key, value in metrics.items():
                 totals[key] += value
             count += 1
             if accelerator.sync_gradients:
                 summary.steps += 1
+                if on_step is not None:
+                    on_step(summary.steps, window.metrics(grad_norm, lr))
+                window = StepWindow()
                 if summary.steps % LOG_EVERY == 0:
                     log.info("epoch %d step %d %s", epoch, summary.steps,
                              " ".join(f"{k}={v / count:.4g}" for k, v in totals.items()))

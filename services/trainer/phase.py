@@ -34,7 +34,16 @@ from services.trainer.data import (
     state_pair_collate,
     state_pair_items,
 )
-from services.trainer.loop import LoopConfig, Prepared, evaluate, make_accelerator, prepare, prepared_loader, train
+from services.trainer.loop import (
+    LoopConfig,
+    Prepared,
+    TrainSummary,
+    evaluate,
+    make_accelerator,
+    prepare,
+    prepared_loader,
+    train,
+)
 from services.trainer.losses import actor_loss, critic_loss
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model
 from services.trainer.returns import advantages, binarise
@@ -48,6 +57,7 @@ from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
 from webrl.models.folders import is_adapter
 from webrl.models.logprobs import sequence_logprobs
+from webrl.tracking import Tracker
 
 log = logging.getLogger("webrl.trainer.phase")
 
@@ -72,6 +82,13 @@ def _free(*objects: Any) -> None:
     if torch.cuda.is_available():
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def phase_tracker(settings: Settings, job: PhaseJob, accelerator: Any, model: str) -> Tracker | None:
+    """The stream ``phase-<i>/<model>`` of the job's run (main process only), or None when the job logs nothing."""
+    if job.tracking is None or not accelerator.is_main_process:
+        return None
+    return Tracker(settings, job.tracking, f"phase-{job.phase}/{model}")
 
 
 def _loop_config(job: PhaseJob, lr: float, epochs: int) -> LoopConfig:
@@ -150,7 +167,9 @@ def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: 
     lengths = [max(len(it.state), len(it.next_state)) for it in items]
     collate = state_pair_collate(pad_id_of(tokenizer))
     loader = prepared_loader(accelerator, items, lengths, collate, config.batch_size, shuffle=True, seed=job.seed)
-    summary = train(accelerator, prepared, loader, critic_loss_fn, config)
+    tracker = phase_tracker(settings, job, accelerator, "critic")
+    summary = train(accelerator, prepared, loader, critic_loss_fn, config,
+                    on_step=tracker.step_hook("critic/") if tracker else None)
     eval_loader = prepared_loader(accelerator, items, lengths, collate, config.batch_size, shuffle=False, seed=0)
 
     def values(m: Any, batch: dict) -> dict:
@@ -160,7 +179,11 @@ def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: 
     with accelerator.autocast():
         v = evaluate(accelerator, prepared.model, eval_loader, values, len(items))
     metrics = {**summary.metrics, "steps": summary.steps, "seconds": summary.seconds,
+               "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss, "examples": len(items)}
+    if tracker is not None:
+        tracker.histogram("critic/value", v["v_s"], step=summary.steps)
+        tracker.close()
     info = publish_model(settings, accelerator, prepared.model, tokenizer, role="critic", version=version, dest=dest,
                          phase=job.phase, parent_version=_version_of(job.critic), metrics=metrics, replace=True)
     _free(prepared)
@@ -185,6 +208,20 @@ def actor_loss_fn(config: ActorLoss):
     return fn
 
 
+def train_actor(accelerator: Any, actor: Prepared, items: list[SequenceItem], pad_id: int, job: PhaseJob,
+                config: LoopConfig, tracker: Tracker | None) -> TrainSummary:
+    """Train the prepared actor on ``items`` (each with its lp_ref and binarised advantage); the tracker, when
+    the job has one, gets every optimizer step and is closed."""
+    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items], sequence_collate(pad_id),
+                             config.batch_size, shuffle=True, seed=job.seed)
+    try:
+        return train(accelerator, actor, loader, actor_loss_fn(job.hyperparams.actor), config,
+                     on_step=tracker.step_hook("actor/") if tracker else None)
+    finally:
+        if tracker is not None:
+            tracker.close()
+
+
 def _already_done(settings: Settings, version: str) -> TrainedPhase | None:
     with session_scope(settings) as session:
         actor, critic = find(session, "actor", version), find(session, "critic", version)
@@ -197,7 +234,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     """Train the phase's critic then actor and publish both. Idempotent: the same job returns its published
     checkpoints without training again. Under a multi-process launch only the main process gets the result
     (the others return None)."""
-    version = payload_version(f"phase{job.phase}", job.model_dump())
+    version = payload_version(f"phase{job.phase}", job.model_dump(exclude={"tracking"}))  # where it logs: no
     done = _already_done(settings, version)
     if done is not None:
         log.info("phase %d (%s) already trained", job.phase, version)
@@ -224,14 +261,17 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
 
     reward = torch.tensor([ex.reward for ex in experience])
     mc_return = torch.tensor([ex.mc_return for ex in experience])
-    a = binarise(advantages(torch.tensor(v_s), torch.tensor(v_next), reward, mc_return, hp.advantage),
-                 hp.advantage)  # (N,)
+    clamped = advantages(torch.tensor(v_s), torch.tensor(v_next), reward, mc_return, hp.advantage)  # (N,)
+    a = binarise(clamped, hp.advantage)  # (N,)
     scalars = [{"lp_ref": lp_ref[i], "advantage": float(a[i])} for i in range(len(experience))]
     items = _action_items(tokenizer, experience, max_length, scalars)
-    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items],
-                             sequence_collate(pad_id_of(tokenizer)), config.batch_size, shuffle=True, seed=job.seed)
-    summary = train(accelerator, actor, loader, actor_loss_fn(hp.actor), config)
+    tracker = phase_tracker(settings, job, accelerator, "actor")
+    if tracker is not None:  # the actor's training signal, before its first step
+        tracker.histogram("advantage/clamped", clamped.tolist(), step=0)
+        tracker.histogram("advantage/binarised", a.tolist(), step=0)
+    summary = train_actor(accelerator, actor, items, pad_id_of(tokenizer), job, config, tracker)
     metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
+               "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
                "positive_fraction": float((a > 0).float().mean()), "value_mean": float(torch.tensor(v_s).mean()),
                "critic_loss": (critic_info.metrics or {}).get("critic_loss") if critic_info else None,

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from webrl.commands import quiet_model_loading
 from webrl.config import Settings, get_settings
+from webrl.contracts import LogWith, TrackingSpec
 from webrl.hyperparams import DEFAULTS, WebRLHyperparams, with_overrides
 from webrl.models.folders import is_model_folder
 
@@ -79,6 +80,23 @@ def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyper
         return with_overrides(base, {k: v for k, v in overrides.items() if v is not None})
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise typer.BadParameter(str(exc)) from exc
+
+
+def tracking_for(run: str, log_with: str) -> TrackingSpec:
+    """Where the run's training metrics go; a tracker whose package is missing, or a run name that cannot be a
+    folder, is a ``typer.BadParameter`` (one line)."""
+    from pydantic import ValidationError
+
+    from webrl.tracking import missing_package
+
+    problem = missing_package(log_with)
+    if problem:
+        raise typer.BadParameter(problem, param_hint="--log-with")
+    try:
+        return TrackingSpec(run=run, log_with=log_with)
+    except ValidationError as exc:
+        raise typer.BadParameter(f"{run!r} cannot name the run's metrics folder: "
+                                 f"{exc.errors()[0]['msg']}", param_hint="--run") from None
 
 
 def default_actor(settings: Settings) -> Path:
@@ -146,12 +164,17 @@ def register(app: typer.Typer) -> None:
         replay_cap: int = typer.Option(None, min=0, help="Replayed steps per current step at most "
                                        f"(published code: {DEFAULTS.replay.cap_ratio})."),
         report: Path = typer.Option(None, help="Report folder. Default: artifacts/reports/<run>."),
+        log_with: LogWith = typer.Option("tensorboard", help="Where training metrics go: TensorBoard event files "
+                                         "in artifacts/tensorboard/<run> (the default), or W&B / MLflow (the "
+                                         "webrl[wandb] / webrl[mlflow] extras)."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.pipeline import Pipeline, PipelineOptions, StageReport
         from webrl.report import write_report
+        from webrl.tracking import Tracker
 
         settings = get_settings()
+        tracking = tracking_for(run, log_with)
         actor_path = actor or default_actor(settings)
         if not is_model_folder(actor_path):
             raise typer.BadParameter(f"no model at {actor_path}; run `webrl bootstrap` first", param_hint="--actor")
@@ -168,12 +191,16 @@ def register(app: typer.Typer) -> None:
                                   orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams)
         ensure_ready(settings)
 
+        tracker = Tracker(settings, tracking, "pipeline")
+
         def on_stage(r: StageReport) -> None:
             shown = {k: v for k, v in r.metrics.items() if not isinstance(v, list | dict) and "path" not in k}
             console.print(f"[green]phase {r.phase} {r.stage}[/green] {shown}")
+            tracker.scalars(r.metrics, step=r.phase, prefix=f"{r.stage}/")
 
-        with sandbox_if_needed(settings), _progress() as progress:
-            pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage)
+        with sandbox_if_needed(settings), _progress() as progress, tracker:
+            pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage,
+                                tracking=tracking)
             pipeline.run()
         print_phase_table(settings, options.run)
         assert settings.artifacts_dir is not None
