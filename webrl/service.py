@@ -1,8 +1,9 @@
 """The FastAPI app factory every service uses.
 
 It adds ``/healthz`` (process up), ``/readyz`` (database and broker reachable), ``/metrics``
-(Prometheus), bearer auth when ``WEBRL_API_KEY`` is set (constant-time compare; a 401 never says why; with
-no key only loopback is served unless ``WEBRL_ALLOW_NO_AUTH=1``),
+(Prometheus: requests and latency per route, Celery queue depth; a service adds its own series, see
+:mod:`webrl.service_metrics`), bearer auth when ``WEBRL_API_KEY`` is set (constant-time compare; a 401 never
+says why; with no key only loopback is served unless ``WEBRL_ALLOW_NO_AUTH=1``),
 one JSON error shape ``{"error": {"type", "message", "fields", "request_id"}}`` and request ids in logs.
 """
 
@@ -26,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webrl.config import Settings, get_settings
 from webrl.contracts import InvalidRequest, NotServing
+from webrl.service_metrics import QueueDepthCollector
 
 log = logging.getLogger("webrl.service")
 
@@ -133,7 +135,8 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
     requests_total = Counter("webrl_http_requests_total", "HTTP requests", ["route", "method", "status"],
                              registry=registry)
     latency = Histogram("webrl_http_request_seconds", "Request latency", ["route"], registry=registry)
-    app.state.metrics_registry = registry
+    registry.register(QueueDepthCollector(settings.broker_url))
+    app.state.metrics_registry = registry  # a service adds its own series (webrl.service_metrics.register_value)
 
     @app.middleware("http")
     async def _request_context(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

@@ -37,6 +37,7 @@ from webrl.config import Settings, get_settings
 from webrl.contracts import ActRequest, ActResponse
 from webrl.models.backends import Generation
 from webrl.service import create_app, invalid
+from webrl.service_metrics import attribute_reader, register_value
 
 log = logging.getLogger("webrl.actor")
 
@@ -157,6 +158,15 @@ def _add_compat_routes(app: FastAPI) -> None:
             finish_reason=finish, generated_tokens=len(tokens), seed=params.seed, tokens=tokens))
 
 
+def _add_metrics(app: FastAPI) -> None:
+    """The engine's counts on ``/metrics`` (no samples before the lifespan has loaded the model)."""
+    registry = app.state.metrics_registry
+    register_value(registry, "webrl_actor_tokens_generated", "Tokens the actor generated (every route, every "
+                   "checkpoint served)", "counter", attribute_reader(app.state, "engine.tokens_generated"))
+    register_value(registry, "webrl_actor_requests_in_flight", "Generation requests running now", "gauge",
+                   attribute_reader(app.state, "engine.in_flight"))
+
+
 def create_actor_app(settings: Settings | None = None, *, engine: ActorEngine | None = None,
                      channel: str = CHANNEL) -> FastAPI:
     """The actor app. ``engine`` (tests, embedded use) skips loading from settings; ``channel`` is the
@@ -164,6 +174,7 @@ def create_actor_app(settings: Settings | None = None, *, engine: ActorEngine | 
     settings = settings or get_settings()
     app = create_app("actor", settings=settings, description="Policy inference, agent runs, hot reload.")
     app.router.lifespan_context = _lifespan(settings, engine, channel)
+    _add_metrics(app)
     _add_actor_routes(app)
     _add_compat_routes(app)
     return app

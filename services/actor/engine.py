@@ -55,6 +55,7 @@ class ActorEngine:
         self._leases: dict[int, int] = {}
         self._retired: dict[int, Backend] = {}
         self.reloads = 0
+        self.tokens_generated = 0  # by every backend this engine served with (Prometheus: a counter)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ActorEngine:
@@ -136,6 +137,7 @@ class ActorEngine:
             else:
                 generations = await asyncio.to_thread(backend.generate, prompts, max_new_tokens, temperature,
                                                       seed=seed)
+            self.tokens_generated += sum(len(g.token_ids) for g in generations)
             return generations, backend.version
 
     def prompt_tokens(self, text: str) -> int:

@@ -20,6 +20,7 @@ from webrl.db.session import session_scope
 from webrl.policy import check_policy_spec
 from webrl.schemas import Observation, TaskConfig
 from webrl.service import create_app, invalid, not_found
+from webrl.service_metrics import attribute_reader, register_value
 
 
 class CreateEpisodeIn(BaseModel):
@@ -76,6 +77,17 @@ def _task_by_key(settings: Settings, key: str) -> TaskConfig:
         return repository.task_config(rows[0])
 
 
+def _add_metrics(app: FastAPI) -> None:
+    """The pool's counts on ``/metrics``: episodes (REST episodes and embedded rollout jobs) hold a browser each."""
+    registry = app.state.metrics_registry
+    register_value(registry, "webrl_browser_episodes_in_flight", "Episodes running now (browsers leased)", "gauge",
+                   attribute_reader(app.state, "manager.pool.leased"))
+    register_value(registry, "webrl_browser_pool_size", "Browsers in the pool", "gauge",
+                   attribute_reader(app.state, "manager.pool.size"))
+    register_value(registry, "webrl_browser_restarts", "Dead browsers replaced", "counter",
+                   attribute_reader(app.state, "manager.pool.restarts"))
+
+
 def create_app_for_service(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
@@ -88,6 +100,7 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
     app = create_app("browser_pool", settings=settings,
                      description="Chromium episodes for web agents: reset, step, evaluate, rollouts.")
     app.router.lifespan_context = lifespan
+    _add_metrics(app)
 
     @app.post("/v1/episodes", response_model=EpisodeOut, tags=["episodes"])
     async def create_episode(body: CreateEpisodeIn, manager: ManagerDep) -> EpisodeOut:

@@ -62,6 +62,7 @@ class BrowserPool:
         self._free: asyncio.Queue[BrowserSlot] = asyncio.Queue()
         self._start_lock = asyncio.Lock()
         self.restarts = 0
+        self.leased = 0  # browsers leased now: the episodes in flight on this pool
 
     async def start(self) -> BrowserPool:
         """Start Playwright and launch every browser (one after another: launches are CPU-heavy)."""
@@ -113,9 +114,11 @@ class BrowserPool:
             self._free.put_nowait(slot)
             raise
         slot.episodes += 1
+        self.leased += 1
         return slot
 
     def release(self, slot: BrowserSlot) -> None:
+        self.leased -= 1
         self._free.put_nowait(slot)
 
     async def _discard(self, slot: BrowserSlot) -> None:

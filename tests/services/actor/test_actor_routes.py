@@ -131,3 +131,18 @@ def test_served_by_uvicorn(actor_model_dir: Path, settings: Settings, serve) -> 
     served = serve(create_actor_app(settings, engine=ActorEngine(settings, backend, backend.tokenizer)))
     assert httpx.get(f"{served.url}/healthz").json()["status"] == "ok"
     assert httpx.get(f"{served.url}/v1/model").json()["version"] == "actor-v1"
+
+
+def test_metrics_count_the_tokens_generated(client) -> None:
+    from webrl.service_metrics import read_samples
+
+    def scrape() -> dict[str, float]:
+        return read_samples(client.get("/metrics").text)
+
+    before = scrape()
+    body = client.post("/v1/act", json={"batch": [_item(), _item("Show me Books")], "max_new_tokens": 10}).json()
+    generated = sum(len(result["token_ids"]) for result in body["results"])
+    after = scrape()
+    assert generated > 0
+    assert after["webrl_actor_tokens_generated_total"] == before["webrl_actor_tokens_generated_total"] + generated
+    assert after["webrl_actor_requests_in_flight"] == 0  # the request has returned its lease

@@ -42,6 +42,21 @@ def test_fixture_round_trip(client, fixture_url, make_task):
     assert gone.status_code == 404 and gone.json()["error"]["type"] == "not_found"
 
 
+def test_metrics_show_the_episodes_in_flight(client, fixture_url, make_task):
+    from webrl.service_metrics import read_samples
+
+    def scrape() -> dict[str, float]:
+        return read_samples(client.get("/metrics").text)
+
+    assert scrape()["webrl_browser_pool_size"] == 1
+    idle = scrape()["webrl_browser_episodes_in_flight"]
+    episode_id = client.post("/v1/episodes", json={"task": make_task(f"{fixture_url}/actions.html").to_json()}
+                             ).json()["episode_id"]
+    assert scrape()["webrl_browser_episodes_in_flight"] == idle + 1
+    client.delete(f"/v1/episodes/{episode_id}")
+    assert scrape()["webrl_browser_episodes_in_flight"] == idle
+
+
 def test_validation_errors_name_the_field(client, fixture_url, make_task):
     both = client.post("/v1/episodes", json={"task": make_task(fixture_url).to_json(), "task_key": "x"})
     assert both.status_code == 422 and "exactly one of 'task' or 'task_key'" in both.json()["error"]["message"]
