@@ -40,6 +40,10 @@ IMAGE_VARS = {
     # the vLLM image also runs docker/vllm_supervisor.py, which reads the trainer's URL and the API key
     "vllm": {"HF_HUB_OFFLINE", "HF_TOKEN", "HF_HOME", "CUDA_VISIBLE_DEVICES", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
              "WEBRL_TRAINER_URL", "WEBRL_API_KEY"},
+    # profile monitoring (tests/deploy/test_deploy_monitoring.py)
+    "prometheus": set(),
+    "grafana": {"GF_SECURITY_ADMIN_PASSWORD", "GF_AUTH_ANONYMOUS_ENABLED", "GF_AUTH_ANONYMOUS_ORG_ROLE",
+                "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"},
 }
 ONE_SHOT = "service_completed_successfully"
 
@@ -49,9 +53,9 @@ def project() -> dict:
     return load()
 
 
-@pytest.fixture(scope="module", params=["default", "gpu"])
+@pytest.fixture(scope="module", params=["default", "gpu", "monitoring"])
 def services(request: pytest.FixtureRequest, project: dict) -> dict[str, dict]:
-    """The services compose starts with no profile, and with COMPOSE_PROFILES=gpu."""
+    """The services compose starts with no profile, and with COMPOSE_PROFILES=gpu or monitoring."""
     profile = request.param
     return {name: svc for name, svc in project["services"].items()
             if not svc.get("profiles") or profile in svc["profiles"]}
