@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from webrl.config import Settings
-from webrl.contracts import PhaseJob
+from webrl.contracts import PhaseJob, TrackingSpec
 from webrl.db.migrate import upgrade
 from webrl.hyperparams import DEFAULTS, ActorLoss, WebRLHyperparams, parse_hyperparams, with_overrides
 from webrl.presets import PRESETS
@@ -97,7 +97,9 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--value-high", "0.6", "--replay-cap", "3", "--rollout-temperature", "0.3", "--max-steps", "12", "--no-kl",
     ])
     assert result.exit_code == 0, result.output
-    hp = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json())).hyperparams  # as the Celery task receives it
+    received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
+    assert received.tracking == TrackingSpec(run="default", log_with="tensorboard")  # the trainer logs to the run
+    hp = received.hyperparams
     assert (hp.actor.beta, hp.actor.kl, hp.replay.cap_ratio) == (2.0, False, 3)
     assert (hp.curriculum.value_low, hp.curriculum.value_high) == (0.1, 0.6)
     assert (hp.rollout.temperature, hp.rollout.max_steps) == (0.3, 12)

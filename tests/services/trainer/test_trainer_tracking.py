@@ -72,17 +72,3 @@ def test_a_tracked_phase_logs_every_step_and_the_advantages_and_keeps_its_versio
     assert {"critic/critic_loss", "critic/critic_accuracy", "critic/lr", "critic/tokens_per_s"} <= set(critic)
     assert list(critic_histograms) == ["critic/value"]
 
-
-def test_a_histogram_holds_every_value(settings) -> None:
-    from tensorboard.backend.event_processing import event_accumulator
-
-    from webrl.tracking import Tracker
-
-    values = [1.0, -0.6, -0.6, 1.0, 1.0]
-    with Tracker(settings, TrackingSpec(run="h"), "s") as tracker:
-        tracker.histogram("advantage/binarised", values, step=0)
-    accumulator = event_accumulator.EventAccumulator(str(tracking_dir(settings, "h") / "s"))
-    accumulator.Reload()
-    histogram = accumulator.Histograms("advantage/binarised")[0].histogram_value
-    assert (histogram.num, histogram.min, histogram.max) == (5, -0.6, 1.0)
-    assert histogram.sum == pytest.approx(sum(values))

@@ -27,6 +27,22 @@ def _counts(settings: Settings) -> dict[str, int]:
         }
 
 
+def _assert_tensorboard_curves(settings: Settings, steps: int) -> None:
+    """The run's TensorBoard streams, read back with TensorBoard's event reader: one point per phase of test
+    success and the phase's actor loss, and one per optimizer step of the actor's loss and learning rate."""
+    from webrl.tracking import read_stream, tracking_dir
+
+    scalars, _ = read_stream(tracking_dir(settings, "smoke") / "pipeline")
+    assert [step for step, _ in scalars["evaluate/success"]] == [0, 1]  # the SFT actor, then phase 1's
+    assert all(0.0 <= value <= 1.0 for _, value in scalars["evaluate/success"])
+    assert [step for step, _ in scalars["train/actor_loss"]] == [1]
+    assert {"label/reward_rate", "label/orm_accuracy", "evaluate/success_shopping", "train/kl", "train/beta_mean",
+            "train/critic_loss", "train/tokens_per_second", "rollout/seconds"} <= set(scalars)
+    actor, histograms = read_stream(tracking_dir(settings, "smoke") / "phase-1" / "actor")
+    assert [step for step, _ in actor["actor/actor_loss"]] == list(range(1, steps + 1))
+    assert {"actor/lr", "actor/kl", "actor/tokens_per_s"} <= set(actor) and "advantage/binarised" in histograms
+
+
 def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers.utils import logging as transformers_logging
@@ -56,6 +72,8 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
         assert parents["actor"]  # lineage recorded
         stored = s.scalar(select(m.Run.options))
         assert stored["hyperparams"]["rollout"]["temperature"] == 0.7  # training rollouts sampled
+
+    _assert_tensorboard_curves(world, steps=phases[1].metrics["train.steps"])
 
     report = world.artifacts_dir / "reports" / "smoke"
     lines = (report / "report.md").read_text().splitlines()
