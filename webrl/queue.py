@@ -145,6 +145,6 @@ def ping(payload: dict) -> dict:
     """Worker health check: proves a worker is consuming and can reach the database."""
     import socket
 
-    from webrl.service import check_ready
+    from webrl.readiness import check_ready
 
     return {"pong": payload.get("nonce"), "worker": socket.gethostname(), "checks": check_ready(get_settings())}

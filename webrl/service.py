@@ -22,11 +22,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, Field
-from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webrl.config import Settings, get_settings
 from webrl.contracts import InvalidRequest, NotServing
+from webrl.readiness import check_ready
 from webrl.service_metrics import QueueDepthCollector
 
 log = logging.getLogger("webrl.service")
@@ -89,28 +89,6 @@ def _fields_of(exc: RequestValidationError) -> list[dict[str, Any]]:
         loc = [str(part) for part in err.get("loc", ()) if part != "body"]
         out.append({"field": ".".join(loc) or "body", "message": err.get("msg", "invalid")})
     return out
-
-
-def check_ready(settings: Settings) -> dict[str, str]:
-    """Probe the database and (when configured) the broker. Returns component -> "ok" or the error."""
-    from webrl.db.session import get_engine
-
-    status: dict[str, str] = {}
-    try:
-        with get_engine(settings).connect() as conn:
-            conn.execute(text("SELECT 1"))
-        status["database"] = "ok"
-    except Exception as exc:
-        status["database"] = f"error: {type(exc).__name__}"
-    if settings.broker_url and settings.broker_url.startswith("redis"):
-        import redis
-
-        try:
-            redis.Redis.from_url(settings.broker_url, socket_timeout=2).ping()
-            status["broker"] = "ok"
-        except Exception as exc:
-            status["broker"] = f"error: {type(exc).__name__}"
-    return status
 
 
 def _unauthenticated_remote(request: Request, settings: Settings) -> bool:
