@@ -1,13 +1,18 @@
 """One WebRL phase of training (DESIGN.md steps 4-7): experience -> critic -> advantages -> actor -> publish.
 
 Order, with one model in training at a time:
-1. The actor at the start of the phase is prepared. It scores the replay candidates (1/perplexity) and,
-   being the frozen reference (DESIGN.md step 6), gives lp_ref for every experience step before any update.
-   (A distinct ``reference`` folder is loaded and used for lp_ref instead.)
+1. The actor at the start of the phase is prepared. It scores the replay candidates (1/perplexity).
 2. The critic (phase 1: fresh heads on the SFT backbone; later: the previous critic) is trained with
    ``losses.critic_loss`` on s and s', then gives V(s), V(s') for every step and is published.
 3. A = binarise(clamp(V(s') - V(s) - 0.05 + r + G_t, -1, 1)) (``returns``).
-4. The actor is trained with ``losses.actor_loss`` and published.
+4. The actor, not yet updated and so still the frozen reference (DESIGN.md step 6), gives lp_ref of the steps
+   with A > 0 (a distinct ``reference`` folder is loaded and used for lp_ref instead); it is then trained on
+   those steps with ``losses.actor_loss`` and published.
+
+Only steps with A > 0 reach the actor's loss: ``actor_loss`` multiplies every other step by mask = 0, so a
+step with A <= 0 would cost a forward and backward pass (and a reference pass) for a zero gradient. Its
+batches are therefore made of the A > 0 steps alone: the same formula, each kept step contributing once per
+epoch as before, at the cost of the kept steps only (on the CPU demo 0-20% of a phase's steps).
 
 Every knob of these steps comes from the job's :class:`webrl.hyperparams.WebRLHyperparams`.
 """
@@ -115,6 +120,25 @@ def reference_logprobs(accelerator: Any, model: Any, tokenizer: Any, items: list
 
     with accelerator.autocast():
         return evaluate(accelerator, model, loader, fn, len(items))["lp"]
+
+
+def positive_steps(advantage: torch.Tensor) -> list[int]:
+    """Indices of the steps with A > 0: the steps ``actor_loss`` keeps (mask = 1[A > 0]), in order."""
+    return torch.nonzero(advantage > 0).flatten().tolist()
+
+
+def _reference_logprobs(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
+                        items: list[SequenceItem], batch_size: int) -> list[float]:
+    """lp_ref of ``items`` under the frozen reference: the job's ``reference`` folder when it names another model,
+    else the actor before any update of this phase."""
+    if not items:
+        return []
+    if job.reference and Path(job.reference).resolve() != Path(job.actor).resolve():
+        ref_model, _ = load_for_training(job.reference, settings)
+        lp_ref = reference_logprobs(accelerator, ref_model.to(accelerator.device), tokenizer, items, batch_size)
+        _free(ref_model)
+        return lp_ref
+    return reference_logprobs(accelerator, actor.model, tokenizer, items, batch_size)
 
 
 def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
@@ -247,14 +271,6 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     accelerator = make_accelerator(config)
     actor = prepare(accelerator, model, config)
     experience, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
-    items = _action_items(tokenizer, experience, max_length)
-    if job.reference and Path(job.reference).resolve() != Path(job.actor).resolve():
-        ref_model, _ = load_for_training(job.reference, settings)
-        lp_ref = reference_logprobs(accelerator, ref_model.to(accelerator.device), tokenizer, items,
-                                    config.batch_size)
-        _free(ref_model)
-    else:
-        lp_ref = reference_logprobs(accelerator, actor.model, tokenizer, items, config.batch_size)
 
     critic_dest = Path(job.critic_output) if job.critic_output else checkpoint_dir(settings, "critic", version)
     critic_info, v_s, v_next = train_critic(settings, job, tokenizer, experience, max_length, version, critic_dest)
@@ -263,17 +279,27 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     mc_return = torch.tensor([ex.mc_return for ex in experience])
     clamped = advantages(torch.tensor(v_s), torch.tensor(v_next), reward, mc_return, hp.advantage)  # (N,)
     a = binarise(clamped, hp.advantage)  # (N,)
-    scalars = [{"lp_ref": lp_ref[i], "advantage": float(a[i])} for i in range(len(experience))]
-    items = _action_items(tokenizer, experience, max_length, scalars)
+    trained = positive_steps(a)  # the only steps actor_loss does not multiply by 0
+    items = _action_items(tokenizer, [experience[i] for i in trained], max_length)
+    lp_ref = _reference_logprobs(settings, job, accelerator, actor, tokenizer, items, config.batch_size)
+    items = [SequenceItem(it.index, it.encoded, {"lp_ref": lp_ref[k], "advantage": float(a[trained[k]])})
+             for k, it in enumerate(items)]
     tracker = phase_tracker(settings, job, accelerator, "actor")
     if tracker is not None:  # the actor's training signal, before its first step
         tracker.histogram("advantage/clamped", clamped.tolist(), step=0)
         tracker.histogram("advantage/binarised", a.tolist(), step=0)
-    summary = train_actor(accelerator, actor, items, pad_id_of(tokenizer), job, config, tracker)
+    if items:
+        summary = train_actor(accelerator, actor, items, pad_id_of(tokenizer), job, config, tracker)
+    else:
+        log.info("phase %d: no step has A > 0; the actor is published unchanged", job.phase)
+        summary = TrainSummary()
+        if tracker is not None:
+            tracker.close()
     metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
                "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
-               "positive_fraction": float((a > 0).float().mean()), "value_mean": float(torch.tensor(v_s).mean()),
+               "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(items),
+               "experience_steps": len(experience), "value_mean": float(torch.tensor(v_s).mean()),
                "critic_loss": (critic_info.metrics or {}).get("critic_loss") if critic_info else None,
                "critic_seconds": (critic_info.metrics or {}).get("seconds") if critic_info else None}
     actor_dest = Path(job.actor_output) if job.actor_output else checkpoint_dir(settings, "actor", version)
