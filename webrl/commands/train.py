@@ -172,9 +172,15 @@ def register(app: typer.Typer) -> None:
             shown = {k: v for k, v in r.metrics.items() if not isinstance(v, list | dict) and "path" not in k}
             console.print(f"[green]phase {r.phase} {r.stage}[/green] {shown}")
 
-        with sandbox_if_needed(settings), _progress() as progress:
-            pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage)
-            pipeline.run()
+        from webrl.actor_service import ActorNotServing
+
+        try:
+            with sandbox_if_needed(settings), _progress() as progress:
+                pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage)
+                pipeline.run()
+        except ActorNotServing as exc:
+            console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(1) from exc
         print_phase_table(settings, options.run)
         assert settings.artifacts_dir is not None
         out = write_report(settings, options.run, report or settings.artifacts_dir / "reports" / options.run)
