@@ -12,6 +12,12 @@ idempotent (trajectories are unique per (task, phase, attempt), labels per (traj
 tasks per key, checkpoints per version), so a process killed at any moment resumes after the last finished
 stage, and a half-finished stage redoes only the work that is missing.
 
+Rollouts in the distributed mode go through the actor service (``{"kind": "endpoint"}``): before each one the
+pipeline waits until the service reports serving the checkpoint it needs (:func:`webrl.actor_service.serve_checkpoint`,
+the trainer's published actor arriving by hot reload), and each trajectory records the version that answered. The
+embedded mode loads the checkpoint in the rollout job (``{"kind": "checkpoint"}``); ``Settings.rollout_policy``
+overrides the choice.
+
 What a stage hands the later ones (candidate and kept task keys, the published checkpoints) is the phase's typed
 :class:`PhaseState`, stored with the phase; its metrics are for reporting only.
 """

@@ -16,7 +16,6 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
-from typer.testing import CliRunner
 
 from webrl.config import Settings, get_settings
 from webrl.db import models as m
@@ -29,10 +28,12 @@ ACTOR_START_TIMEOUT_S = 300  # uvicorn imports torch and transformers and loads 
 
 
 def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM; SIGKILL if it is still running 30 s later."""
     process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
+    deadline = time.monotonic() + 30
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if process.poll() is None:
         process.kill()
         process.wait()
 
@@ -74,7 +75,7 @@ def _answers(url: str) -> bool:
 
 
 @pytest.fixture
-def distributed(world: Settings, postgres_url: str, redis_url: str, actor_service: str,
+def distributed(world: Settings, postgres_url: str, redis_url: str, actor_service: str, tmp_path: Path,
                 monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     broker = redis_url.rsplit("/", 1)[0] + "/14"
     monkeypatch.setenv("WEBRL_DATABASE_URL", postgres_url)
@@ -88,10 +89,11 @@ def distributed(world: Settings, postgres_url: str, redis_url: str, actor_servic
     import redis
 
     redis.Redis.from_url(broker).flushdb()
+    worker_log = (tmp_path / "worker.log").open("w")  # a file, never a pipe a chatty worker could fill
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "webrl.queue", "worker", "-Q", QUEUES, "--pool", "solo",
          "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
-        env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env=dict(os.environ), stdout=worker_log, stderr=subprocess.STDOUT)
     configure(settings)
     from webrl.sandbox.server import running_sandbox, sandbox_ports
 
@@ -100,6 +102,7 @@ def distributed(world: Settings, postgres_url: str, redis_url: str, actor_servic
             yield settings
     finally:
         _stop(worker)
+        worker_log.close()
         monkeypatch.delenv("WEBRL_BROKER_URL")
         get_settings.cache_clear()
         configure(get_settings())
@@ -114,23 +117,33 @@ def _acts_answered(actor_url: str) -> int:
                    and sample.labels.get("status") == "200"))
 
 
-@pytest.mark.timeout(1200)
+#: The smoke preset cut to two tasks a stage and two steps an episode: two phases stay a few minutes.
+TWO_SMALL_PHASES = {"curriculum.phases": 2, "curriculum.tasks_per_phase": 2, "curriculum.candidates_per_phase": 4,
+                    "curriculum.seed_tasks": 2, "evaluation.tasks": 2, "rollout.max_steps": 2, "rollout.chunk": 2}
+
+
 def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, tiny_actor: Path,
                                                          actor_service: str) -> None:
-    from webrl.cli import app
+    from webrl.commands.train import ensure_ready
+    from webrl.hyperparams import with_overrides
     from webrl.models.loading import checkpoint_version
+    from webrl.pipeline import Pipeline, PipelineOptions
+    from webrl.presets import PRESETS
 
-    result = CliRunner().invoke(app, ["train", "--preset", "smoke", "--phases", "2", "--max-steps", "3",
-                                      "--run", "dist", "--actor", str(tiny_actor), "--orm", str(tiny_actor)])
-    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert distributed.rollouts_through_actor  # the distributed mode's default, nothing configured for it
+    ensure_ready(distributed)
+    record = with_overrides(PRESETS["smoke"], TWO_SMALL_PHASES)
+    Pipeline(distributed, PipelineOptions(run="dist", actor=str(tiny_actor), orm=str(tiny_actor),
+                                          hyperparams=record)).run()
     with session_scope(distributed) as s:
         assert distributed.database_url.startswith("postgresql")
         phases = s.scalars(select(m.Phase).order_by(m.Phase.index)).all()
         assert [(p.index, p.status) for p in phases] == [(0, "done"), (1, "done"), (2, "done")]
         assert s.scalar(select(func.count()).select_from(m.Checkpoint)) == 4  # an actor and a critic a phase
-        assert s.scalar(select(func.count()).select_from(m.OrmLabel)) >= 16
         kept = [p.metrics["filter.kept"] for p in phases[1:]]
-        assert s.scalar(select(func.count()).select_from(m.Trajectory)) == 8 + 8 + sum(kept) + 2 * 8
+        assert kept == [2, 2]
+        assert s.scalar(select(func.count()).select_from(m.Trajectory)) == 3 * 2 + 2 + sum(kept)
+        assert s.scalar(select(func.count()).select_from(m.OrmLabel)) == 2 + sum(kept)
         versions: dict[tuple[int, str], set[str]] = {}
         for phase, purpose, version in s.execute(select(m.Trajectory.phase, m.Trajectory.purpose,
                                                         m.Trajectory.actor_version)):
@@ -143,6 +156,7 @@ def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, ti
     # and each phase's evaluation runs the actor that phase trained
     assert versions == {(0, "eval"): {sft}, (0, "train"): {sft}, (1, "train"): {sft}, (1, "eval"): {first},
                         (2, "train"): {first}, (2, "eval"): {second}}
+    assert phases[2].metrics["rollout.actor_versions"] == [first]
     served = httpx.get(f"{actor_service}/v1/model", timeout=10).json()
     assert served["version"] == second and served["reloads"] == 2 and served["reload_error"] is None
     # every step went to the service: one POST /v1/act per batch of at most `concurrency` (2) episodes' steps
