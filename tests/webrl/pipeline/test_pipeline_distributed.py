@@ -122,6 +122,7 @@ TWO_SMALL_PHASES = {"curriculum.phases": 2, "curriculum.tasks_per_phase": 2, "cu
                     "curriculum.seed_tasks": 2, "evaluation.tasks": 2, "rollout.max_steps": 2, "rollout.chunk": 2}
 
 
+@pytest.mark.timeout(1500)  # bootstrap, three processes starting, two trainings: a busy 2-core box needs it
 def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, tiny_actor: Path,
                                                          actor_service: str) -> None:
     from webrl.commands.train import ensure_ready
