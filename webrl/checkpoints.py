@@ -171,15 +171,15 @@ def record(session: Session, info: CheckpointInfo) -> m.Checkpoint:
     return row
 
 
-def announce(settings: Settings, info: CheckpointInfo) -> bool:
-    """Publish ``info.event()`` as JSON on :data:`CHANNEL` when a Redis URL is configured; True if sent."""
+def announce(settings: Settings, info: CheckpointInfo, *, channel: str = CHANNEL) -> bool:
+    """Publish ``info.event()`` as JSON on ``channel`` when a Redis URL is configured; True if sent."""
     if not settings.redis_url:
         return False
     import redis
 
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
     try:
-        client.publish(CHANNEL, json.dumps(info.event()))
+        client.publish(channel, json.dumps(info.event()))
     finally:
         client.close()
     return True

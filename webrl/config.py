@@ -147,6 +147,14 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8102", description="Base URL of the actor service. A rollout policy {kind: endpoint} may "
         "name it (it is on endpoint_allow_list), and only there does the endpoint policy send the bearer key "
         "(actor_api_key, else api_key).")
+    rollout_policy: Literal["endpoint", "checkpoint"] | None = Field(
+        None, description="How `webrl train` rolls its actor out. endpoint: every step asks the actor service at "
+        "actor_url, which hot-reloads each published actor (the pipeline waits until it serves the phase's); "
+        "checkpoint: each rollout worker loads the actor folder itself. None: endpoint in the distributed mode, "
+        "checkpoint in the embedded one.")
+    actor_reload_timeout_s: float = Field(
+        600.0, gt=0, description="How long the pipeline waits for the actor service to serve the checkpoint a "
+        "rollout needs (hot reload) before it stops with an error.")
 
     # Browser pool (services/browser_pool): Chromium, pool size, step and episode time limits.
     chromium_path: str = Field("/usr/bin/chromium", description="Chromium executable Playwright launches.")
@@ -202,6 +210,11 @@ class Settings(BaseSettings):
     def eager(self) -> bool:
         """Jobs run in the calling process when no broker is configured (the embedded mode)."""
         return not self.broker_url
+
+    @property
+    def rollouts_through_actor(self) -> bool:
+        """Whether `webrl train` rolls out through the actor service (``rollout_policy``, by mode by default)."""
+        return (self.rollout_policy or ("checkpoint" if self.eager else "endpoint")) == "endpoint"
 
     def site_url(self, site: str) -> str:
         """Base URL of a site: the configured one, else the built-in sandbox."""

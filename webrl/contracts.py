@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 
 from webrl.actions import Action
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.early_stop import MAX_STEPS
+from webrl.early_stop import MAX_STEPS, StopRules
 from webrl.hyperparams import DEFAULTS, WebRLHyperparams
 from webrl.schemas import Observation, Seed, Trajectory
 
@@ -73,10 +73,11 @@ class CheckpointSpec(Contract):
 
 
 class EndpointSpec(Contract):
-    """An actor service's ``POST /v1/act``."""
+    """An actor service's ``POST /v1/act``: every step of a rollout asks the service that holds the actor."""
 
     kind: Literal["endpoint"] = "endpoint"
-    url: str = Field(min_length=1, description="Base URL of the actor service, e.g. http://actor:8102.")
+    url: str | None = Field(None, min_length=1, description="Base URL of the actor service, e.g. http://actor:8102. "
+                            "None: the rollout worker's WEBRL_ACTOR_URL.")
     temperature: float | None = Field(None, ge=0.0, description="None: the actor service's default.")
 
 
@@ -146,6 +147,14 @@ class RolloutRequest(Contract):
     policy: PolicySpec
     concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
     max_steps: int = Field(MAX_STEPS, ge=1, le=100)
+    max_parse_failures: int = Field(DEFAULTS.rollout.max_parse_failures, ge=1, description="Stop an episode after "
+                                    "this many unparsable responses in a row.")
+    max_repeated_actions: int = Field(DEFAULTS.rollout.max_repeated_actions, ge=1, description="Stop an episode "
+                                      "after this many identical actions in a row.")
+
+    def stop_rules(self) -> StopRules:
+        """The early-stop thresholds the episode loop applies."""
+        return StopRules(max_parse_failures=self.max_parse_failures, max_repeated_actions=self.max_repeated_actions)
 
 
 class RolloutResult(Contract):

@@ -12,6 +12,12 @@ idempotent (trajectories are unique per (task, phase, attempt), labels per (traj
 tasks per key, checkpoints per version), so a process killed at any moment resumes after the last finished
 stage, and a half-finished stage redoes only the work that is missing.
 
+Rollouts in the distributed mode go through the actor service (``{"kind": "endpoint"}``): before each one the
+pipeline waits until the service reports serving the checkpoint it needs (:func:`webrl.actor_service.serve_checkpoint`,
+the trainer's published actor arriving by hot reload), and each trajectory records the version that answered. The
+embedded mode loads the checkpoint in the rollout job (``{"kind": "checkpoint"}``); ``Settings.rollout_policy``
+overrides the choice.
+
 What a stage hands the later ones (candidate and kept task keys, the published checkpoints) is the phase's typed
 :class:`PhaseState`, stored with the phase; its metrics are for reporting only.
 """
@@ -31,13 +37,16 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from sqlalchemy import select
 
 from webrl import clients
+from webrl.actor_service import serve_checkpoint
 from webrl.config import Settings
 from webrl.contracts import (
     CheckpointSpec,
+    EndpointSpec,
     FilterRequest,
     GenerateRequest,
     ObserveRequest,
     PhaseJob,
+    PolicySpec,
     RolloutRequest,
     ScoreRequest,
     StartValueRequest,
@@ -327,7 +336,7 @@ class Pipeline:
     def _stage_rollout(self, index: int, state: PhaseState) -> StageOutput:
         ids = self._rollout(state.kept_keys, index, self.actor_for_phase(index), purpose="train",
                             label=f"phase {index}: rollout", temperature=self.hp.rollout.temperature)
-        return {"rollouts": len(ids)}, state
+        return {"rollouts": len(ids), "actor_versions": self._actor_versions(ids)}, state
 
     def _stage_label(self, index: int, state: PhaseState) -> StageOutput:
         with session_scope(self.settings) as s:
@@ -374,22 +383,44 @@ class Pipeline:
         rng = random.Random(self.options.seed * 7919 + salt)
         return sorted(rng.sample(keys, min(n, len(keys))))
 
+    def _policy(self, actor: str, temperature: float | None, label: str) -> PolicySpec:
+        """What a rollout of the folder ``actor`` runs: the actor service once it reports serving ``actor``
+        (the distributed default; every step of every episode is then a batched ``POST /v1/act``), or the folder
+        loaded by the rollout worker itself (``Settings.rollouts_through_actor``)."""
+        if not self.settings.rollouts_through_actor:
+            return CheckpointSpec(path=actor, temperature=temperature)
+        waiting = f"{label}: actor service loads {Path(actor).name}"
+        self.on_progress(waiting, 0, 1)
+        serve_checkpoint(self.settings, actor, self.settings.actor_reload_timeout_s)
+        self.on_progress(waiting, 1, 1)
+        return EndpointSpec(temperature=temperature)
+
     def _rollout(self, keys: list[str], phase: int, actor: str, *, purpose: str, label: str,
                  temperature: float | None = None) -> list[int]:
         """Roll out ``actor`` on ``keys`` in chunks; each chunk is an idempotent job (resumable)."""
-        policy = CheckpointSpec(path=actor, temperature=temperature)
+        policy = self._policy(actor, temperature, label)
         ids: list[int] = []
-        rollout = self.hp.rollout
-        chunk = rollout.chunk
+        chunk = self.hp.rollout.chunk
         self.on_progress(label, 0, len(keys))
         for start in range(0, len(keys), chunk):
-            result = clients.rollout_run(RolloutRequest(
-                task_keys=keys[start:start + chunk], phase=phase, attempt=0, purpose=purpose, policy=policy,
-                concurrency=rollout.concurrency, max_steps=rollout.max_steps,
-            ))
+            result = clients.rollout_run(self.rollout_request(keys[start:start + chunk], phase, policy, purpose))
             ids.extend(result.trajectory_ids)
             self.on_progress(label, min(start + chunk, len(keys)), len(keys))
         return ids
+
+    def rollout_request(self, keys: list[str], phase: int, policy: PolicySpec, purpose: str) -> RolloutRequest:
+        """The ``rollout.run`` job of ``keys``: the run's rollout knobs (concurrency, horizon, early stops)."""
+        rollout = self.hp.rollout
+        return RolloutRequest(task_keys=keys, phase=phase, attempt=0, purpose=purpose, policy=policy,
+                              concurrency=rollout.concurrency, max_steps=rollout.max_steps,
+                              max_parse_failures=rollout.max_parse_failures,
+                              max_repeated_actions=rollout.max_repeated_actions)
+
+    def _actor_versions(self, trajectory_ids: list[int]) -> list[str]:
+        """The actor versions the trajectories record (each as the policy that made it answered)."""
+        with session_scope(self.settings) as s:
+            rows = s.scalars(select(m.Trajectory.actor_version).where(m.Trajectory.id.in_(trajectory_ids)))
+            return sorted(set(rows))
 
     def _orm_version(self) -> str:
         """The version the ORM's labels are stored under (the one its folder declares)."""

@@ -44,6 +44,7 @@ class CheckpointSubscriber:
         self.current_version = current_version
         self.channel = channel
         self.loaded: list[str] = []
+        self.last_error: str | None = None  # why the last reload failed (GET /v1/model); None once one loads
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="checkpoint-subscriber", daemon=True)
@@ -79,13 +80,16 @@ class CheckpointSubscriber:
         if event is None or event["version"] == self.current_version():
             return False
         if folder_sha256(event["path"]) != event["sha256"]:
-            log.error("refusing actor %s: %s does not hash to the announced sha256", event["version"], event["path"])
+            self.last_error = f"refused {event['version']}: {event['path']} does not hash to the announced sha256"
+            log.error("%s", self.last_error)
             return False
         try:
             self.on_actor(event["path"], event["version"])
-        except Exception:
+        except Exception as exc:
+            self.last_error = f"loading {event['version']} from {event['path']} failed: {exc}"
             log.exception("hot reload of actor %s from %s failed; still serving %s", event["version"],
                           event["path"], self.current_version())
             return False
         self.loaded.append(event["version"])
+        self.last_error = None
         return True

@@ -79,7 +79,7 @@ async def run_rollout(payload: RolloutRequest, settings: Settings, pool: Browser
         pool = pool or BrowserPool(settings, size=min(payload.concurrency, len(todo)))
         try:
             trajs = await run_batch([c for _, c in todo], policy, pool, settings, payload.concurrency,
-                                    max_steps=payload.max_steps)
+                                    max_steps=payload.max_steps, stop_rules=payload.stop_rules())
         finally:
             if own:
                 await pool.close()

@@ -17,7 +17,7 @@ from webrl.agent import loop
 from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.agent.policy import Decide, Policy, PolicyRequest, PolicyResponse
 from webrl.config import Settings
-from webrl.early_stop import MAX_STEPS
+from webrl.early_stop import MAX_STEPS, StopRules
 from webrl.schemas import Observation, TaskConfig, Trajectory
 
 
@@ -62,27 +62,28 @@ class LeasedEpisode:
             await self.episode.close()
 
 
-async def _run(task: TaskConfig, decide: Decide, pool: BrowserPool, settings: Settings, max_steps: int) -> Trajectory:
+async def _run(task: TaskConfig, decide: Decide, pool: BrowserPool, settings: Settings, max_steps: int,
+               stop_rules: StopRules) -> Trajectory:
     return await loop.run_episode(LeasedEpisode(pool, task, settings), task, decide, max_steps=max_steps,
                                   step_timeout_s=settings.browser_step_timeout_s,
-                                  episode_timeout_s=settings.browser_episode_timeout_s)
+                                  episode_timeout_s=settings.browser_episode_timeout_s, stop_rules=stop_rules)
 
 
 async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, settings: Settings,
-                      max_steps: int = MAX_STEPS) -> Trajectory:
-    """One episode of ``policy`` on ``task``: at most ``max_steps`` actions; evaluated when the task has an
-    ``eval`` block. Never raises for browser trouble (the trajectory's stop_reason says what happened);
-    a policy that raises propagates."""
+                      max_steps: int = MAX_STEPS, stop_rules: StopRules = StopRules()) -> Trajectory:
+    """One episode of ``policy`` on ``task``: at most ``max_steps`` actions, early stops by ``stop_rules``;
+    evaluated when the task has an ``eval`` block. Never raises for browser trouble (the trajectory's stop_reason
+    says what happened); a policy that raises propagates."""
 
     async def decide(request: PolicyRequest) -> PolicyResponse:
         return (await policy.act([request]))[0]
 
-    return await _run(task, decide, pool, settings, max_steps)
+    return await _run(task, decide, pool, settings, max_steps, stop_rules)
 
 
 async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, settings: Settings,
-                    concurrency: int, max_steps: int = MAX_STEPS, batch_wait_s: float = BATCH_WAIT_S
-                    ) -> list[Trajectory]:
+                    concurrency: int, max_steps: int = MAX_STEPS, batch_wait_s: float = BATCH_WAIT_S,
+                    stop_rules: StopRules = StopRules()) -> list[Trajectory]:
     """Run ``tasks`` with up to ``concurrency`` episodes at once (bounded by the pool's size); the policy
     gets batches of requests. Trajectories come back in task order."""
     limit = asyncio.Semaphore(max(1, min(concurrency, pool.size)))
@@ -92,7 +93,7 @@ async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, 
         async with limit:
             batcher.join()
             try:
-                return await _run(task, batcher.act, pool, settings, max_steps)
+                return await _run(task, batcher.act, pool, settings, max_steps, stop_rules)
             finally:
                 batcher.leave()
 

@@ -69,3 +69,34 @@ def test_cli_bootstrap_rejects_an_unknown_word_tokenisation_naming_the_flag(sett
     assert result.exit_code == 2
     assert "--words" in result.output and "unknown word tokenisation 'glued'" in result.output
     assert not (settings.home / "webrl.db").exists()  # refused before touching anything
+
+
+def test_rollouts_go_through_the_actor_service_in_the_distributed_mode(tmp_path) -> None:
+    def through_actor(**values: object) -> bool:
+        return Settings(home=tmp_path, _env_file=None, **values).rollouts_through_actor
+
+    assert not through_actor()  # embedded: the rollout job loads the checkpoint
+    assert through_actor(broker_url="redis://127.0.0.1:6379/3")
+    assert not through_actor(broker_url="redis://127.0.0.1:6379/3", rollout_policy="checkpoint")
+    assert through_actor(rollout_policy="endpoint")
+    with pytest.raises(ValidationError, match="rollout_policy"):
+        Settings(home=tmp_path, _env_file=None, rollout_policy="vllm")
+
+
+@pytest.mark.slow  # loads the task suite and imports torch
+def test_cli_train_stops_in_one_line_when_the_actor_service_cannot_serve(
+        free_sites: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webrl.cli import app
+    from webrl.models.tiny import build_tiny_folder
+
+    actor = build_tiny_folder(["Show me the products", 'do(action="Click", element="3")'] * 10,
+                              free_sites.home / "actor", size="test", vocab_size=600)
+    monkeypatch.setenv("WEBRL_ROLLOUT_POLICY", "endpoint")
+    monkeypatch.setenv("WEBRL_ACTOR_URL", "http://127.0.0.1:9")  # nothing listens there
+    get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["train", "--preset", "smoke", "--actor", str(actor)])
+    assert result.exit_code == 1, result.output
+    *_, last = result.output.splitlines()  # after "loaded the sandbox task suite" on a fresh database
+    assert last.startswith("error: cannot ask the actor service what it serves (GET http://127.0.0.1:9/v1/model, "
+                           "WEBRL_ACTOR_URL)")
+    assert "Traceback" not in result.output

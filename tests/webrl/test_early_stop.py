@@ -1,7 +1,7 @@
 """WebArena's early stop, counted by hand."""
 
 from webrl.actions import parse_action
-from webrl.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, EarlyStop
+from webrl.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, EarlyStop, StopRules
 
 CLICK = parse_action('do(action="Click", element="3")')
 OTHER = parse_action('do(action="Click", element="4")')
@@ -21,3 +21,10 @@ def test_five_identical_actions_in_a_row_stop_and_a_different_one_resets() -> No
     assert stop.update(OTHER) is None
     assert [stop.update(CLICK) for _ in range(MAX_REPEATED_ACTIONS - 1)] == [None] * 4
     assert stop.update(CLICK) == "repeated_action"
+
+
+def test_other_thresholds_stop_sooner_or_later() -> None:
+    two_failures = EarlyStop(StopRules(max_parse_failures=2))
+    assert [two_failures.update(None) for _ in range(2)] == [None, "parse_failures"]
+    seven_repeats = EarlyStop(StopRules(max_repeated_actions=7))
+    assert [seven_repeats.update(CLICK) for _ in range(7)] == [None] * 6 + ["repeated_action"]

@@ -3,8 +3,9 @@ condition, evaluate, close. The browser pool runs it on its own browsers (rollou
 it on the browser pool service over HTTP (agent runs).
 
 Stopping (DESIGN.md step 2, WebArena's ``early_stop`` as WebRL runs it): ``exit(...)``, ``max_steps``
-actions, 5 parse failures in a row, 5 identical actions in a row (:class:`webrl.early_stop.EarlyStop`);
-also a step or the episode over its time limit, or an environment that crashed.
+actions, 5 parse failures in a row, 5 identical actions in a row (:class:`webrl.early_stop.EarlyStop`; the
+thresholds are the rollout's :class:`webrl.early_stop.StopRules`); also a step or the episode over its time
+limit, or an environment that crashed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 from webrl.actions import Action
 from webrl.agent.environment import Environment, EpisodeCrashed
 from webrl.agent.policy import Decide, PolicyRequest, PolicyResponse
-from webrl.early_stop import MAX_STEPS, EarlyStop
+from webrl.early_stop import MAX_STEPS, EarlyStop, StopRules
 from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
 log = logging.getLogger(__name__)
@@ -23,22 +24,24 @@ log = logging.getLogger(__name__)
 
 async def run_episode(env: Environment, task: TaskConfig, decide: Decide, *, max_steps: int = MAX_STEPS,
                       step_timeout_s: float | None = None, episode_timeout_s: float | None = None,
-                      evaluate: bool = True, actor_version: str = "") -> Trajectory:
+                      evaluate: bool = True, actor_version: str = "", stop_rules: StopRules = StopRules()
+                      ) -> Trajectory:
     """One episode of ``decide`` on ``task`` in ``env`` (a fresh one; the loop resets and closes it).
 
     Returns the trajectory: its steps (the last one ``done``), the answer of an ``exit``, the last
     observation, the evaluator's score when ``evaluate`` (None when the task has none or its evaluator
     cannot run here), ``actor_version`` updated to the version of each response, and ``stop_reason``: ``exit``,
-    ``max_steps``, ``parse_failures``, ``repeated_action``, ``step_timeout``, ``episode_timeout`` or the
-    :class:`EpisodeCrashed` reason (its message then becomes the last step's error). ``None`` time limits
-    mean none. Raises what ``decide`` raises and what the environment raises besides :class:`EpisodeCrashed`.
+    ``max_steps``, ``parse_failures`` or ``repeated_action`` (the thresholds of ``stop_rules``), ``step_timeout``,
+    ``episode_timeout`` or the :class:`EpisodeCrashed` reason (its message then becomes the last step's error).
+    ``None`` time limits mean none. Raises what ``decide`` raises and what the environment raises besides
+    :class:`EpisodeCrashed`.
     """
     traj = Trajectory(task_id=str(task.task_id), intent=task.intent, actor_version=actor_version)
     limit = asyncio.timeout(episode_timeout_s)
     try:
         async with limit:
             observation = await env.reset()
-            await _steps(env, task, decide, observation, traj, max_steps, step_timeout_s)
+            await _steps(env, task, decide, observation, traj, max_steps, step_timeout_s, EarlyStop(stop_rules))
             if evaluate:
                 traj.env_score = await _score(env, traj.answer)
     except TimeoutError:
@@ -57,9 +60,8 @@ async def run_episode(env: Environment, task: TaskConfig, decide: Decide, *, max
 
 
 async def _steps(env: Environment, task: TaskConfig, decide: Decide, obs: Observation, traj: Trajectory,
-                 max_steps: int, step_timeout_s: float | None) -> None:
+                 max_steps: int, step_timeout_s: float | None, streaks: EarlyStop) -> None:
     """Policy -> action -> observation, until a stop condition; fills ``traj``."""
-    streaks = EarlyStop()
     traj.stop_reason = "max_steps"
     for index in range(max_steps):
         request = PolicyRequest(task=env.task, intent=task.intent, observation=obs, history=list(traj.steps))

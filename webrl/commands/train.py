@@ -198,10 +198,16 @@ def register(app: typer.Typer) -> None:
             console.print(f"[green]phase {r.phase} {r.stage}[/green] {shown}")
             tracker.scalars(r.metrics, step=r.phase, prefix=f"{r.stage}/")
 
-        with sandbox_if_needed(settings), _progress() as progress, tracker:
-            pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage,
-                                tracking=tracking)
-            pipeline.run()
+        from webrl.actor_service import ActorNotServing
+
+        try:
+            with sandbox_if_needed(settings), _progress() as progress, tracker:
+                pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage,
+                                    tracking=tracking)
+                pipeline.run()
+        except ActorNotServing as exc:
+            console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(1) from exc
         print_phase_table(settings, options.run)
         assert settings.artifacts_dir is not None
         out = write_report(settings, options.run, report or settings.artifacts_dir / "reports" / options.run)

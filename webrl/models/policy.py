@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
+from webrl.actor_service import actor_headers
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.allow_list import origin
 from webrl.config import Settings
 from webrl.contracts import ActItem, ActRequest, ActResponse
 from webrl.models.backends import Generation
@@ -87,13 +87,10 @@ class ActorEndpointPolicy:
 
     def __init__(self, url: str, settings: Settings, *, temperature: float | None = None,
                  max_new_tokens: int | None = None, timeout: float = 300.0) -> None:
-        key = settings.actor_api_key or settings.api_key
-        to_actor = origin(url) == origin(settings.actor_url)
-        headers = {"Authorization": f"Bearer {key}"} if key and to_actor else {}
         self.url = url.rstrip("/") + "/v1/act"
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
-        self._headers = headers
+        self._headers = actor_headers(settings, url)
         self._timeout = timeout
 
     async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:

@@ -54,3 +54,5 @@ def test_endpoint_spec_builds_the_http_policy():
     assert policy._headers == {"Authorization": "Bearer the-key"}  # the configured actor gets the key
     sampled = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:2", "temperature": 0.7}, settings)
     assert sampled.temperature == 0.7 and sampled._headers == {}  # another endpoint never does
+    default = policy_from_spec({"kind": "endpoint"}, settings)  # what `webrl train` sends in the distributed mode
+    assert default.url == "http://127.0.0.1:1/v1/act" and default._headers == {"Authorization": "Bearer the-key"}

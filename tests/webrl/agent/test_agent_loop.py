@@ -11,7 +11,7 @@ from webrl.actions import ActionParseError, ActionType, parse_action
 from webrl.agent.environment import Environment, EpisodeCrashed, StepResult
 from webrl.agent.loop import run_episode
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, MAX_STEPS
+from webrl.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, MAX_STEPS, StopRules
 from webrl.evaluation.errors import EvaluationError
 from webrl.schemas import Observation, TaskConfig
 
@@ -139,6 +139,14 @@ async def test_parse_failures_stop_the_episode() -> None:
 async def test_repeated_actions_stop_the_episode() -> None:
     traj = await run_episode(Counter(), TASK, Script(CLICK))
     assert traj.stop_reason == "repeated_action" and len(traj.steps) == MAX_REPEATED_ACTIONS
+
+
+async def test_the_stop_rules_given_set_when_an_episode_stops() -> None:
+    garbled = await run_episode(Counter(), TASK, Script("not an action"), stop_rules=StopRules(max_parse_failures=2))
+    assert garbled.stop_reason == "parse_failures" and len(garbled.steps) == 2
+    patient = StopRules(max_repeated_actions=MAX_REPEATED_ACTIONS + 3)
+    traj = await run_episode(Counter(), TASK, Script(CLICK), stop_rules=patient)
+    assert traj.stop_reason == "repeated_action" and len(traj.steps) == MAX_REPEATED_ACTIONS + 3
 
 
 async def test_step_timeout_records_the_step() -> None:

@@ -7,9 +7,11 @@ import pytest
 from sqlalchemy import select
 
 from webrl.config import Settings
+from webrl.contracts import OracleSpec
 from webrl.db import models as m
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
+from webrl.early_stop import StopRules
 from webrl.hyperparams import DEFAULTS, with_overrides
 from webrl.pipeline import Pipeline, PipelineOptions
 
@@ -32,3 +34,15 @@ def test_options_stored_in_another_layout_are_refused_with_the_reason(settings: 
         s.add(m.Run(name="old", options={"run": "old", "phases": 3, "tasks_per_phase": 48}))
     with pytest.raises(RuntimeError, match=r"run 'old' was stored with options this webrl cannot read"):
         Pipeline(settings, PipelineOptions(run="old"))
+
+
+def test_rollout_jobs_carry_the_records_early_stops(settings: Settings) -> None:
+    upgrade(settings)
+    record = with_overrides(DEFAULTS, {"rollout.max_parse_failures": 2, "rollout.max_repeated_actions": 7,
+                                       "rollout.max_steps": 12})
+    request = Pipeline(settings, PipelineOptions(run="stops", hyperparams=record)).rollout_request(
+        ["k"], 1, OracleSpec(), "train")
+    assert request.max_steps == 12
+    assert request.stop_rules() == StopRules(max_parse_failures=2, max_repeated_actions=7)
+    default = Pipeline(settings, PipelineOptions(run="default")).rollout_request(["k"], 1, OracleSpec(), "train")
+    assert default.stop_rules() == StopRules() == StopRules(5, 5)

@@ -1,0 +1,63 @@
+"""serve_checkpoint, what the pipeline does before a rollout through the actor service: it announces the
+checkpoint a rollout needs on Redis and returns once the real (uvicorn) service reports serving it, or stops with
+the reason."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.actor.app import create_actor_app
+from webrl.actor_service import ActorNotServing, serve_checkpoint, serving
+from webrl.checkpoints import MANIFEST_FILE, publish_folder
+from webrl.config import Settings
+
+pytestmark = pytest.mark.redis
+
+
+def _published(folder: Path, dest: Path, version: str) -> Path:
+    info = publish_folder(lambda tmp: shutil.copytree(folder, tmp, dirs_exist_ok=True), dest, role="actor",
+                          version=version)
+    return Path(info.path)
+
+
+def test_the_service_reloads_the_announced_checkpoint_and_reports_it(
+        actor_model_dir: Path, second_model_dir: Path, tmp_path: Path, settings: Settings, redis_url: str,
+        serve) -> None:
+    channel = f"webrl:checkpoints:test-{uuid.uuid4().hex[:8]}"  # this test's own channel
+    served = serve(create_actor_app(settings.model_copy(update={"actor_model": str(actor_model_dir),
+                                                                "redis_url": redis_url}), channel=channel))
+    client = settings.model_copy(update={"actor_url": served.url, "redis_url": redis_url})
+    assert serve_checkpoint(client, str(actor_model_dir), timeout_s=1, channel=channel) == "actor-v1"  # as is
+    assert httpx.get(f"{served.url}/v1/model").json()["reloads"] == 0
+
+    trained = _published(second_model_dir, tmp_path / "ckpt" / "phase1", "phase1-actor")
+    assert serve_checkpoint(client, str(trained), timeout_s=60, channel=channel) == "phase1-actor"
+    model = httpx.get(f"{served.url}/v1/model").json()
+    assert (model["version"], model["reloads"], model["path"], model["reload_error"]) == (
+        "phase1-actor", 1, str(trained), None)
+    assert serving(client).version == "phase1-actor"
+
+    tampered = _published(actor_model_dir, tmp_path / "ckpt" / "phase2", "phase2-actor")
+    manifest = json.loads((tampered / MANIFEST_FILE).read_text())
+    (tampered / MANIFEST_FILE).write_text(json.dumps({**manifest, "sha256": "0" * 64}))
+    with pytest.raises(ActorNotServing, match=r"still serves 'phase1-actor' 2 s after 'phase2-actor'.*its last "
+                                              r"reload failed: refused phase2-actor: .* does not hash"):
+        serve_checkpoint(client, str(tampered), timeout_s=2, channel=channel)
+
+
+def test_an_unreachable_service_or_no_redis_is_a_clear_error(actor_model_dir: Path, settings: Settings,
+                                                             serve) -> None:
+    nowhere = settings.model_copy(update={"actor_url": "http://127.0.0.1:9"})
+    with pytest.raises(ActorNotServing, match=r"cannot ask the actor service what it serves \(GET "
+                                              r"http://127.0.0.1:9/v1/model, WEBRL_ACTOR_URL\)"):
+        serve_checkpoint(nowhere, str(actor_model_dir), timeout_s=1)
+    served = serve(create_actor_app(settings.model_copy(update={"actor_model": str(actor_model_dir)})))
+    unannounced = settings.model_copy(update={"actor_url": served.url, "redis_url": None})
+    with pytest.raises(ActorNotServing, match="without WEBRL_REDIS_URL the reload cannot be announced"):
+        serve_checkpoint(unannounced, str(actor_model_dir.parent / "missing-actor"), timeout_s=1)

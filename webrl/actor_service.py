@@ -1,0 +1,103 @@
+"""The actor service as its clients reach it over HTTP (``settings.actor_url``): the bearer key it alone is
+sent, the checkpoint it serves (``GET /v1/model``), and asking it to serve another one.
+
+The pipeline calls :func:`serve_checkpoint` before every rollout that goes through the actor service: the actor
+hot-reloads checkpoints announced on ``webrl:checkpoints`` (``services/actor/reload.py``), the trainer announces
+each one it publishes, and the pipeline waits until the service *reports* the version the rollout needs, so the
+rollouts of phase i+1 are made by phase i's actor. It announces the checkpoint itself when the service serves
+another one (the SFT actor it was started with, a resumed run, a restarted service).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from webrl.allow_list import origin
+from webrl.checkpoints import CHANNEL, CheckpointError, CheckpointInfo, announce, folder_sha256, read_manifest
+from webrl.config import Settings
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5  # how often the wait asks the actor service what it serves
+REQUEST_TIMEOUT_S = 10.0  # one GET /v1/model
+
+
+class ActorNotServing(RuntimeError):
+    """The actor service cannot be reached, or does not serve the checkpoint a rollout needs in time."""
+
+
+def actor_headers(settings: Settings, url: str) -> dict[str, str]:
+    """The bearer header for ``url`` when it is the configured actor service (``actor_api_key``, else the
+    services' ``api_key``); no header for any other endpoint, so the key never leaves for another server."""
+    key = settings.actor_api_key or settings.api_key
+    return {"Authorization": f"Bearer {key}"} if key and origin(url) == origin(settings.actor_url) else {}
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What ``GET /v1/model`` says the actor service serves."""
+
+    version: str
+    backend: str
+    reload_error: str | None = None
+
+
+def serving(settings: Settings) -> Serving:
+    """The checkpoint the actor service at ``settings.actor_url`` serves now."""
+    url = settings.actor_url.rstrip("/") + "/v1/model"
+    try:
+        reply = httpx.get(url, headers=actor_headers(settings, url), timeout=REQUEST_TIMEOUT_S)
+        reply.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise ActorNotServing(f"cannot ask the actor service what it serves (GET {url}, WEBRL_ACTOR_URL): "
+                              f"{exc}") from exc
+    body = reply.json()
+    return Serving(version=str(body["version"]), backend=str(body.get("backend", "")),
+                   reload_error=body.get("reload_error"))
+
+
+def _event(path: str, version: str) -> CheckpointInfo:
+    """The hot-reload event of the actor folder ``path``: its manifest's sha256 (what the trainer announced),
+    else the folder's digest (an SFT folder published by hand)."""
+    try:
+        sha256 = str(read_manifest(path)["sha256"])
+    except (CheckpointError, KeyError):
+        sha256 = folder_sha256(path)
+    return CheckpointInfo(role="actor", version=version, path=str(Path(path).resolve()), sha256=sha256)
+
+
+def serve_checkpoint(settings: Settings, path: str, timeout_s: float, *, channel: str = CHANNEL) -> str:
+    """Make the actor service serve the checkpoint folder ``path`` (announced on ``channel`` unless it serves it
+    already); returns its version once the service reports it. Raises :class:`ActorNotServing` with the reason
+    when it cannot, or not within ``timeout_s``."""
+    from webrl.models.loading import checkpoint_version  # lazily: torch
+
+    wanted = checkpoint_version(path)
+    now = serving(settings)
+    if now.version == wanted:
+        return wanted
+    where = f"the actor service at {settings.actor_url}"
+    if now.backend != "local":
+        raise ActorNotServing(f"{where} serves {now.version!r} through its {now.backend!r} backend, which cannot "
+                              f"hot-reload {wanted!r} ({path}) nor say which checkpoint its server holds: serve the "
+                              "actor with WEBRL_ACTOR_BACKEND=local, or roll out in the workers "
+                              "(WEBRL_ROLLOUT_POLICY=checkpoint)")
+    if not announce(settings, _event(path, wanted), channel=channel):
+        raise ActorNotServing(f"{where} serves {now.version!r}, not {wanted!r} ({path}), and without WEBRL_REDIS_URL "
+                              "the reload cannot be announced")
+    log.info("asked %s to serve %s (it serves %s)", settings.actor_url, wanted, now.version)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        now = serving(settings)
+        if now.version == wanted:
+            return wanted
+    reason = f"; its last reload failed: {now.reload_error}" if now.reload_error else ""
+    raise ActorNotServing(f"{where} still serves {now.version!r} {timeout_s:g} s after {wanted!r} ({path}) was "
+                          f"announced on {channel}{reason}. Does it listen on the same Redis "
+                          "(WEBRL_REDIS_URL), and can it read that folder? (the wait: WEBRL_ACTOR_RELOAD_TIMEOUT_S)")
