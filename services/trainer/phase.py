@@ -52,7 +52,7 @@ from services.trainer.loop import (
 from services.trainer.losses import actor_loss, critic_loss
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model
 from services.trainer.returns import advantages, binarise
-from services.trainer.sft import COMPLETION_BUDGET, LORA_BASE_DTYPE, MAX_LENGTH, load_for_training
+from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
 from webrl.checkpoints import CheckpointInfo, find, verify
 from webrl.config import Settings
 from webrl.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
@@ -167,7 +167,7 @@ def _load_critic(settings: Settings, job: PhaseJob) -> Any:
     from webrl.models.critic import CriticModel
 
     start = job.critic or job.critic_base or job.actor
-    dtype = LORA_BASE_DTYPE if is_adapter(start) else torch.float32
+    dtype = lora_base_dtype() if is_adapter(start) else torch.float32
     if job.critic:
         return CriticModel.from_pretrained(job.critic, dtype=dtype, settings=settings, trainable=True)
     return CriticModel.from_backbone(start, seed=job.seed, dtype=dtype, settings=settings)

@@ -39,10 +39,20 @@ log = logging.getLogger("webrl.trainer.sft")
 COMPLETION_BUDGET = 256
 #: Longest sequence trained on when the job does not say (WebRL's ``cutoff_len`` 16384; published code).
 MAX_LENGTH = 16384
-#: Dtype of the frozen base under a LoRA adapter (the adapter itself trains in fp32): bf16 weights ran LoRA
-#: fwd+bwd 1.4x faster than fp32 on the 2-core avx512_bf16 CPU (211 vs 151 tokens/s, SmolLM2-135M, 800 tokens)
-#: and are what GPUs use anyway.
-LORA_BASE_DTYPE = torch.bfloat16
+
+
+def lora_base_dtype() -> torch.dtype:
+    """Dtype of the frozen base under a LoRA adapter (the adapter itself trains in fp32): bf16 where the hardware
+    computes it natively, fp32 elsewhere.
+
+    Measured on SmolLM2-135M, LoRA fwd+bwd of 2 x 800 tokens, 2 threads: on an avx512_bf16 CPU bf16 ran 1.4x
+    faster than fp32 (211 vs 151 tokens/s); on an AVX2-only CPU (no bf16 instructions, emulated) bf16 took 265 s
+    against fp32's 10 s, 26x slower, which made a CPU demo phase's reference pass alone run for 40+ minutes.
+    """
+    if torch.cuda.is_available():
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported() \
+        else torch.float32
 
 
 def _select_trajectories(session: Session, job: SftJob) -> list[m.Trajectory]:
@@ -108,7 +118,7 @@ def load_for_training(path: str | Path, settings: Settings | None = None, *, lor
     if is_adapter(path) or lora is not None:
         from webrl.config import get_settings
 
-        return load_trainable(path, settings or get_settings(), LORA_BASE_DTYPE, lora=lora), tokenizer
+        return load_trainable(path, settings or get_settings(), lora_base_dtype(), lora=lora), tokenizer
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     return model, tokenizer
 

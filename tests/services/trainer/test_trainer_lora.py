@@ -95,3 +95,12 @@ def _adapter_weights(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def test_the_lora_base_is_bf16_only_where_the_hardware_computes_bf16() -> None:
+    from services.trainer.sft import lora_base_dtype
+
+    native = (torch.cuda.is_available() and torch.cuda.is_bf16_supported()) or (
+        not torch.cuda.is_available()
+        and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()))
+    assert lora_base_dtype() == (torch.bfloat16 if native else torch.float32)
