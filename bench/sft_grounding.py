@@ -141,7 +141,8 @@ def run_variant(home: str, base: str, name: str, overrides: dict[str, Any], minu
     recipe = {**DEFAULT_RECIPE, **overrides}
     prompt_tokens = int(recipe.pop("prompt_tokens", settings.actor_max_prompt_tokens))
     train_ids, test_ids = split_trajectories(settings)
-    out = Path(tempfile.mkdtemp(prefix=f"sft-{name}-"))
+    settings.ensure_dirs()
+    out = Path(tempfile.mkdtemp(prefix=f"sft-{name}-", dir=settings.artifacts_dir))  # the trainer writes only there
     job = SftJob(base=base, output=str(out / "actor"), kind="actor", trajectory_ids=train_ids, purpose="sft",
                  seed=0, max_minutes=minutes, max_length=prompt_tokens + COMPLETION_BUDGET, **recipe)
     info = run_sft(settings, job)

@@ -39,6 +39,19 @@ def _unavailable(what: str, exc: Exception) -> None:
     pytest.skip(f"{what} unreachable: {exc}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Requests may name the session's model folders (they live in pytest's temporary folder, outside each
+    test's artifacts store) as models to load (``WEBRL_MODEL_DIRS``, webrl.paths); child processes inherit it."""
+    before = os.environ.get("WEBRL_MODEL_DIRS")
+    os.environ["WEBRL_MODEL_DIRS"] = str(tmp_path_factory.getbasetemp())
+    yield
+    if before is None:
+        os.environ.pop("WEBRL_MODEL_DIRS", None)
+    else:
+        os.environ["WEBRL_MODEL_DIRS"] = before
+
+
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     """Embedded-mode settings under a fresh home (SQLite, eager jobs)."""

@@ -46,6 +46,14 @@ def start_url_problem(url: str, allowed: list[str]) -> str | None:
     return None
 
 
+def first_refused(urls: list[str], allowed: list[str]) -> str | None:
+    """Why the first of ``urls`` that may not start an episode may not, naming it; None when all may."""
+    for url in urls:
+        if problem := start_url_problem(url, allowed):
+            return problem if url in problem else f"{url}: {problem}"
+    return None
+
+
 def origin(url: str) -> str:
     """``scheme://host:port`` of ``url`` (the port spelled out), lower-case; "" when it has none."""
     try:

@@ -9,8 +9,19 @@ import typer
 from rich.console import Console
 
 from webrl.config import get_settings
+from webrl.errors import one_line_errors
 
-app = typer.Typer(help="webrl: WebRL (self-evolving online-curriculum RL) for LLM web agents.",
+
+class Cli(typer.Typer):
+    """The command line: a user's mistake (:class:`webrl.errors.UserError`, invalid settings) is one line on
+    stderr and exit status 2, not a traceback."""
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        with one_line_errors():
+            return super().__call__(*args, **kwargs)
+
+
+app = Cli(help="webrl: WebRL (self-evolving online-curriculum RL) for LLM web agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
 
@@ -23,6 +34,8 @@ COMMAND_MODULES = [
     "webrl.commands.serve",
     "webrl.commands.train",
     "webrl.commands.judges",
+    "webrl.commands.ui",
+    "webrl.commands.pages",
 ]
 
 

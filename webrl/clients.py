@@ -18,6 +18,8 @@ from webrl.contracts import (
     GenerateResult,
     ObserveRequest,
     ObserveResult,
+    PageCheckRequest,
+    PageCheckResult,
     PhaseJob,
     PhaseResult,
     RolloutRequest,
@@ -51,6 +53,10 @@ def rollout_run(request: RolloutRequest, *, timeout: float | None = None) -> Rol
 
 def rollout_observe(request: ObserveRequest, *, timeout: float | None = None) -> ObserveResult:
     return call("rollout.observe", request, ObserveResult, timeout=timeout)
+
+
+def rollout_check_pages(request: PageCheckRequest, *, timeout: float | None = None) -> PageCheckResult:
+    return call("rollout.check_pages", request, PageCheckResult, timeout=timeout)
 
 
 def critic_value(request: ValueRequest, *, timeout: float | None = None) -> ValueResult:

@@ -79,6 +79,12 @@ class Settings(BaseSettings):
                     "endpoint), besides the configured actor_url, actor_endpoint, orm_endpoint and "
                     "llm_judge_endpoint. Comma-separated; compared by scheme, host and port.",
     )
+    model_dirs: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Folders, besides the artifacts store, a request may name a model folder in (the ORM's "
+                    "`orm`, the critic's `critic`); the configured orm_model and critic_model are always allowed. "
+                    "Comma-separated.",
+    )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Hosts (host:port, or host for any port) a browser may reach. Empty: the hosts of the "
@@ -161,6 +167,19 @@ class Settings(BaseSettings):
     browser_pool_size: int = Field(2, ge=1, description="Browsers the browser-pool service keeps.")
     browser_step_timeout_s: float = Field(60.0, gt=0, description="Limit on one step (action + observation).")
     browser_episode_timeout_s: float = Field(900.0, gt=0, description="Limit on one whole episode.")
+    browser_episode_idle_s: float = Field(
+        300.0, gt=0, description="A REST episode (POST /v1/episodes) left without a step, evaluate or delete this "
+        "long is closed and its browser freed (an abandoned client would otherwise hold it forever).")
+
+    # Bounded work: what one request may ask of a service.
+    max_request_bytes: int = Field(8 * 2**20, ge=1024, description="Largest request body a route takes (413 over "
+                                   "it), except the routes that carry batches of pages.")
+    max_batch_request_bytes: int = Field(
+        64 * 2**20, ge=1024, description="Largest body of the routes that carry batches of pages or prompts "
+        "(/v1/act, /v1/completions, /v1/logprobs, /v1/orm/score, /v1/critic/value).")
+    model_request_timeout_s: float = Field(
+        600.0, gt=0, description="How long one request's model work (generation, scoring, values) may take before "
+        "the request answers 504; also how long it waits for a model busy with other requests.")
 
     # Jobs (webrl/queue.py): how long one Celery job may run, and when Redis gives up on its worker.
     job_time_limit_s: float = Field(
@@ -176,7 +195,7 @@ class Settings(BaseSettings):
 
     log_level: str = Field("WARNING", description="Log level of the CLI (its progress bars carry the news); -v: DEBUG.")
 
-    @field_validator("allowed_hosts", "allowed_endpoints", mode="before")
+    @field_validator("allowed_hosts", "allowed_endpoints", "model_dirs", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):

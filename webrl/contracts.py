@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from webrl.actions import Action
 from webrl.agent.policy import PolicyRequest, PolicyResponse
@@ -27,12 +27,14 @@ from webrl.early_stop import MAX_STEPS, StopRules
 from webrl.hyperparams import DEFAULTS, WebRLHyperparams
 from webrl.schemas import Observation, Seed, Trajectory
 
-DB_MAX_ID = 2**63 - 1  # a database id is a signed 64-bit integer (SQLite and Postgres BIGINT)
+DB_MAX_INT = 2**31 - 1  # ids, phases and attempts are INTEGER columns: signed 32-bit on Postgres
 MAX_TRAJECTORIES = 256  # full trajectories per ORM request: bounds one request's memory and latency
 MAX_STATES = 256  # states per critic request
 MAX_ACT_BATCH = 256  # one act request carries at most this many observations
+MAX_EPISODE_STEPS = 100  # the longest episode a rollout runs; so the longest history or trajectory a request carries
 
-DbId = Annotated[int, Field(ge=1, le=DB_MAX_ID)]
+DbId = Annotated[int, Field(ge=1, le=DB_MAX_INT)]
+DbCount = Annotated[int, Field(ge=0, le=DB_MAX_INT)]  # a phase or an attempt number
 
 
 class Contract(BaseModel):
@@ -91,8 +93,9 @@ class ActItem(Contract):
 
     intent: str = Field(min_length=1, description="The task intent.")
     observation: Observation
-    history: list[str] = Field(default_factory=list, description="Earlier raw responses of this episode, oldest "
-                                                                  "first (their observations are elided).")
+    history: list[str] = Field(default_factory=list, max_length=MAX_EPISODE_STEPS,
+                               description="Earlier raw responses of this episode, oldest first (their observations "
+                                           "are elided).")
 
     @classmethod
     def of(cls, request: PolicyRequest) -> ActItem:
@@ -141,16 +144,18 @@ class RolloutRequest(Contract):
     """``rollout.run`` and ``POST /v1/rollouts``: run a policy on stored tasks and store the trajectories."""
 
     task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks (tasks.key).")
-    phase: int = Field(0, ge=0)
-    attempt: int = Field(0, ge=0)
+    phase: int = Field(0, ge=0, le=DB_MAX_INT)
+    attempt: int = Field(0, ge=0, le=DB_MAX_INT)
     purpose: Literal["train", "eval", "sft", "orm"] = "train"
     policy: PolicySpec
     concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
-    max_steps: int = Field(MAX_STEPS, ge=1, le=100)
+    max_steps: int = Field(MAX_STEPS, ge=1, le=MAX_EPISODE_STEPS)
     max_parse_failures: int = Field(DEFAULTS.rollout.max_parse_failures, ge=1, description="Stop an episode after "
                                     "this many unparsable responses in a row.")
     max_repeated_actions: int = Field(DEFAULTS.rollout.max_repeated_actions, ge=1, description="Stop an episode "
                                       "after this many identical actions in a row.")
+    screenshots: bool = Field(False, description="Store a downscaled screenshot of every step beside its trajectory "
+                              "(``webrl.screenshots``); off in training, on in `webrl eval`.")
 
     def stop_rules(self) -> StopRules:
         """The early-stop thresholds the episode loop applies."""
@@ -158,7 +163,7 @@ class RolloutRequest(Contract):
 
 
 class RolloutResult(Contract):
-    trajectory_ids: list[int]
+    trajectory_ids: list[DbId]
     mean_env_score: float = Field(description="Mean evaluator score over the trajectories that have one (else 0).")
     n_scored: int = Field(description="Trajectories with an evaluator score.")
     n_new: int = Field(description="Trajectories run by this job (the rest were stored already).")
@@ -184,13 +189,39 @@ class ObserveResult(Contract):
     states: list[StartState] = Field(description="One per requested key, in request order.")
 
 
+class PageCheckRequest(Contract):
+    """``rollout.check_pages``: open each URL as an episode's start page and return its first observation."""
+
+    urls: list[str] = Field(min_length=1, description="http(s) URLs on the browser allow-list.")
+
+
+class CheckedPage(Contract):
+    """What the agent would see at step 0 on one page, and how long getting it took."""
+
+    url: str = Field(description="The URL asked for.")
+    final_url: str = Field(description="Where the page ended up (after redirects).")
+    title: str = ""
+    tabs: list[str] = Field(default_factory=list, description="Each open tab's title.")
+    observation: str = Field(description="WebRL's simplified HTML of the page, as the actor sees it.")
+    elements: int = Field(description="Elements with an id (what actions can address).")
+    error: str | None = Field(None, description="What went wrong or happened while opening, as the agent is told.")
+    reset_ms: float = Field(description="The whole reset: context, navigation, first observation.")
+    settle_ms: float = Field(description="Of the first observation: waiting for the page to settle.")
+    observe_ms: float = Field(description="The whole first observation, settling included.")
+
+
+class PageCheckResult(Contract):
+    pages: list[CheckedPage] = Field(description="One per requested URL, in request order.")
+
+
 # ---- critic ------------------------------------------------------------------------------------------
 class CriticState(Contract):
     """What the critic reads: the intent, the page and the raw responses of the earlier steps."""
 
     intent: str = Field(min_length=1, description="The task's intent.")
     observation: str = Field(description="Simplified HTML of the page (WebRL's observation).")
-    history: list[str] = Field(default_factory=list, description="Raw responses of the earlier steps, oldest first.")
+    history: list[str] = Field(default_factory=list, max_length=MAX_EPISODE_STEPS,
+                               description="Raw responses of the earlier steps, oldest first.")
     key: str | None = Field(None, description="The task's key; values of stored tasks are kept in critic_values.")
 
 
@@ -217,13 +248,20 @@ class ValueResult(Contract):
 
 
 # ---- ORM ---------------------------------------------------------------------------------------------
+def _bounded_steps(trajectory: Trajectory) -> Trajectory:
+    if len(trajectory.steps) > MAX_EPISODE_STEPS:
+        raise ValueError(f"a trajectory has at most {MAX_EPISODE_STEPS} steps, this one {len(trajectory.steps)}")
+    return trajectory
+
+
 class ScoreRequest(Contract):
     """``orm.score`` and ``POST /v1/orm/score``: full trajectories (judged, not stored), or stored ones by id or by
     phase (judged, labels stored)."""
 
-    trajectories: list[Trajectory] | None = Field(None, min_length=1, max_length=MAX_TRAJECTORIES)
+    trajectories: list[Annotated[Trajectory, AfterValidator(_bounded_steps)]] | None = Field(
+        None, min_length=1, max_length=MAX_TRAJECTORIES)
     trajectory_ids: list[DbId] | None = Field(None, min_length=1)
-    phase: int | None = Field(None, ge=0, description="Every trajectory of this phase (and purpose).")
+    phase: int | None = Field(None, ge=0, le=DB_MAX_INT, description="Every trajectory of this phase (and purpose).")
     purpose: str = "train"
     orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM_MODEL.")
     threshold: float = Field(DEFAULTS.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
@@ -237,7 +275,7 @@ class ScoreRequest(Contract):
 
 
 class ScoreItem(Contract):
-    trajectory_id: int | None = None
+    trajectory_id: DbId | None = None
     p: float = Field(description="P(YES) = softmax(logit_YES, logit_NO)[YES]")
     reward: float = Field(description="1 if p >= threshold else 0")
 
@@ -265,7 +303,7 @@ class StartValueResult(Contract):
 class GenerateRequest(Contract):
     """``taskgen.generate`` and ``POST /v1/tasks/generate``: new tasks in breadth from failed ones."""
 
-    phase: int = Field(ge=1, description="Phase the new tasks belong to.")
+    phase: int = Field(ge=1, le=DB_MAX_INT, description="Phase the new tasks belong to.")
     parent_keys: list[str] = Field(min_length=1, max_length=5000, description="Keys of the failed tasks.")
     n: int = Field(ge=1, le=10000, description="How many tasks to generate at most.")
     generator: Literal["grounded", "llm"] = "grounded"
@@ -338,7 +376,7 @@ class TrackingSpec(Contract):
 class PhaseJob(Contract):
     """``train.phase`` and ``POST /v1/train``: one WebRL phase of training (critic, then actor)."""
 
-    phase: int = Field(ge=1, description="The phase whose trajectories are trained on.")
+    phase: int = Field(ge=1, le=DB_MAX_INT, description="The phase whose trajectories are trained on.")
     actor: str = Field(description="The actor at the start of the phase (a causal LM folder).")
     critic: str | None = Field(None, description="The previous critic; None in phase 1 (fresh heads).")
     critic_base: str | None = Field(None, description="Backbone of a fresh critic (the SFT model); default actor.")
@@ -363,8 +401,8 @@ class SftJob(Contract):
     base: str = Field(description="Hugging Face folder to start from.")
     output: str = Field(description="Where to publish the trained folder.")
     kind: Literal["actor", "orm"] = "actor"
-    trajectory_ids: list[int] | None = Field(None, description="Trajectories to learn from; else phase/purpose.")
-    phase: int | None = None
+    trajectory_ids: list[DbId] | None = Field(None, description="Trajectories to learn from; else phase/purpose.")
+    phase: DbCount | None = None
     purpose: str | None = Field(None, description="Trajectory purpose filter (e.g. 'sft', 'orm').")
     epochs: int = Field(1, ge=1)
     lr: float = Field(1e-5, gt=0)

@@ -74,4 +74,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from webrl.errors import one_line_errors
+
+    with one_line_errors():
+        main()

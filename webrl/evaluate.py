@@ -40,9 +40,10 @@ def external_task_keys(settings: Settings, tasks_file: Path) -> list[str]:
 
 def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", tasks_file: Path | None = None,
                    limit: int | None = None, concurrency: int = 4, max_steps: int | None = None,
+                   screenshots: bool = False,
                    on_progress: Callable[[str, int, int], None] | None = None) -> dict[str, tuple[int, float]]:
     """Success per site (and ``overall``) as ``{site: (n_tasks, success_rate)}``; ``max_steps``: the horizon
-    (default WebRL's 30; the CPU presets train and evaluate at 8-10)."""
+    (default WebRL's 30; the CPU presets train and evaluate at 8-10); ``screenshots``: store one per step."""
     if tasks_file is not None:
         keys = external_task_keys(settings, tasks_file)
     else:
@@ -59,7 +60,7 @@ def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", task
         result = rollout_run(RolloutRequest(
             task_keys=keys[start:start + CHUNK], phase=EVAL_PHASE, attempt=attempt, purpose="eval",
             policy=CheckpointSpec(path=str(actor.resolve())), concurrency=concurrency,
-            max_steps=max_steps if max_steps is not None else MAX_STEPS,
+            max_steps=max_steps if max_steps is not None else MAX_STEPS, screenshots=screenshots,
         ))
         ids.extend(result.trajectory_ids)
     progress("evaluate", len(keys), len(keys))

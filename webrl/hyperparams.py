@@ -48,6 +48,10 @@ class Curriculum:
     """... and V(start) <= this: not solved already (paper section 3.2)."""
     fill_filter: bool = True
     """Top a phase up with the tasks nearest the band when too few fall in it (this project's, not in the paper)."""
+    judge_before_critic: Literal["templates", "none"] = "templates"
+    """Phase 1 without an ORM has no critic to filter with: ``templates`` values a task by its template's success
+    in the run's training rollouts so far (``webrl.template_prior``; this project's) and keeps the most promising
+    in-band tasks first; ``none`` keeps every generated task."""
 
     def __post_init__(self) -> None:
         if self.value_low > self.value_high:

@@ -80,6 +80,8 @@ class PipelineOptions:
     """Seed of every sample the run draws (tasks, generation, training)."""
     hyperparams: WebRLHyperparams = field(default_factory=WebRLHyperparams)
     """The method's knobs and the run's scale (``webrl.hyperparams``; a preset is one)."""
+    screenshots: bool = False
+    """Store a screenshot of every rollout step (``webrl.screenshots``) for the viewer; costs browser time."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -292,7 +294,8 @@ class Pipeline:
         """Keep tasks the current critic finds neither hopeless nor solved: V(start) in [value_low, value_high].
 
         Phase 1 has no critic yet: the ORM's P(YES) on the start state stands in (as the WebRL authors did);
-        with neither (rewards from the sandbox evaluators), every generated task is kept.
+        with neither (rewards from the sandbox evaluators), the task's template's success so far does
+        (:mod:`webrl.template_prior`), or every generated task is kept (``curriculum.judge_before_critic``).
         """
         curriculum = self.hp.curriculum
         if not curriculum.enabled:
@@ -308,6 +311,8 @@ class Pipeline:
                 task_keys=candidates, values=values, critic_version=judge,
                 low=curriculum.value_low, high=curriculum.value_high,
             )).kept
+        if judge == "templates" and values is not None:  # the templates the actor solves sometimes first
+            kept = sorted(kept, key=lambda k: -values[k])
         quota = curriculum.tasks_per_phase
         kept = kept[:quota]
         in_band = len(kept)
@@ -321,6 +326,11 @@ class Pipeline:
     def _start_values(self, keys: list[str], index: int) -> tuple[dict[str, float] | None, str]:
         """V(start state) per task from the critic, or the ORM's P(YES) before the first critic exists."""
         critic, orm = self.critic_for_phase(index), self.options.orm
+        if keys and not (critic or orm) and self.hp.curriculum.judge_before_critic == "templates":
+            from webrl.template_prior import template_values
+
+            with session_scope(self.settings) as s:
+                return template_values(s, keys, range(index), self._orm_version()), "templates"
         if not keys or not (critic or orm):
             return None, "none"
         starts = clients.rollout_observe(ObserveRequest(task_keys=keys)).states
@@ -414,7 +424,8 @@ class Pipeline:
         return RolloutRequest(task_keys=keys, phase=phase, attempt=0, purpose=purpose, policy=policy,
                               concurrency=rollout.concurrency, max_steps=rollout.max_steps,
                               max_parse_failures=rollout.max_parse_failures,
-                              max_repeated_actions=rollout.max_repeated_actions)
+                              max_repeated_actions=rollout.max_repeated_actions,
+                              screenshots=self.options.screenshots)
 
     def _actor_versions(self, trajectory_ids: list[int]) -> list[str]:
         """The actor versions the trajectories record (each as the policy that made it answered)."""

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from webrl.config import Settings
 from webrl.db import models as m
@@ -24,12 +25,17 @@ def phase_rows(settings: Settings, run: str) -> list[dict[str, Any]]:
     """One dict per phase of ``run`` with the metrics each stage recorded, and ``run.orm``: the ORM the run
     was started with ("" when the sandbox evaluators gave the rewards)."""
     with session_scope(settings) as s:
-        run_row = s.scalar(select(m.Run).where(m.Run.name == run))
-        if run_row is None:
-            raise ValueError(f"no run named {run!r}")
-        phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run_row.id).order_by(m.Phase.index)).all()
-        orm = str((run_row.options or {}).get("orm") or "")
-        return [{"phase": p.index, "status": p.status, "run.orm": orm, **p.metrics} for p in phases]
+        return phase_rows_in(s, run)
+
+
+def phase_rows_in(session: Session, run: str) -> list[dict[str, Any]]:
+    """:func:`phase_rows` read in ``session`` (the viewer's is read-only). Raises ValueError for an unknown run."""
+    run_row = session.scalar(select(m.Run).where(m.Run.name == run))
+    if run_row is None:
+        raise ValueError(f"no run named {run!r}")
+    phases = session.scalars(select(m.Phase).where(m.Phase.run_id == run_row.id).order_by(m.Phase.index)).all()
+    orm = str((run_row.options or {}).get("orm") or "")
+    return [{"phase": p.index, "status": p.status, "run.orm": orm, **p.metrics} for p in phases]
 
 
 def _fmt(value: Any, pct: bool = False) -> str:
@@ -77,11 +83,16 @@ def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
 def calibration_points(settings: Settings) -> list[tuple[float, float]]:
     """(ORM P(YES), evaluator score) for every labelled trajectory that has both."""
     with session_scope(settings) as s:
-        rows = s.execute(
-            select(m.OrmLabel.p_yes, m.Trajectory.env_score)
-            .join(m.Trajectory, m.Trajectory.id == m.OrmLabel.trajectory_id)
-            .where(m.Trajectory.env_score.is_not(None), m.OrmLabel.orm_version != "env-evaluator")
-        ).all()
+        return calibration_points_in(s)
+
+
+def calibration_points_in(session: Session) -> list[tuple[float, float]]:
+    """:func:`calibration_points` read in ``session``."""
+    rows = session.execute(
+        select(m.OrmLabel.p_yes, m.Trajectory.env_score)
+        .join(m.Trajectory, m.Trajectory.id == m.OrmLabel.trajectory_id)
+        .where(m.Trajectory.env_score.is_not(None), m.OrmLabel.orm_version != "env-evaluator")
+    ).all()
     return [(float(p), float(score)) for p, score in rows]
 
 

@@ -11,10 +11,11 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from webrl.actions import Action
 from webrl.config import SITE_PLACEHOLDERS, Settings
+from webrl.errors import UserError
 
 
 class EvalSpec(BaseModel):
@@ -81,11 +82,31 @@ def resolve_placeholders(text: str, settings: Settings) -> str:
     return text
 
 
+class TaskFileError(UserError, ValueError):
+    """A task file that is not JSON, or an entry that is not a task config; the message names the entry and field."""
+
+
 def load_task_file(path: str | Path) -> list[TaskConfig]:
-    """Load a JSON list of task configs (WebArena's ``test.raw.json`` layout) or a single config."""
-    data = json.loads(Path(path).read_text())
+    """Load a JSON list of task configs (WebArena's ``test.raw.json`` layout) or a single config. Raises
+    :class:`TaskFileError` naming the file, and the entry and field at fault."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFileError(f"{path}: cannot read it: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise TaskFileError(f"{path}: not JSON ({exc})") from None
     items = data if isinstance(data, list) else [data]
-    return [TaskConfig.from_json(item) for item in items]
+    configs = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise TaskFileError(f"{path}: entry {index} is a {type(item).__name__}, not a task config (a JSON object)")
+        try:
+            configs.append(TaskConfig.from_json(item))
+        except ValidationError as exc:
+            fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors())
+            task = f" (task_id {item['task_id']!r})" if "task_id" in item else ""
+            raise TaskFileError(f"{path}: entry {index}{task}: {fields}") from None
+    return configs
 
 
 #: A sampling seed a request may carry: torch's generators take at most a signed 64-bit value, so a larger one is
@@ -115,6 +136,9 @@ class Step(BaseModel):
     logprobs: list[float] = Field(default_factory=list, description="Log-prob of each generated token.")
     url: str = ""
     error: str | None = Field(None, description="Execution error of this step's action, if any.")
+    screenshot: bytes | None = Field(None, exclude=True, repr=False,
+                                     description="The page the step saw as WebP/JPEG (``webrl.screenshots``), when "
+                                     "the rollout took screenshots; in memory until stored, never serialised.")
     reward: float = 0.0
     done: bool = False
 

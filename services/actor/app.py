@@ -17,6 +17,7 @@ from services.actor.agent import AgentRunError, PoolUnavailableError, resolve_ru
 from services.actor.engine import ActorEngine, EngineUnavailableError
 from services.actor.reload import CheckpointSubscriber
 from services.actor.schemas import (
+    MAX_PROMPTS,
     AgentRunRequest,
     AgentRunResponse,
     CompletionChoice,
@@ -36,10 +37,11 @@ from webrl.checkpoints import CHANNEL
 from webrl.config import Settings, get_settings
 from webrl.contracts import ActRequest, ActResponse
 from webrl.models.backends import Generation
-from webrl.service import create_app, invalid
+from webrl.service import create_app, invalid, within
 from webrl.service_metrics import attribute_reader, register_value
 
 log = logging.getLogger("webrl.actor")
+BATCH_ROUTES = ("/v1/act", "/v1/logprobs", "/v1/completions")  # they carry batches of pages or prompts
 
 
 def get_engine(request: Request) -> ActorEngine:
@@ -77,14 +79,14 @@ def _add_actor_routes(app: FastAPI) -> None:
     @app.post("/v1/act", response_model=ActResponse, tags=["actor"])
     async def act(body: ActRequest, engine: EngineDep) -> ActResponse:
         """A batch of observations to actions: raw text, parsed action or parse error, ids, log-probs."""
-        return await engine.act(body)
+        return await within(engine.settings, engine.act(body), "acting")
 
     @app.post("/v1/logprobs", response_model=LogprobsResponse, tags=["actor"])
     async def logprobs(body: LogprobsRequest, engine: EngineDep) -> LogprobsResponse:
         """Log-probs of completions after prompts (perplexity filtering)."""
+        pairs = [(i.prompt, i.completion) for i in body.items]
         try:
-            results, version = await asyncio.to_thread(engine.logprobs,
-                                                       [(i.prompt, i.completion) for i in body.items])
+            results, version = await within(engine.settings, asyncio.to_thread(engine.logprobs, pairs), "log-probs")
         except EngineUnavailableError as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from None
         return LogprobsResponse(results=[LogprobScore(**vars(r)) for r in results], version=version)
@@ -122,6 +124,14 @@ def _logprobs_block(engine: ActorEngine, g: Generation, as_ids: bool) -> Complet
     return CompletionLogprobs(tokens=tokens, token_logprobs=g.logprobs, top_logprobs=top, text_offset=offsets)
 
 
+def _completion_choices(engine: ActorEngine, body: CompletionRequest, generations: list[Generation]
+                        ) -> list[CompletionChoice]:
+    return [CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason, token_ids=g.token_ids,
+                             logprobs=_logprobs_block(engine, g, body.return_tokens_as_token_ids)
+                             if body.logprobs is not None else None)
+            for i, g in enumerate(generations)]
+
+
 def _add_compat_routes(app: FastAPI) -> None:
     @app.post("/v1/completions", response_model=CompletionResponse, tags=["compat"])
     async def completions(body: CompletionRequest, engine: EngineDep) -> CompletionResponse:
@@ -129,12 +139,12 @@ def _add_compat_routes(app: FastAPI) -> None:
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         if not prompts or any(not p for p in prompts):
             raise invalid("prompt", "needs at least one non-empty prompt")
-        generations, version = await engine.complete(prompts, body.max_tokens, body.temperature, body.seed)
-        choices = [CompletionChoice(index=i, text=g.text, finish_reason=g.finish_reason, token_ids=g.token_ids,
-                                    logprobs=_logprobs_block(engine, g, body.return_tokens_as_token_ids)
-                                    if body.logprobs is not None else None)
-                   for i, g in enumerate(generations)]
-        n_prompt = sum(engine.prompt_tokens(p) for p in prompts)
+        if len(prompts) > MAX_PROMPTS:
+            raise invalid("prompt", f"at most {MAX_PROMPTS} prompts per request, got {len(prompts)}")
+        generations, version = await within(
+            engine.settings, engine.complete(prompts, body.max_tokens, body.temperature, body.seed), "completion")
+        choices = await asyncio.to_thread(_completion_choices, engine, body, generations)
+        n_prompt = sum(await asyncio.to_thread(lambda: [engine.prompt_tokens(p) for p in prompts]))
         n_completion = sum(len(g.token_ids) for g in generations)
         return CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()),
                                   model=body.model or version, choices=choices, system_fingerprint=version,
@@ -146,7 +156,8 @@ def _add_compat_routes(app: FastAPI) -> None:
         """TGI-compatible ``/generate`` (``details`` gives each token's id and log-prob)."""
         params = body.parameters
         temperature = (params.temperature or 1.0) if params.do_sample else 0.0
-        generations, _ = await engine.complete([body.inputs], params.max_new_tokens or 20, temperature, params.seed)
+        generations, _ = await within(engine.settings, engine.complete(
+            [body.inputs], params.max_new_tokens or 20, temperature, params.seed), "generation")
         g = generations[0]
         text = body.inputs + g.text if params.return_full_text else g.text
         if not params.details:
@@ -173,7 +184,8 @@ def create_actor_app(settings: Settings | None = None, *, engine: ActorEngine | 
     """The actor app. ``engine`` (tests, embedded use) skips loading from settings; ``channel`` is the
     Redis channel of checkpoint events."""
     settings = settings or get_settings()
-    app = create_app("actor", settings=settings, description="Policy inference, agent runs, hot reload.")
+    app = create_app("actor", settings=settings, description="Policy inference, agent runs, hot reload.",
+                     batch_routes=BATCH_ROUTES)
     app.router.lifespan_context = _lifespan(settings, engine, channel)
     _add_metrics(app)
     _add_actor_routes(app)

@@ -151,9 +151,11 @@ class ActorEngine:
         max_positions = getattr(self._backend, "max_positions", None)
         budget = prompt_budget(settings, max_positions, max_new)
         tokenizer = self.tokenizer
-        prompts = [actor_prompt(tokenizer, item, budget) for item in request.batch]
+        # rendering and tokenising run in a thread: a long history or page must not stall the event loop
+        prompts = await asyncio.to_thread(lambda: [actor_prompt(tokenizer, item, budget) for item in request.batch])
         generations, version = await self.complete(prompts, max_new, temperature, request.seed)
-        results = [self._result(g, p, version) for g, p in zip(generations, prompts, strict=True)]
+        results = await asyncio.to_thread(
+            lambda: [self._result(g, p, version) for g, p in zip(generations, prompts, strict=True)])
         return ActResponse(results=results, version=version)
 
     def _result(self, generation: Generation, prompt: str, version: str) -> ActResult:

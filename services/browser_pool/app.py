@@ -3,6 +3,7 @@ in ``sessions.py``, ``episode.py``, ``runs.py`` and ``rollout.py``."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -10,7 +11,7 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field, model_validator
 
-from services.browser_pool.episode import StartUrlRefused
+from services.browser_pool.episode import StartUrlRefused, StorageStateRefused
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.sessions import EpisodeManager, EpisodeNotFound, JobView, PoolBusy
 from webrl.config import Settings, get_settings
@@ -93,8 +94,11 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.manager = EpisodeManager(settings, BrowserPool(settings, settings.browser_pool_size))
+        pool = BrowserPool(settings, settings.browser_pool_size)
+        app.state.manager = EpisodeManager(settings, pool)
+        warming = asyncio.ensure_future(pool.warm_up())  # browsers and spare contexts before the first request
         yield
+        await warming
         await app.state.manager.close()
 
     app = create_app("browser_pool", settings=settings,
@@ -111,6 +115,8 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(status_code=503, detail=str(exc)) from None
         except StartUrlRefused as exc:
             raise invalid("task.start_url" if body.task else "task_key", str(exc)) from None
+        except StorageStateRefused as exc:
+            raise invalid("task.storage_state" if body.task else "task_key", str(exc)) from None
         assert episode.observation is not None
         return EpisodeOut(episode_id=episode.id, observation=episode.observation)
 
@@ -118,8 +124,8 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
     async def step_episode(episode_id: str, body: StepIn, manager: ManagerDep) -> StepOut:
         try:
             result = await manager.step(episode_id, body.action)
-        except EpisodeNotFound:
-            raise not_found(f"episode {episode_id!r}") from None
+        except EpisodeNotFound as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
         return StepOut(observation=result.observation, action=result.action.format() if result.action else None,
                        parse_error=result.parse_error, error=result.error, done=result.done, answer=result.answer)
 
@@ -129,8 +135,8 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
 
         try:
             return EvaluateOut(score=await manager.evaluate(episode_id, body.answer))
-        except EpisodeNotFound:
-            raise not_found(f"episode {episode_id!r}") from None
+        except EpisodeNotFound as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
         except EvaluationError as exc:
             raise HTTPException(status_code=422, detail=f"eval: {exc}") from None
 
@@ -138,8 +144,8 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
     async def delete_episode(episode_id: str, manager: ManagerDep) -> dict[str, str]:
         try:
             await manager.delete(episode_id)
-        except EpisodeNotFound:
-            raise not_found(f"episode {episode_id!r}") from None
+        except EpisodeNotFound as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
         return {"deleted": episode_id}
 
     @app.post("/v1/rollouts", response_model=JobView, status_code=202, tags=["jobs"])

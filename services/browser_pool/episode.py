@@ -2,18 +2,23 @@
 (``refresh``), act (``step``, with WebRL action text), evaluate, close. The episode loop that drives it is
 :func:`webrl.agent.loop.run_episode` (see ``runs.py``); the REST routes drive it step by step (``sessions.py``).
 
-Reset (``BrowserEpisode.open``): resolve the ``__SITE__`` placeholders, open a fresh context on a leased
-browser (WebArena's 1280x720 viewport), log in (the task's storage_state file when it exists, else the
-sandbox's login cookies for each site of a ``require_login`` task), set the geolocation, put the context in
-its own sandbox episode (cookie ``webrl_episode``), open each `` |AND| `` part of ``start_url`` in a tab,
-make the first tab active and observe it.
+Reset (``BrowserEpisode.open``): resolve the ``__SITE__`` placeholders, take a clean context from the leased
+browser's stock (``stock.py``: made ahead of time, or scrubbed after an earlier episode on the same origin;
+WebArena's 1280x720 viewport), log in (the task's storage_state file when it exists, read from the artifacts
+store only, :func:`webrl.paths.confined_path`; else the sandbox's login cookies for each site of a
+``require_login`` task), set the geolocation, put the context in its own sandbox episode (cookie
+``webrl_episode``), open each `` |AND| `` part of ``start_url`` in a tab (the first in the context's own tab),
+make the first tab active and observe it. Close gives the context back to the stock, which scrubs it in the
+background.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,22 +26,25 @@ from playwright.async_api import BrowserContext, Dialog, Download, Frame, Page, 
 from playwright.async_api import Error as PlaywrightError
 
 from services.browser_pool.act import execute
-from services.browser_pool.observe import INFLIGHT_JS, ElementMap, PageView, observe_view
+from services.browser_pool.observe import ElementMap, PageView, observe_view
 from services.browser_pool.pool import BrowserPool, BrowserSlot
 from services.browser_pool.safety import AllowList
+from services.browser_pool.stage import Stage
+from services.browser_pool.stock import ContextStock
 from webrl.actions import ActionParseError, ActionType, parse_action
 from webrl.agent.environment import EpisodeCrashed, StepResult
-from webrl.allow_list import start_url_problem
+from webrl.allow_list import origin, start_url_problem
 from webrl.config import SITE_PLACEHOLDERS, Settings
+from webrl.paths import PathOutsideArtifacts, confined_path
 from webrl.schemas import Observation, TaskConfig
 
 log = logging.getLogger(__name__)
 
-VIEWPORT = {"width": 1280, "height": 720}  # WebArena's viewport (browser_env default)
 GOTO_TIMEOUT_MS = 30_000  # opening a start URL
 POPUP_WAIT_S = 5.0  # a page that opened a tab: wait this long at most for the tab to show up
 NAVIGATION_WAIT_S = 10.0  # a navigation that started while observing: wait this long at most for it
 EPISODE_CLEANUP_TIMEOUT_S = 5.0  # freeing a sandbox episode's state and closing the context
+SCREENSHOT_TIMEOUT_MS = 10_000  # one viewport screenshot (a few tens of ms on the sandbox pages)
 
 
 class StartUrlRefused(EpisodeCrashed):
@@ -44,6 +52,27 @@ class StartUrlRefused(EpisodeCrashed):
 
     def __init__(self, message: str) -> None:
         super().__init__("start_url_refused", f"start_url: {message}")
+
+
+class StorageStateRefused(EpisodeCrashed):
+    """A ``storage_state`` path outside the artifacts store (the pool reads login files from there only); no
+    browser was used."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("storage_state_refused", message)
+
+
+def storage_state_file(task: TaskConfig, settings: Settings) -> Path | None:
+    """The task's login file inside the artifacts store (``./.auth/shopping_state.json`` is
+    ``<artifacts>/.auth/shopping_state.json``), or None when the task names none or it does not exist there.
+    Raises :class:`StorageStateRefused` for a path that leaves the store."""
+    if not task.storage_state:
+        return None
+    try:
+        path = confined_path(settings, task.storage_state, "storage_state")
+    except PathOutsideArtifacts as exc:
+        raise StorageStateRefused(str(exc)) from None
+    return path if path.is_file() else None
 
 
 @dataclass
@@ -60,22 +89,36 @@ class _Notes:
         return out
 
 
-async def _context_for(slot: BrowserSlot, task: TaskConfig, settings: Settings, episode_id: str) -> BrowserContext:
-    """A fresh context with the task's login, geolocation and sandbox episode."""
-    assert slot.browser is not None
-    options: dict = {"viewport": VIEWPORT, "accept_downloads": False}
-    if task.storage_state and Path(task.storage_state).is_file():
-        options["storage_state"] = task.storage_state
-    if isinstance(task.geolocation, dict) and {"latitude", "longitude"} <= set(task.geolocation):
-        options["geolocation"] = task.geolocation
-        options["permissions"] = ["geolocation"]
-    context = await slot.browser.new_context(**options)
+def _dedicated_options(storage_state: Path | None) -> dict[str, object]:
+    """Context options a stock context cannot take afterwards: a storage_state that sets localStorage (its
+    cookies alone are added to any context)."""
+    if storage_state is None:
+        return {}
+    try:
+        state = json.loads(storage_state.read_text())
+    except (OSError, ValueError):
+        return {"storage_state": str(storage_state)}  # let Playwright report what is wrong with it
+    if any(o.get("localStorage") for o in state.get("origins") or []):
+        return {"storage_state": str(storage_state)}
+    return {}
+
+
+async def _prepare(stage: Stage, task: TaskConfig, settings: Settings, episode_id: str,
+                   storage_state: Path | None) -> None:
+    """The task's login, geolocation and sandbox episode on a clean stage (``storage_state``: the task's login
+    file in the artifacts store, :func:`storage_state_file`)."""
+    context = stage.context
     cookies = _episode_cookies(settings, episode_id)
-    if (task.require_login or task.storage_state) and "storage_state" not in options:
+    has_state = storage_state is not None
+    if storage_state is not None and not stage.dedicated:
+        cookies += json.loads(storage_state.read_text()).get("cookies") or []
+    if (task.require_login or task.storage_state) and not has_state:
         cookies += _login_cookies(task, settings)
     if cookies:
         await context.add_cookies(cookies)
-    return context
+    if isinstance(task.geolocation, dict) and {"latitude", "longitude"} <= set(task.geolocation):
+        await context.grant_permissions(["geolocation"])
+        await context.set_geolocation(task.geolocation)  # type: ignore[arg-type]
 
 
 def _episode_cookies(settings: Settings, episode_id: str) -> list[dict]:
@@ -96,13 +139,19 @@ class BrowserEpisode:
     """One episode on a leased browser: a context, its tabs (the active one is observed), the last ids."""
 
     def __init__(self, pool: BrowserPool, slot: BrowserSlot, task: TaskConfig, settings: Settings,
-                 context: BrowserContext, allow: AllowList, episode_id: str) -> None:
+                 stock: ContextStock, stage: Stage, episode_id: str, screenshots: bool = False) -> None:
         self.pool, self.slot, self.task, self.settings = pool, slot, task, settings
-        self.context, self.allow, self.id = context, allow, episode_id
+        self.stock, self.stage, self.id = stock, stage, episode_id
+        self.context: BrowserContext = stage.context
+        self.allow: AllowList = stage.allow
+        self._watched: list[Page] = []
         self.notes = _Notes()
         self.active: Page | None = None
         self.elements: ElementMap = {}
         self.observation: Observation | None = None
+        self.view: PageView | None = None  # the last observation with its ids and timings
+        self.screenshots = screenshots
+        self.screenshot: bytes | None = None  # the page of ``observation`` (``webrl.screenshots``), when taken
         self.closed = False
         self.page_crashed = False
         self._new_page = asyncio.Event()
@@ -112,57 +161,63 @@ class BrowserEpisode:
 
     # ----- reset ---------------------------------------------------------------------------------------
     @classmethod
-    async def open(cls, pool: BrowserPool, task: TaskConfig, settings: Settings) -> BrowserEpisode:
+    async def open(cls, pool: BrowserPool, task: TaskConfig, settings: Settings,
+                   screenshots: bool = False) -> BrowserEpisode:
         """Reset: a fresh context for ``task`` (placeholders resolved) with its start tabs open, on a browser
-        leased from ``pool``. Returns the episode; its ``.observation`` is the first observation. On failure the
+        leased from ``pool``. Returns the episode; its ``.observation`` is the first observation (and with
+        ``screenshots`` its ``.screenshot`` the page's image, after every observation). On failure the
         browser goes back to the pool and the error (a Playwright error, :class:`EpisodeCrashed`) is raised."""
         resolved = task.resolved(settings)
         allowed = settings.host_allow_list()
         urls = resolved.start_urls(settings)
         for problem in filter(None, (start_url_problem(url, allowed) for url in urls)):
             raise StartUrlRefused(problem)
+        storage_state = storage_state_file(resolved, settings)
         slot = await pool.acquire()
         episode_id = uuid.uuid4().hex[:16]
         try:
-            context = await _context_for(slot, resolved, settings, episode_id)
+            stock = await pool.stock(slot, allowed)
+            stage = await stock.take(origin(urls[0]), **_dedicated_options(storage_state))
         except BaseException:
             pool.release(slot)
             raise
-        allow = AllowList(allowed)
-        episode = cls(pool, slot, resolved, settings, context, allow, episode_id)
+        episode = cls(pool, slot, resolved, settings, stock, stage, episode_id, screenshots)
         try:
-            await allow.install(context)
-            await context.add_init_script(INFLIGHT_JS)
+            await _prepare(stage, resolved, settings, episode_id, storage_state)
             await episode._open_tabs(urls)
-            await episode.refresh()
+            await asyncio.gather(stage.after_first_navigation(), episode.refresh())  # independent round trips
         except BaseException:
             await episode.close()
             raise
+        stock.reset_done()
         return episode
 
     async def _open_tabs(self, urls: list[str]) -> None:
-        for url in urls:
-            page = await self.context.new_page()
+        """The first URL in the stage's own tab, each other one in a new tab; the first tab is active."""
+        self.active = first = self.stage.page
+        for index, url in enumerate(urls):
+            page = first if index == 0 else await self.context.new_page()
             self._watch(page)
             try:
                 await page.goto(url, wait_until="load", timeout=GOTO_TIMEOUT_MS)
             except PlaywrightError as exc:
                 self._check_alive()
                 self.notes.add(f"could not open {url}: {exc.message.splitlines()[0]}")
-        self.active = self.context.pages[0]
-        await self.active.bring_to_front()
+        if len(urls) > 1:
+            await first.bring_to_front()
         self.context.on("page", self._on_new_page)
 
     # ----- browser events ------------------------------------------------------------------------------
     def _watch(self, page: Page) -> None:
-        page.on("request", self._on_request)
-        page.on("requestfinished", self._on_request_done)
-        page.on("requestfailed", self._on_request_done)
-        page.on("framenavigated", self._on_navigated)
-        page.on("dialog", self._on_dialog)
-        page.on("download", self._on_download)
-        page.on("crash", self._on_crash)
-        page.on("close", self._on_close)
+        self._watched.append(page)
+        for event, handler in self._handlers():
+            page.on(event, handler)
+
+    def _handlers(self) -> list[tuple[str, Callable[..., object]]]:
+        return [("request", self._on_request), ("requestfinished", self._on_request_done),
+                ("requestfailed", self._on_request_done), ("framenavigated", self._on_navigated),
+                ("dialog", self._on_dialog), ("download", self._on_download), ("crash", self._on_crash),
+                ("close", self._on_close)]
 
     def _on_request(self, request: Request) -> None:
         """A main-frame navigation has started (Enter in a form, a script setting location): the page on
@@ -181,6 +236,14 @@ class BrowserEpisode:
             self._navigations = {r for r in self._navigations if r.frame is not frame}
             if not self._navigations:
                 self._navigation_done.set()
+
+    def _unwatch(self) -> None:
+        """Stop hearing the episode's pages (the context outlives the episode when the stock reuses it)."""
+        self.context.remove_listener("page", self._on_new_page)
+        for page in self._watched:
+            for event, handler in self._handlers():
+                page.remove_listener(event, handler)
+        self._watched = []
 
     def _on_new_page(self, page: Page) -> None:
         """A popup or target=_blank link: it becomes the active tab, as it would for a person."""
@@ -249,8 +312,22 @@ class BrowserEpisode:
             raise EpisodeCrashed("page_error", "the active tab kept changing; could not observe it")
         self._new_page.clear()
         view.observation.error = self._error_text(error)
-        self.elements, self.observation = view.elements, view.observation
+        self.elements, self.observation, self.view = view.elements, view.observation, view
+        if self.screenshots:
+            self.screenshot = await self._capture(page)
         return view
+
+    async def _capture(self, page: Page) -> bytes | None:
+        """The viewport as :func:`webrl.screenshots.encode` stores it; None (logged) when the page cannot be
+        captured: a missing picture never ends an episode."""
+        from webrl.screenshots import CAPTURE_QUALITY, encode
+
+        try:
+            captured = await page.screenshot(type="jpeg", quality=CAPTURE_QUALITY, timeout=SCREENSHOT_TIMEOUT_MS)
+        except PlaywrightError as exc:
+            log.info("episode %s: no screenshot: %s", self.id, exc.message.splitlines()[0])
+            return None
+        return await asyncio.to_thread(encode, captured)
 
     async def _wait_navigation(self) -> None:
         try:
@@ -303,25 +380,28 @@ class BrowserEpisode:
 
     # ----- teardown ------------------------------------------------------------------------------------
     async def close(self) -> None:
-        """Free the sandbox episode's state, close the context, give the browser back. Safe to call twice."""
+        """Give the context back to the stock (which frees the sandbox episode's state and scrubs or closes
+        it) and the browser to the pool. Safe to call twice."""
         if self.closed:
             return
         self.closed = True
         try:
+            self._unwatch()
             if self.slot.alive:
-                await asyncio.wait_for(self._cleanup(), EPISODE_CLEANUP_TIMEOUT_S)
+                await asyncio.wait_for(self.stock.give_back(self.stage, self._free_sandbox_state),
+                                       EPISODE_CLEANUP_TIMEOUT_S)
+            else:
+                await self.stage.close()
         except Exception as exc:  # cleanup of a broken context must never take the pool down
             log.info("episode %s cleanup: %r", self.id, exc)
         finally:
             self.pool.release(self.slot)
 
-    async def _cleanup(self) -> None:
+    async def _free_sandbox_state(self, context: BrowserContext) -> None:
         site = self.task.site
         if site in SITE_PLACEHOLDERS:
             base = self.settings.site_url(site)
             try:
-                await self.context.request.delete(f"{base}/__webrl/episodes/{self.id}", timeout=2000)
+                await context.request.delete(f"{base}/__webrl/episodes/{self.id}", timeout=2000)
             except PlaywrightError:
                 pass  # not a sandbox site, or already gone
-        await self.allow.remove()
-        await self.context.close()

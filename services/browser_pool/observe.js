@@ -92,6 +92,7 @@ async (opts) => {
     await Promise.race([Promise.all(waits), new Promise((resolve) => later(resolve, remaining(mediaCapMs)))]);
     await domQuiet(Math.min(capMs, remaining(mediaCapMs)));
   }
+  const settleMs = performance.now() - started;
 
   const MARK = "data-webrl-id";
   const SKIP = new Set(["SCRIPT", "STYLE", "NOSCRIPT", "TEMPLATE", "HEAD", "META", "LINK", "IFRAME", "OBJECT",
@@ -413,5 +414,5 @@ async (opts) => {
   const html = document.body ? `<html> ${render(document.body)} </html>` : "<html> </html>";
   const popups = window.__webrlPopups || 0;
   window.__webrlPopups = 0;
-  return { html, elements, url: location.href, title: document.title, popups };
+  return { html, elements, url: location.href, title: document.title, popups, settleMs };
 }

@@ -9,6 +9,7 @@ element again by its mark.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +76,8 @@ class PageView:
     observation: Observation
     elements: ElementMap = field(default_factory=dict)
     popups: int = 0  # tabs the page opened since the last observation (inflight.js counts them)
+    settle_ms: float = 0.0  # how long observe.js waited for the page to settle
+    observe_ms: float = 0.0  # the whole observation: load wait, settling, extraction, tab titles
 
 
 async def settle(page: Page, timeout_ms: float = LOAD_TIMEOUT_MS) -> None:
@@ -112,6 +115,7 @@ async def observe_view(page: Page, *, tabs: list[Page] | None = None, error: str
     opts = {**settle_rule.options(), "maxText": MAX_TEXT_CHARS, "maxValue": MAX_VALUE_CHARS,
             "maxField": MAX_FIELD_CHARS, "maxOptions": MAX_OPTIONS, "bbox": bbox, "paths": paths}
     last: PlaywrightError | None = None
+    started = time.perf_counter()
     for _ in range(NAVIGATION_RETRIES + 1):
         await settle(page)
         try:
@@ -126,7 +130,8 @@ async def observe_view(page: Page, *, tabs: list[Page] | None = None, error: str
         pages = tabs if tabs is not None else page.context.pages
         titles = await tab_titles(pages, {id(page): data["title"]})
         obs = Observation(html=data["html"], url=data["url"], title=data["title"], tabs=titles, error=error)
-        return PageView(observation=obs, elements=elements, popups=int(data.get("popups", 0)))
+        return PageView(observation=obs, elements=elements, popups=int(data.get("popups", 0)),
+                        settle_ms=float(data.get("settleMs", 0.0)), observe_ms=(time.perf_counter() - started) * 1000)
     assert last is not None
     raise last
 

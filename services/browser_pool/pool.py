@@ -1,9 +1,12 @@
 """An asyncio pool of Chromium browsers (system Chromium through Playwright).
 
-Browsers are launched once and reused; every episode gets a fresh context (cookies, storage and cache are
-per context) on a browser leased from the pool. A browser that died (crash, killed process) is noticed
-through its ``disconnected`` event and replaced at the next lease; the episode that was using it ends
-with an error (see ``episode.py``) instead of hanging the pool.
+Browsers are launched once and reused; an episode leases a whole browser and runs in a context taken from
+that browser's stock (``stock.py``): contexts made ahead of time in the background, or one scrubbed clean
+after an earlier episode on the same origin, so a reset never waits for a context to be made.
+
+A browser that died (crash, killed process) is noticed through its ``disconnected`` event and replaced at
+the next lease; the episode that was using it ends with an error (see ``episode.py``) instead of hanging
+the pool.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 import psutil
 from playwright.async_api import Browser, Playwright, async_playwright
 
+from services.browser_pool.stock import ContextStock
 from webrl.config import Settings
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,7 @@ class BrowserSlot:
     index: int
     marker: str
     browser: Browser | None = None
+    stock: ContextStock | None = None
     launches: int = 0
     episodes: int = 0
     crashed: bool = field(default=False)
@@ -49,14 +54,17 @@ class BrowserSlot:
 
 
 class BrowserPool:
-    """``size`` Chromium browsers; :meth:`acquire` leases one (waiting while all are busy)."""
+    """``size`` Chromium browsers; :meth:`acquire` leases one (waiting while all are busy). ``warm=False``
+    makes a context per episode as the pool did before issue 22 (the baseline ``bench/browser_pool.py``
+    measures)."""
 
-    def __init__(self, settings: Settings, size: int = 1, *, headless: bool = True) -> None:
+    def __init__(self, settings: Settings, size: int = 1, *, headless: bool = True, warm: bool = True) -> None:
         if size < 1:
             raise ValueError(f"pool size must be at least 1, got {size}")
         self.settings = settings
         self.size = size
         self.headless = headless
+        self.warm = warm
         self._playwright: Playwright | None = None
         self._slots = [BrowserSlot(index=i, marker=f"--webrl-pool={uuid.uuid4().hex[:12]}-{i}") for i in range(size)]
         self._free: asyncio.Queue[BrowserSlot] = asyncio.Queue()
@@ -70,10 +78,23 @@ class BrowserPool:
             if self._playwright is not None:
                 return self
             self._playwright = await async_playwright().start()
-            for slot in self._slots:
-                await self._launch(slot)
-                self._free.put_nowait(slot)
+            try:
+                for slot in self._slots:
+                    await self._launch(slot)
+                    self._free.put_nowait(slot)
+            except BaseException:  # no half-started pool: the next start (or acquire) tries again
+                await self.close()
+                self._free = asyncio.Queue()
+                raise
         return self
+
+    async def warm_up(self) -> None:
+        """Start the pool ahead of its first lease (a service at startup), so that no request waits for a
+        browser launch; a failure is logged here and raised again by the first :meth:`acquire`."""
+        try:
+            await self.start()
+        except Exception as exc:
+            log.warning("browser pool warm-up failed (the first episode will try again): %r", exc)
 
     async def __aenter__(self) -> BrowserPool:
         return await self.start()
@@ -98,6 +119,16 @@ class BrowserPool:
         browser.on("disconnected", _on_disconnect)
         slot.browser, slot.crashed = browser, False
         slot.launches += 1
+        slot.stock = await ContextStock.open(browser, self.settings.host_allow_list(), warm=self.warm)
+
+    async def stock(self, slot: BrowserSlot, allowed: list[str]) -> ContextStock:
+        """The leased ``slot``'s stock of contexts for ``allowed`` (replacing one made for another list)."""
+        assert slot.browser is not None
+        if slot.stock is None or slot.stock.allowed != list(allowed):
+            if slot.stock is not None:
+                await slot.stock.close()
+            slot.stock = await ContextStock.open(slot.browser, allowed, warm=self.warm)
+        return slot.stock
 
     async def acquire(self) -> BrowserSlot:
         """Lease a browser, relaunching it first if it died."""
@@ -122,6 +153,12 @@ class BrowserPool:
         self._free.put_nowait(slot)
 
     async def _discard(self, slot: BrowserSlot) -> None:
+        stock, slot.stock = slot.stock, None
+        if stock is not None:
+            try:
+                await asyncio.wait_for(stock.close(), CLOSE_TIMEOUT_S)
+            except Exception as exc:  # the contexts of a dead browser are gone with it
+                log.debug("closing the stock of browser %d: %r", slot.index, exc)
         browser, slot.browser = slot.browser, None
         if browser is not None:
             try:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.runs import run_batch
+from webrl import screenshots
 from webrl.config import Settings
 from webrl.contracts import InvalidRequest, RolloutRequest, RolloutResult
 from webrl.db import repository
@@ -52,11 +53,14 @@ def _plan(payload: RolloutRequest, settings: Settings) -> tuple[list[tuple[int, 
 
 
 def _store(payload: RolloutRequest, settings: Settings, task_ids: list[int], trajs: list[Trajectory]) -> dict[int, int]:
+    """Each trajectory with its steps (and their screenshots, when taken, beside it in the artifacts)."""
     ids = {}
     for task_id, traj in zip(task_ids, trajs, strict=True):
         with session_scope(settings) as session:
             row = repository.save_trajectory(session, task_id, payload.phase, payload.attempt, traj,
                                              purpose=payload.purpose)
+            if payload.screenshots:
+                screenshots.record(settings, row, traj.steps)
             ids[task_id] = row.id
     return ids
 
@@ -79,7 +83,8 @@ async def run_rollout(payload: RolloutRequest, settings: Settings, pool: Browser
         pool = pool or BrowserPool(settings, size=min(payload.concurrency, len(todo)))
         try:
             trajs = await run_batch([c for _, c in todo], policy, pool, settings, payload.concurrency,
-                                    max_steps=payload.max_steps, stop_rules=payload.stop_rules())
+                                    max_steps=payload.max_steps, stop_rules=payload.stop_rules(),
+                                    screenshots=payload.screenshots)
         finally:
             if own:
                 await pool.close()

@@ -27,10 +27,11 @@ class LeasedEpisode:
     it is raised as :class:`EpisodeCrashed` (reason ``browser_crashed`` when the browser died, else
     ``browser_error``)."""
 
-    def __init__(self, pool: BrowserPool, task: TaskConfig, settings: Settings) -> None:
-        self.pool, self.settings = pool, settings
+    def __init__(self, pool: BrowserPool, task: TaskConfig, settings: Settings, screenshots: bool = False) -> None:
+        self.pool, self.settings, self.screenshots = pool, settings, screenshots
         self.task = task.resolved(settings)
         self.episode: BrowserEpisode | None = None
+        self.shots: list[bytes | None] = []  # with ``screenshots``: the image of each observation, in order
 
     @contextmanager
     def _browser_errors(self) -> Iterator[None]:
@@ -43,14 +44,17 @@ class LeasedEpisode:
 
     async def reset(self) -> Observation:
         with self._browser_errors():
-            self.episode = await BrowserEpisode.open(self.pool, self.task, self.settings)
+            self.episode = await BrowserEpisode.open(self.pool, self.task, self.settings, self.screenshots)
         assert self.episode.observation is not None
+        self.shots.append(self.episode.screenshot)
         return self.episode.observation
 
     async def step(self, text: str) -> StepResult:
         assert self.episode is not None, "reset() the episode first"
         with self._browser_errors():
-            return await self.episode.step(text)
+            result = await self.episode.step(text)
+        self.shots.append(self.episode.screenshot)  # unchanged when the action did not touch the page
+        return result
 
     async def evaluate(self, answer: str | None) -> float | None:
         assert self.episode is not None, "reset() the episode first"
@@ -63,10 +67,14 @@ class LeasedEpisode:
 
 
 async def _run(task: TaskConfig, decide: Decide, pool: BrowserPool, settings: Settings, max_steps: int,
-               stop_rules: StopRules) -> Trajectory:
-    return await loop.run_episode(LeasedEpisode(pool, task, settings), task, decide, max_steps=max_steps,
+               stop_rules: StopRules, screenshots: bool = False) -> Trajectory:
+    env = LeasedEpisode(pool, task, settings, screenshots)
+    traj = await loop.run_episode(env, task, decide, max_steps=max_steps,
                                   step_timeout_s=settings.browser_step_timeout_s,
                                   episode_timeout_s=settings.browser_episode_timeout_s, stop_rules=stop_rules)
+    for step, shot in zip(traj.steps, env.shots, strict=False):  # step t saw observation t
+        step.screenshot = shot
+    return traj
 
 
 async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, settings: Settings,
@@ -83,9 +91,10 @@ async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, setti
 
 async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, settings: Settings,
                     concurrency: int, max_steps: int = MAX_STEPS, batch_wait_s: float = BATCH_WAIT_S,
-                    stop_rules: StopRules = StopRules()) -> list[Trajectory]:
+                    stop_rules: StopRules = StopRules(), screenshots: bool = False) -> list[Trajectory]:
     """Run ``tasks`` with up to ``concurrency`` episodes at once (bounded by the pool's size); the policy
-    gets batches of requests. Trajectories come back in task order."""
+    gets batches of requests. Trajectories come back in task order; with ``screenshots`` each step carries the
+    image of the page it saw."""
     limit = asyncio.Semaphore(max(1, min(concurrency, pool.size)))
     batcher = Batcher(policy, batch_wait_s)
 
@@ -93,7 +102,7 @@ async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, 
         async with limit:
             batcher.join()
             try:
-                return await _run(task, batcher.act, pool, settings, max_steps, stop_rules)
+                return await _run(task, batcher.act, pool, settings, max_steps, stop_rules, screenshots)
             finally:
                 batcher.leave()
 

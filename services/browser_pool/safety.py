@@ -5,7 +5,8 @@ Two fences, both recorded so the episode can report each block:
   requests to hosts *off* the list are intercepted (the route pattern is a regular expression that
   Playwright matches inside the browser driver), so allowed traffic pays nothing;
 - a :class:`~webrl.navigation_guard.NavigationGuard` on the browser for every hop of a navigation, which
-  the route never sees after a redirect (a 302 from an allowed site to another host).
+  the route never sees after a redirect (a 302 from an allowed site to another host); the browser's stock
+  of contexts holds it (``stock.py``: one allow-list per browser at a time) and reports to the episode's list.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import re
 from playwright.async_api import BrowserContext, Route
 
 from webrl.allow_list import LOCAL_SCHEMES, is_allowed
-from webrl.navigation_guard import NavigationGuard
 
 log = logging.getLogger(__name__)
 
@@ -37,26 +37,16 @@ def blocked_url_regex(allowed: list[str]) -> re.Pattern[str]:
 
 
 class AllowList:
-    """Installs the allow-list on a context (and its browser) and remembers what it blocked."""
+    """Installs the allow-list's route on a context and remembers what it (and the browser's navigation
+    guard, :meth:`record_navigation`) blocked."""
 
     def __init__(self, allowed: list[str]) -> None:
         self.allowed = list(allowed)
         self.blocked: list[tuple[str, bool]] = []  # (url, was it a navigation)
-        self.guard: NavigationGuard | None = None
 
-    async def install(self, context: BrowserContext) -> None:
-        """Route the context's requests; guard its browser's navigations (the context must be the only
-        one on that browser: the pool leases whole browsers)."""
+    async def route(self, context: BrowserContext) -> None:
+        """Route the context's requests to hosts off the list here (to be blocked and recorded)."""
         await context.route(blocked_url_regex(self.allowed), self._handle)
-        if context.browser is not None:
-            self.guard = await NavigationGuard.on_browser(context.browser, self.allowed,
-                                                          lambda url: self._record(url, True))
-
-    async def remove(self) -> None:
-        """Take the navigation guard off the browser (before the browser serves another context)."""
-        guard, self.guard = self.guard, None
-        if guard is not None:
-            await guard.detach()
 
     async def _handle(self, route: Route) -> None:
         url = route.request.url
@@ -69,6 +59,10 @@ class AllowList:
 
     def _record(self, url: str, is_navigation: bool) -> None:
         self.blocked.append((url, is_navigation))
+
+    def record_navigation(self, url: str) -> None:
+        """A navigation hop the browser's :class:`~webrl.navigation_guard.NavigationGuard` failed."""
+        self._record(url, True)
 
     def take_blocked(self) -> list[tuple[str, bool]]:
         """``(url, is_navigation)`` of each request blocked since the last call, each once."""

@@ -1,5 +1,9 @@
 """What the REST service holds between requests: live episodes (each on a leased browser) and rollout jobs.
 
+An episode is a lease on a browser: one that gets no request (step, evaluate, delete) for
+``WEBRL_BROWSER_EPISODE_IDLE_S`` is closed and its browser freed (a client that went away would otherwise hold it
+for good); its id then answers 404 saying it expired.
+
 Embedded mode runs a rollout job as an asyncio task on the service's own pool; distributed mode (a broker
 configured) sends ``rollout.run`` to the ``rollout`` queue and reads the job from the result backend.
 """
@@ -8,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,8 +31,13 @@ from webrl.schemas import TaskConfig
 log = logging.getLogger(__name__)
 
 
-class EpisodeNotFound(KeyError):
-    """No live episode with this id."""
+REAP_EVERY = 0.25  # idle episodes are looked for every quarter of the idle limit (so freed within 1.25x of it)
+MAX_REAP_PERIOD_S = 30.0  # ... and at least this often
+REMEMBERED_EXPIRED = 1000  # ids of expired episodes kept to say "expired" instead of "not found"
+
+
+class EpisodeNotFound(LookupError):
+    """No live episode with this id (the message says whether it expired)."""
 
 
 class PoolBusy(RuntimeError):
@@ -45,6 +56,11 @@ class _Live:
     episode: BrowserEpisode
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     steps: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since the last request ended; 0 while one runs."""
+        return 0.0 if self.lock.locked() else now - self.last_used
 
 
 class EpisodeManager:
@@ -55,8 +71,12 @@ class EpisodeManager:
         self._episodes: dict[str, _Live] = {}
         self._jobs: dict[str, JobView] = {}
         self._job_tasks: set[asyncio.Task[None]] = set()
+        self._expired: OrderedDict[str, None] = OrderedDict()
+        self._reaper: asyncio.Task[None] | None = None
 
     async def create(self, task: TaskConfig) -> BrowserEpisode:
+        self._start_reaper()
+        await self.reap_idle()  # an abandoned episode's browser is free before this one waits for one
         try:
             episode = await asyncio.wait_for(BrowserEpisode.open(self.pool, task, self.settings),
                                              self.settings.browser_step_timeout_s)
@@ -67,8 +87,39 @@ class EpisodeManager:
 
     def _live(self, episode_id: str) -> _Live:
         if episode_id not in self._episodes:
-            raise EpisodeNotFound(episode_id)
+            if episode_id in self._expired:
+                raise EpisodeNotFound(f"episode {episode_id!r} expired: no request for "
+                                      f"{self.settings.browser_episode_idle_s:g} s (WEBRL_BROWSER_EPISODE_IDLE_S)")
+            raise EpisodeNotFound(f"episode {episode_id!r} not found")
         return self._episodes[episode_id]
+
+    # ----- idle leases ---------------------------------------------------------------------------------
+    def _start_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.ensure_future(self._reap_forever())
+
+    async def _reap_forever(self) -> None:
+        period = min(self.settings.browser_episode_idle_s * REAP_EVERY, MAX_REAP_PERIOD_S)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.reap_idle()
+            except Exception:  # one episode failing to close must not stop the reaping of the others
+                log.exception("closing idle episodes failed")
+
+    async def reap_idle(self) -> list[str]:
+        """Close the episodes idle longer than ``browser_episode_idle_s`` (their browsers go back to the pool);
+        returns their ids."""
+        now, limit = time.monotonic(), self.settings.browser_episode_idle_s
+        idle = [eid for eid, live in self._episodes.items() if live.idle_for(now) > limit]
+        for episode_id in idle:
+            live = self._episodes.pop(episode_id)
+            self._expired[episode_id] = None
+            while len(self._expired) > REMEMBERED_EXPIRED:
+                self._expired.popitem(last=False)
+            log.info("episode %s idle for %.0f s: closed, browser freed", episode_id, now - live.last_used)
+            await live.episode.close()
+        return idle
 
     async def step(self, episode_id: str, text: str) -> StepResult:
         """One step; steps of one episode run one at a time. A dead browser or a step over its time limit
@@ -84,19 +135,25 @@ class EpisodeManager:
                 assert live.episode.observation is not None
                 obs = live.episode.observation.model_copy(update={"error": message})
                 return StepResult(observation=obs, action=None, error=message, done=True)
+            finally:
+                live.last_used = time.monotonic()
 
     async def evaluate(self, episode_id: str, answer: str | None) -> float | None:
         live = self._live(episode_id)
         async with live.lock:
-            return await live.episode.evaluate(answer)
+            try:
+                return await live.episode.evaluate(answer)
+            finally:
+                live.last_used = time.monotonic()
 
     async def delete(self, episode_id: str) -> None:
-        live = self._episodes.pop(episode_id, None)
-        if live is None:
-            raise EpisodeNotFound(episode_id)
+        live = self._live(episode_id)
+        del self._episodes[episode_id]
         await live.episode.close()
 
     async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
         for episode_id in list(self._episodes):
             await self.delete(episode_id)
         for task in list(self._job_tasks):

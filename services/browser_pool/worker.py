@@ -1,14 +1,15 @@
-"""Celery tasks of the browser pool (queue ``rollout``). Tasks only; the logic is in ``rollout.py`` and
-``start_states.py``; the contracts in :mod:`webrl.contracts`."""
+"""Celery tasks of the browser pool (queue ``rollout``). Tasks only; the logic is in ``rollout.py``,
+``start_states.py`` and ``page_check.py``; the contracts in :mod:`webrl.contracts`."""
 
 from __future__ import annotations
 
 import logging
 
+from services.browser_pool.page_check import check_pages as check
 from services.browser_pool.rollout import run_rollout, run_sync
 from services.browser_pool.start_states import observe_starts
 from webrl.config import get_settings
-from webrl.contracts import ObserveRequest, RolloutRequest
+from webrl.contracts import ObserveRequest, PageCheckRequest, RolloutRequest
 from webrl.queue import celery_app
 
 log = logging.getLogger(__name__)
@@ -30,3 +31,11 @@ def observe(payload: dict) -> dict:
     """:class:`~webrl.contracts.ObserveRequest` -> :class:`~webrl.contracts.ObserveResult`: the start states of
     stored tasks, for the curriculum filter. Reads only; safe to run twice."""
     return run_sync(observe_starts(ObserveRequest.model_validate(payload), get_settings())).model_dump(mode="json")
+
+
+@celery_app.task(name="rollout.check_pages")
+def check_pages(payload: dict) -> dict:
+    """:class:`~webrl.contracts.PageCheckRequest` -> :class:`~webrl.contracts.PageCheckResult`: the first
+    observation of each URL with timings (``webrl pages check``). Reads only; safe to run twice. A URL off the
+    allow-list fails the task with a message naming it."""
+    return run_sync(check(PageCheckRequest.model_validate(payload), get_settings())).model_dump(mode="json")

@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI, Request
 from services.critic.values import CriticScorer, critic_path, value
 from webrl.config import Settings, get_settings
 from webrl.contracts import ValueRequest, ValueResult
-from webrl.service import create_app
+from webrl.service import create_app, model_work
 
 
 class CriticState:
@@ -45,14 +45,15 @@ StateDep = Annotated[CriticState, Depends(get_state)]
 
 def create_critic_app(settings: Settings | None = None, scorer: CriticScorer | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = create_app("critic", settings=settings, description="WebRL's critic: V(s) = P(success) of a state.")
+    app = create_app("critic", settings=settings, description="WebRL's critic: V(s) = P(success) of a state.",
+                     batch_routes=("/v1/critic/value",))
     app.state.critic = CriticState(settings, scorer)
 
     @app.post("/v1/critic/value", response_model=ValueResult, tags=["critic"])
-    def critic_value(body: ValueRequest, state: StateDep) -> ValueResult:
+    async def critic_value(body: ValueRequest, state: StateDep) -> ValueResult:
         """V(s) for a batch of states, or for the start states of stored tasks; values of stored tasks are kept."""
-        with state.lock:
-            return value(state.settings, body, state.scorer(body))
+        return await model_work(state.settings, state.lock, lambda: value(state.settings, body, state.scorer(body)),
+                                "critic values")
 
     return app
 

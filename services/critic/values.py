@@ -24,6 +24,7 @@ from webrl.db import models as m
 from webrl.db.repository import save_critic_values, tasks_by_keys
 from webrl.db.session import session_scope
 from webrl.models.critic import CriticModel, critic_prompt, critic_values
+from webrl.paths import requested_model_folder
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,7 @@ def start_observations(session: Session, tasks: Sequence[m.Task], given: dict[st
 def critic_path(settings: Settings, request: ValueRequest) -> str:
     """The critic folder a request is valued with: its own, else ``WEBRL_CRITIC_MODEL``."""
     if request.critic is not None:
-        if not Path(request.critic).is_dir():
-            raise InvalidRequest("critic", f"no critic folder at {request.critic!r}")
+        requested_model_folder(settings, request.critic, "critic", configured=settings.critic_model)
         return request.critic
     if not settings.critic_model:
         raise NotServing("no critic model: set WEBRL_CRITIC_MODEL to a saved critic folder or give 'critic'")

@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from services.orm.scoring import OrmBackend, UnknownTrajectoriesError, backend_from_settings, score
 from webrl.config import Settings, get_settings
 from webrl.contracts import ScoreRequest, ScoreResult
-from webrl.service import create_app
+from webrl.service import create_app, model_work
 
 
 class OrmState:
@@ -44,17 +44,18 @@ StateDep = Annotated[OrmState, Depends(get_state)]
 
 def create_orm_app(settings: Settings | None = None, backend: OrmBackend | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = create_app("orm", settings=settings, description="Outcome reward model: P(YES) that a trajectory succeeded.")
+    app = create_app("orm", settings=settings, description="Outcome reward model: P(YES) that a trajectory succeeded.",
+                     batch_routes=("/v1/orm/score",))
     app.state.orm = OrmState(settings, backend)
 
     @app.post("/v1/orm/score", response_model=ScoreResult, tags=["orm"])
-    def orm_score(body: ScoreRequest, state: StateDep) -> ScoreResult:
+    async def orm_score(body: ScoreRequest, state: StateDep) -> ScoreResult:
         """Judge trajectories: p = P(YES), reward = 1[p >= threshold]. Labels of stored ones are kept."""
-        with state.lock:
-            try:
-                return score(state.settings, body, state.backend(body))
-            except UnknownTrajectoriesError as exc:
-                raise HTTPException(status_code=404, detail=str(exc)) from exc
+        try:
+            return await model_work(state.settings, state.lock,
+                                    lambda: score(state.settings, body, state.backend(body)), "ORM scoring")
+        except UnknownTrajectoriesError as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from exc
 
     return app
 

@@ -38,6 +38,7 @@ from webrl.db import models as m
 from webrl.db.repository import load_trajectory, save_label
 from webrl.db.session import session_scope
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
+from webrl.paths import requested_model_folder
 from webrl.prompts.orm import (
     NO,
     YES,
@@ -162,6 +163,15 @@ class OpenAIOrm:
         return out
 
 
+def _is_allowed_folder(settings: Settings, name: str) -> bool:
+    """True when a served model's name is also a model folder a request may name (its tokenizer is read)."""
+    try:
+        requested_model_folder(settings, name, "orm", configured=settings.orm_model)
+    except InvalidRequest:
+        return False
+    return True
+
+
 def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBackend:
     """The configured ORM: ``path`` (or ``settings.orm_model``) locally, or the OpenAI-compatible endpoint."""
     model = path or settings.orm_model
@@ -169,15 +179,15 @@ def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBac
         if not settings.orm_endpoint or not model:
             raise NotServing("the openai ORM backend needs WEBRL_ORM_ENDPOINT and WEBRL_ORM_MODEL")
         tokenizer = None
-        if Path(model).is_dir():
+        if _is_allowed_folder(settings, model):
             from webrl.models.loading import load_tokenizer
 
             tokenizer = load_tokenizer(model, settings)
         return OpenAIOrm(settings.orm_endpoint, model, settings, tokenizer=tokenizer)
     if not model:
         raise NotServing("no ORM model: set WEBRL_ORM_MODEL to a model folder")
-    if path and not Path(path).is_dir():
-        raise InvalidRequest("orm", f"no ORM folder at {path!r}")
+    if path:
+        requested_model_folder(settings, path, "orm", configured=settings.orm_model)
     return LocalOrm(model, settings)
 
 

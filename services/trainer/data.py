@@ -18,7 +18,6 @@ import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.trainer.returns import mc_returns
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory, trajectories_for_phase
 from webrl.hyperparams import DEFAULTS
@@ -30,6 +29,7 @@ from webrl.models.examples import (
     encode_example_ids,
     encode_prompt,
 )
+from webrl.returns import mc_returns
 from webrl.rewards import is_success
 from webrl.schemas import Step, Trajectory
 

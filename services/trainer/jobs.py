@@ -18,6 +18,7 @@ from typing import Literal, overload
 
 from webrl.config import Settings
 from webrl.contracts import PhaseJob, PhaseResult, SftJob, SftResult
+from webrl.paths import confined_path
 
 log = logging.getLogger("webrl.trainer.jobs")
 
@@ -27,6 +28,20 @@ JOB_TYPES: dict[JobKind, type[PhaseJob] | type[SftJob]] = {"phase": PhaseJob, "s
 
 def kind_of(job: PhaseJob | SftJob) -> JobKind:
     return "phase" if isinstance(job, PhaseJob) else "sft"
+
+
+def output_fields(job: PhaseJob | SftJob) -> dict[str, str]:
+    """The job's fields that name where checkpoints are written (those given), by field name."""
+    names = ("output",) if isinstance(job, SftJob) else ("actor_output", "critic_output")
+    return {name: value for name in names if (value := getattr(job, name)) is not None}
+
+
+def check_outputs(settings: Settings, job: PhaseJob | SftJob) -> None:
+    """Raise :class:`~webrl.paths.PathOutsideArtifacts` (an InvalidRequest naming the field) unless every output
+    path of ``job`` lies inside the artifacts store: a job replaces what is at its output, so it may write there
+    only. The REST routes call this before enqueueing, :func:`run_job` before running."""
+    for name, value in output_fields(job).items():
+        confined_path(settings, value, name)
 
 
 def run_here(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResult | None:
@@ -55,7 +70,9 @@ def run_job(settings: Settings, job: PhaseJob) -> PhaseResult: ...
 @overload
 def run_job(settings: Settings, job: SftJob) -> SftResult: ...
 def run_job(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResult:
-    """Run a trainer job here, or under ``accelerate launch`` when an Accelerate config is set."""
+    """Run a trainer job here, or under ``accelerate launch`` when an Accelerate config is set. Output paths
+    outside the artifacts store are refused first (:func:`check_outputs`)."""
+    check_outputs(settings, job)
     if settings.trainer_accelerate_config is None:
         result = run_here(settings, job)
         assert result is not None  # a single process is the main process

@@ -44,6 +44,11 @@ def adaptive_beta(advantage: torch.Tensor, p_ref: torch.Tensor, r_hat: torch.Ten
     return torch.minimum(beta, ratio).detach()
 
 
+def actor_loss_mask(advantage: torch.Tensor) -> torch.Tensor:
+    """The steps the actor loss learns from, 1[A > 0] (paper eq. 5; published code): (B,) -> (B,) bool."""
+    return advantage > 0
+
+
 def actor_loss(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, advantage: torch.Tensor,
                config: ActorLoss = DEFAULTS.actor) -> tuple[torch.Tensor, Metrics]:
     """WebRL's KL-constrained actor loss (DESIGN.md step 6).
@@ -54,7 +59,7 @@ def actor_loss(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, a
         loss  = mean( SmoothL1(beta * r_hat, A) / beta * mask ),   beta from :func:`adaptive_beta`.
     The "w/o KL" ablation (``config.kl`` False): loss = -mean(A * lp / N * mask).
     """
-    mask = (advantage > 0).to(lp.dtype)  # (B,)
+    mask = actor_loss_mask(advantage).to(lp.dtype)  # (B,)
     n_masked = (n_tokens * mask).sum()
     big_n = torch.where(n_masked > 0, n_masked, torch.ones_like(n_masked))  # N
     p_ref = confidence(lp_ref, n_tokens)  # (B,)

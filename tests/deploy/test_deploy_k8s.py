@@ -164,3 +164,17 @@ def test_browser_egress_is_limited_to_sites_and_backing_services(overlay: str) -
     from webrl.config import SANDBOX_PORTS
 
     assert sites_ports == {SANDBOX_PORTS[s] for s in ("shopping", "shopping_admin", "reddit", "gitlab")}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_viewer_serves_webrl_ui_with_the_key_and_reads_the_artifacts_read_only(overlay: str) -> None:
+    objects = _by_key(_rendered(overlay))
+    pod = objects[("Deployment", "viewer")]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"][:2] == ["webrl", "ui"]
+    port = int(container["command"][container["command"].index("--port") + 1])
+    assert objects[("Service", "viewer")]["spec"]["ports"][0]["port"] == port
+    assert {e["name"] for e in container["env"]} == {"WEBRL_API_KEY"}
+    mount = next(v for v in container["volumeMounts"] if v["name"] == "artifacts")
+    claim = next(v for v in pod["volumes"] if v["name"] == "artifacts")["persistentVolumeClaim"]
+    assert mount["readOnly"] is True and claim["readOnly"] is True

@@ -90,3 +90,20 @@ def test_the_typed_client_round_trips_through_eager_dispatch(settings: Settings)
         clients.taskgen_filter(FilterRequest(task_keys=["no/such"], values={"no/such": 0.5}, critic_version="c"))
     with pytest.raises(ValueError, match="parent_keys"):
         clients.taskgen_generate(GenerateRequest(phase=1, parent_keys=["no/such"], n=1))
+
+
+def test_histories_and_trajectories_are_capped_at_the_longest_episode() -> None:
+    from webrl.contracts import MAX_EPISODE_STEPS, CriticState
+    from webrl.schemas import Observation, Step, Trajectory
+
+    page = {"html": "<p/>", "url": "http://127.0.0.1:7770/"}
+    too_long = ["do(action=\"Scroll Down\")"] * (MAX_EPISODE_STEPS + 1)
+    with pytest.raises(ValidationError, match="history"):
+        ActItem(intent="x", observation=page, history=too_long)
+    with pytest.raises(ValidationError, match="history"):
+        CriticState(intent="x", observation="<p/>", history=too_long)
+    steps = [Step(index=i, observation=Observation(**page), response=r) for i, r in enumerate(too_long)]
+    with pytest.raises(ValidationError, match=f"at most {MAX_EPISODE_STEPS} steps") as refused:
+        ScoreRequest(trajectories=[Trajectory(task_id="t", intent="x", steps=steps)])
+    assert refused.value.errors()[0]["loc"][:2] == ("trajectories", 0)
+    ActItem(intent="x", observation=page, history=too_long[1:])  # the longest episode's history is fine

@@ -17,7 +17,8 @@ from webrl.db.session import get_engine, session_scope
 from webrl.rewards import reward_of
 from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
-TABLES = {"tasks", "trajectories", "steps", "orm_labels", "critic_values", "runs", "phases", "checkpoints"}
+TABLES = {"tasks", "trajectories", "steps", "orm_labels", "critic_values", "runs", "phases", "checkpoints",
+          "step_values"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -184,3 +185,21 @@ def test_migration_0002_moves_stage_outputs_from_metrics_to_the_phase_state(db: 
         assert phase.state == {"candidate_keys": ["a", "b"], "kept_keys": ["a"], "actor_path": "/m/actor",
                                "actor_version": "phase1-x"}
         assert phase.metrics == {"train.loss": 0.5}
+
+
+def test_step_values_are_stored_once_per_step_and_critic(db: Settings) -> None:
+    with session_scope(db) as s:
+        task = repo.upsert_task(s, "sandbox/train/1", _task(), origin="seed", split="train")
+        traj = repo.save_trajectory(s, task.id, 1, 0, _trajectory(3))
+        values = [repo.StepValues(traj.id, i, 0.2, 0.4, 0.15 - 0.1 * i, 1.0 if i == 0 else -0.6, i == 0)
+                  for i in range(3)]
+        assert repo.save_step_values(s, "c1", 1, [*values, repo.StepValues(traj.id, 9, 0, 0, 0, 0, False)]) == 3
+        assert repo.save_step_values(s, "c1", 1, values) == 0  # idempotent
+        assert repo.save_step_values(s, "c2", 2, values[:1]) == 1  # another phase's critic: its own row
+    with session_scope(db) as s:
+        rows = s.scalars(select(m.StepValue).order_by(m.StepValue.id)).all()
+        assert [(r.critic_version, r.phase, r.used) for r in rows] == [("c1", 1, True), ("c1", 1, False),
+                                                                       ("c1", 1, False), ("c2", 2, True)]
+        s.delete(s.get(m.Trajectory, traj.id))
+    with session_scope(db) as s:
+        assert s.scalar(select(func.count()).select_from(m.StepValue)) == 0  # they go with their steps

@@ -14,12 +14,15 @@ from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
 from webrl.config import Settings
-from webrl.service import create_app
+from webrl.service import create_app, model_work
 
 
 class Echo(BaseModel):
     text: str = Field(min_length=1)
     times: int = Field(1, ge=1, le=5)
+
+
+MODEL_LOCK = threading.Lock()  # what a model service holds while a forward pass runs
 
 
 def _app(settings: Settings) -> FastAPI:
@@ -28,6 +31,14 @@ def _app(settings: Settings) -> FastAPI:
     @app.post("/v1/echo")
     def echo(body: Echo) -> dict[str, str]:
         return {"text": body.text * body.times}
+
+    @app.get("/v1/boom")
+    def boom() -> dict[str, str]:
+        raise RuntimeError("a bug")
+
+    @app.post("/v1/slow")
+    async def slow(seconds: float) -> dict[str, float]:
+        return {"slept": await model_work(settings, MODEL_LOCK, lambda: time.sleep(seconds) or seconds, "sleeping")}
 
     return app
 
@@ -130,3 +141,64 @@ def test_serve_refuses_an_open_network_bind(monkeypatch: pytest.MonkeyPatch) -> 
     assert "0.0.0.0" in (unauthenticated_bind_problem("0.0.0.0", open_settings) or "")
     assert unauthenticated_bind_problem("0.0.0.0", Settings(api_key="k", _env_file=None)) is None
     assert unauthenticated_bind_problem("0.0.0.0", Settings(allow_no_auth=True, _env_file=None)) is None
+
+
+def _exchange(sock: socket.socket, path: str) -> bytes:
+    """One keep-alive GET on ``sock``; the raw response (b"" when the server closed the connection)."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret-key\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_500_is_the_error_shape_and_keeps_the_connection(served: tuple[str, Settings]) -> None:
+    url, _ = served
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        failed = _exchange(sock, "/v1/boom")
+        assert failed.startswith(b"HTTP/1.1 500") and b'"type":"internal_error"' in failed
+        assert b"a bug" not in failed  # the error is logged, not told
+        for _ in range(3):  # the same connection serves the next requests
+            assert _exchange(sock, "/healthz").startswith(b"HTTP/1.1 200")
+
+
+def test_model_work_runs_off_the_loop_one_at_a_time_within_the_timeout(settings: Settings) -> None:
+    from fastapi.testclient import TestClient
+
+    hurried = settings.model_copy(update={"model_request_timeout_s": 0.5})
+    with TestClient(_app(hurried)) as client:
+        assert client.post("/v1/slow", params={"seconds": 0.01}).json() == {"slept": 0.01}
+        late = client.post("/v1/slow", params={"seconds": 5})
+        assert late.status_code == 504 and late.json()["error"]["type"] == "timeout"
+        assert "sleeping took longer than 0.5 s (WEBRL_MODEL_REQUEST_TIMEOUT_S)" in late.json()["error"]["message"]
+        busy = client.post("/v1/slow", params={"seconds": 0.01})  # the 5 s sleep still holds the model
+        assert busy.status_code == 504 and "sleeping (waiting for the model, busy with other requests) took" \
+            in busy.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("raw", "field", "what"), [
+    (b'{"text": "a\\u0000b"}', "text", "NUL"),
+    (b'{"text": "\\ud800"}', "text", "lone surrogate"),
+    (b'{"text": "x", "\\udfff": 1}', "?", "lone surrogate"),
+    (b'{"text": "ok", "times": 1, "deep": [{"a": ["\\udc00x"]}]}', "deep.0.a.0", "lone surrogate"),
+])
+def test_text_no_database_takes_is_a_422_naming_the_field(served: tuple[str, Settings], raw: bytes, field: str,
+                                                          what: str) -> None:
+    url, _ = served
+    headers = {"Authorization": "Bearer s3cret-key", "content-type": "application/json"}
+    reply = httpx.post(f"{url}/v1/echo", content=raw, headers=headers)
+    assert reply.status_code == 422, reply.text
+    error = reply.json()["error"]
+    assert error["fields"][0]["field"] == field and what in error["message"]
+    paired = httpx.post(f"{url}/v1/echo", content=b'{"text": "\\ud83d\\ude00"}', headers=headers)
+    assert paired.status_code == 200 and paired.json() == {"text": "\U0001F600"}  # an escaped pair is text
+    assert httpx.get(f"{url}/v1/echo%00", headers=headers).status_code == 422

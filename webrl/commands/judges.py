@@ -431,8 +431,8 @@ def register(app: typer.Typer) -> None:
             [parse_policy(p, actor, seed) for p in policies]
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--policy") from exc
-        options = TrainOrmOptions(base=base, output=output or str(artifacts / "models" / "orm"), actor=actor,
-                                  policies=policies, train_tasks=train_tasks, test_tasks=test_tasks,
+        options = TrainOrmOptions(base=base, output=str(Path(output or artifacts / "models" / "orm").resolve()),
+                                  actor=actor, policies=policies, train_tasks=train_tasks, test_tasks=test_tasks,
                                   lora_rank=lora_rank, max_prompt_tokens=max_prompt_tokens, epochs=epochs, lr=lr,
                                   batch_size=batch_size, seed=seed, max_minutes=max_minutes, concurrency=concurrency,
                                   threshold=threshold, report_dir=report_dir)

@@ -36,6 +36,10 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(problem, param_hint="--host")
         import uvicorn
 
+        from webrl.errors import bind_or_explain
+
         configured = getattr(settings, f"{service}_url", None)
-        default = (urlsplit(configured).port if configured else None) or SERVICE_PORTS[service]
-        uvicorn.run(f"services.{service}.app:app", host=host, port=port or default)
+        chosen = port or (urlsplit(configured).port if configured else None) or SERVICE_PORTS[service]
+        bind_or_explain(host, chosen, f"the {service} service", "is it already served? Stop it, or give --port N "
+                        "(and point its callers at it, e.g. WEBRL_ACTOR_URL)").close()  # taken: one line, no traceback
+        uvicorn.run(f"services.{service}.app:app", host=host, port=chosen)

@@ -167,8 +167,12 @@ def register(app: typer.Typer) -> None:
         log_with: LogWith = typer.Option("tensorboard", help="Where training metrics go: TensorBoard event files "
                                          "in artifacts/tensorboard/<run> (the default), or W&B / MLflow (the "
                                          "webrl[wandb] / webrl[mlflow] extras)."),
+        screenshots: bool = typer.Option(False, "--screenshots/--no-screenshots", help="Store a screenshot of "
+                                         "every rollout step for `webrl ui` (costs time: bench/browser_pool.py)."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
+        from webrl.contracts import InvalidRequest
+        from webrl.paths import requested_model_folder
         from webrl.pipeline import Pipeline, PipelineOptions, StageReport
         from webrl.report import write_report
         from webrl.tracking import Tracker
@@ -181,6 +185,11 @@ def register(app: typer.Typer) -> None:
         orm_path = orm or (default_orm(settings) if is_model_folder(default_orm(settings)) else None)
         if orm is not None and not is_model_folder(orm):
             raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
+        if orm_path is not None:  # the ORM service loads only folders a request may name (webrl.paths)
+            try:
+                requested_model_folder(settings, str(orm_path), "orm", configured=settings.orm_model)
+            except InvalidRequest as refused:
+                raise typer.BadParameter(str(refused).removeprefix("orm: "), param_hint="--orm") from None
         hyperparams = hyperparams_for(preset, {
             "curriculum.phases": phases, "curriculum.enabled": curriculum, "curriculum.fill_filter": fill_filter,
             "curriculum.value_low": value_low, "curriculum.value_high": value_high,
@@ -188,7 +197,8 @@ def register(app: typer.Typer) -> None:
             "replay.enabled": replay, "replay.cap_ratio": replay_cap, "actor.kl": kl, "actor.beta": beta,
         })
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
-                                  orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams)
+                                  orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams,
+                                  screenshots=screenshots)
         ensure_ready(settings)
 
         tracker = Tracker(settings, tracking, "pipeline")
@@ -222,6 +232,8 @@ def register(app: typer.Typer) -> None:
         concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes."),
         max_steps: int = typer.Option(None, min=1, max=100, help="Episode horizon (default "
                                       f"{DEFAULTS.rollout.max_steps}, WebRL's; the CPU presets use 8-10)."),
+        screenshots: bool = typer.Option(True, "--screenshots/--no-screenshots", help="Store a downscaled "
+                                         "screenshot of every step beside its trajectory (shown by `webrl ui`)."),
     ) -> None:
         """Success rate of an actor per site through the evaluator harness."""
         from webrl.evaluate import evaluate_actor
@@ -231,10 +243,15 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
         if tasks is not None and not tasks.exists():
             raise typer.BadParameter(f"{tasks} does not exist", param_hint="--tasks")
+        if tasks is not None:
+            from webrl.schemas import load_task_file
+
+            load_task_file(tasks)  # a bad file is one line naming the entry and field, before anything starts
         ensure_ready(settings)
         with sandbox_if_needed(settings), _progress() as progress:
             result = evaluate_actor(settings, actor, split=split, tasks_file=tasks, limit=limit,
-                                    concurrency=concurrency, max_steps=max_steps, on_progress=RichProgress(progress))
+                                    concurrency=concurrency, max_steps=max_steps, screenshots=screenshots,
+                                    on_progress=RichProgress(progress))
         table = Table(title=f"success of {actor.name}")
         table.add_column("site")
         table.add_column("tasks", justify="right")

@@ -15,8 +15,18 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 def alembic_config(url: str) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", url)
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))  # ConfigParser interpolates '%' (e.g. in a password)
     return cfg
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit to print: its password masked."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: show its scheme only
+        return url.split(":", 1)[0] + "://…"
 
 
 def upgrade(settings: Settings | None = None, revision: str = "head") -> None:

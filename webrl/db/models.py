@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -80,8 +80,30 @@ class Step(Base):
     logprobs: Mapped[list[Any]] = mapped_column(JSON, default=list)
     url: Mapped[str] = mapped_column(Text, default="")
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: The page the step saw as an image, a path relative to the artifacts directory (``webrl.screenshots``);
+    #: None when the rollout took no screenshots.
+    screenshot: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     trajectory: Mapped[Trajectory] = relationship(back_populates="steps")
+
+
+class StepValue(Base):
+    """What a phase's training made of a step (DESIGN.md step 6): the critic's V(s) and V(s'), the advantage before
+    and after binarising, and whether the actor loss used the step (its mask, A > 0). One per (step, critic)."""
+
+    __tablename__ = "step_values"
+    __table_args__ = (UniqueConstraint("step_id", "critic_version", name="uq_step_value_critic"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step_id: Mapped[int] = mapped_column(ForeignKey("steps.id", ondelete="CASCADE"), index=True)
+    critic_version: Mapped[str] = mapped_column(String(80))
+    phase: Mapped[int] = mapped_column(Integer)  # the phase whose training computed it
+    v_s: Mapped[float] = mapped_column(Float)
+    v_next: Mapped[float] = mapped_column(Float)
+    advantage: Mapped[float] = mapped_column(Float)  # clamp(V(s') - V(s) - penalty + r + G_t, -clip, clip)
+    advantage_binarised: Mapped[float] = mapped_column(Float)
+    used: Mapped[bool] = mapped_column(Boolean)  # in the actor loss's mask
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class OrmLabel(Base):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -210,3 +211,38 @@ def save_critic_values(session: Session, critic_version: str, values: Iterable[t
         if exists is None:
             session.add(m.CriticValue(task_id=task_id, critic_version=critic_version, value=value))
     session.flush()
+
+
+@dataclass(frozen=True)
+class StepValues:
+    """What training computed for one step of a stored trajectory (``step_values``)."""
+
+    trajectory_id: int
+    index: int
+    v_s: float
+    v_next: float
+    advantage: float
+    advantage_binarised: float
+    used: bool
+
+
+def save_step_values(session: Session, critic_version: str, phase: int, values: Iterable[StepValues]) -> int:
+    """Store each step's values under ``critic_version``; idempotent per (step, critic). Returns how many were new."""
+    values = list(values)
+    rows = session.execute(select(m.Step.trajectory_id, m.Step.index, m.Step.id)
+                           .where(m.Step.trajectory_id.in_({v.trajectory_id for v in values}))).all()
+    step_ids = {(trajectory_id, index): step_id for trajectory_id, index, step_id in rows}
+    stored = set(session.scalars(select(m.StepValue.step_id).where(
+        m.StepValue.critic_version == critic_version, m.StepValue.step_id.in_(list(step_ids.values())))))
+    new = 0
+    for v in values:
+        step_id = step_ids.get((v.trajectory_id, v.index))
+        if step_id is None or step_id in stored:
+            continue
+        stored.add(step_id)
+        session.add(m.StepValue(step_id=step_id, critic_version=critic_version, phase=phase, v_s=v.v_s,
+                                v_next=v.v_next, advantage=v.advantage, advantage_binarised=v.advantage_binarised,
+                                used=v.used))
+        new += 1
+    session.flush()
+    return new

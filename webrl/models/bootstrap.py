@@ -209,7 +209,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         torch.set_num_threads(settings.torch_threads)
     assert settings.artifacts_dir is not None
     models_dir = settings.artifacts_dir / "models"
-    output = config.output or models_dir / "actor-sft"
+    output = (config.output or models_dir / "actor-sft").resolve()  # the trainer reads relative paths in the store
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
 

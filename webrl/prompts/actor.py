@@ -13,7 +13,7 @@ The prompt holds the intent, one round per earlier step (its observation elided 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from webrl.schemas import Step
@@ -143,29 +143,88 @@ def render_actor_prompt(tokenizer: Any, intent: str, history: Sequence[Step | st
                         max_tokens: int | None = None, system: str | None = FROM_TOKENIZER) -> str:
     """The actor prompt through ``tokenizer``'s chat template, cut to ``max_tokens`` prompt tokens.
 
-    When the prompt is too long, the oldest rounds are dropped while even an empty HTML would not fit, then
-    the current HTML is cut from its end (the top of the page is kept) to the longest prefix that fits.
+    When the prompt is too long, the fewest oldest rounds are dropped so that the prompt with an empty HTML
+    fits, then the current HTML is cut from its end (the top of the page is kept) to the longest prefix that
+    fits. Linear in the history: the rounds to drop are found from one tokenisation of each round (then
+    checked by a few renders), never by re-rendering the prompt once per dropped round.
     """
     history = list(history)
     if system is FROM_TOKENIZER:
         system = system_prompt_for(tokenizer)
 
-    def render(html: str) -> str:
-        return _apply_template(tokenizer, build_actor_messages(intent, history, html, system))
+    def render(past: list[Step | str], html: str) -> str:
+        return _apply_template(tokenizer, build_actor_messages(intent, past, html, system))
 
-    text = render(observation)
-    if max_tokens is None or _n_tokens(tokenizer, text) <= max_tokens:
-        return text
-    while history and _n_tokens(tokenizer, render("")) > max_tokens:
-        history = history[1:]
-    low, high = 0, len(observation)  # longest fitting prefix: binary search over characters
+    longest_html = len(observation) if max_tokens is None else max_tokens * max_token_chars(tokenizer)
+    if len(observation) <= longest_html:  # a page longer than that cannot fit: do not tokenise all of it
+        text = render(history, observation)
+        if max_tokens is None or _n_tokens(tokenizer, text) <= max_tokens:
+            return text
+    assert max_tokens is not None
+    history = history[_rounds_to_drop(tokenizer, history, max_tokens, render):]
+    low, high = 0, min(len(observation), longest_html)  # longest fitting prefix: binary search over characters
     while low < high:
         mid = (low + high + 1) // 2
-        if _n_tokens(tokenizer, render(observation[:mid])) <= max_tokens:
+        if _n_tokens(tokenizer, render(history, observation[:mid])) <= max_tokens:
             low = mid
         else:
             high = mid - 1
-    return render(observation[:low])
+    return render(history, observation[:low])
+
+
+def max_token_chars(tokenizer: Any) -> int:
+    """Characters one token can cover at most: the longest vocabulary entry (a byte-level entry has one
+    character per byte, so it is never shorter than the text it stands for). Kept on the tokenizer."""
+    cached = getattr(tokenizer, "webrl_max_token_chars", None)
+    if cached is None:
+        cached = max(len(token) for token in tokenizer.get_vocab())
+        tokenizer.webrl_max_token_chars = cached
+    return cached
+
+
+def _rounds_to_drop(tokenizer: Any, history: list[Step | str], max_tokens: int,
+                    render: Callable[[list[Step | str], str], str]) -> int:
+    """The fewest oldest rounds to drop so that the prompt with an empty HTML fits ``max_tokens`` (all of them
+    when none fits). An estimate from each round's own tokens (plus the template's average cost per round),
+    corrected by galloping from it: O(history) tokens counted, and O(log error) renders of what is kept."""
+    if not history:
+        return 0
+    full = _n_tokens(tokenizer, render(history, ""))
+    if full <= max_tokens:
+        return 0
+    responses = _responses(history)
+    own = [_n_tokens(tokenizer, f"Round {i}\n{ELIDED_HTML}{r.strip()}") for i, r in enumerate(responses)]
+    template = (full - _n_tokens(tokenizer, render([], "")) - sum(own)) / len(history)
+    guess, excess = 0, full - max_tokens
+    while guess < len(history) and excess > 0:
+        excess -= own[guess] + template
+        guess += 1
+    return least_true(lambda k: _n_tokens(tokenizer, render(history[k:], "")) <= max_tokens, guess, len(history))
+
+
+def least_true(holds: Callable[[int], bool], guess: int, n: int) -> int:
+    """The least k in [0, n] where ``holds`` (monotone: false, then true; true at n, never probed) is true,
+    galloping out from ``guess`` then bisecting: O(log |answer - guess|) probes."""
+    guess = min(max(guess, 0), n)
+    if guess == n or holds(guess):
+        true_at, step = guess, 1
+        while true_at - step >= 0 and holds(true_at - step):
+            true_at -= step
+            step *= 2
+        false_at = max(true_at - step, -1)
+    else:
+        false_at, step = guess, 1
+        while false_at + step < n and not holds(false_at + step):
+            false_at += step
+            step *= 2
+        true_at = min(false_at + step, n)
+    while true_at - false_at > 1:
+        mid = (false_at + true_at) // 2
+        if holds(mid):
+            true_at = mid
+        else:
+            false_at = mid
+    return true_at
 
 
 def render_llama3_webrl(intent: str, history: Sequence[Step | str], observation: str, *,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from webrl.config import Settings
+from webrl.errors import bind_or_explain
 from webrl.sandbox.site import build_site_app
 from webrl.sandbox.sites import SITES, builders
 from webrl.sandbox.store import EpisodeStore, sandbox_root
@@ -43,13 +44,27 @@ class _Running:
     sock: socket.socket
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+def _bind(host: str, site: str, port: int) -> socket.socket:
+    """A listening socket for ``site``; :class:`webrl.errors.PortBusy` saying how to serve it elsewhere."""
+    fix = (f"is `webrl sites serve` or another demo running? Stop it, or serve the sites elsewhere: "
+           f"WEBRL_{site.upper()}_URL=http://{host}:<free port> (one such setting per site), or `webrl sites serve "
+           "--port-offset N`")
+    sock = bind_or_explain(host, port, f"sandbox site {site}", fix)
     sock.set_inheritable(True)
     return sock
+
+
+def _bind_all(host: str, ports: dict[str, int]) -> dict[str, socket.socket]:
+    """A socket per site, or none (those bound are closed) when one port is taken."""
+    socks: dict[str, socket.socket] = {}
+    try:
+        for site, port in ports.items():
+            socks[site] = _bind(host, site, port)
+    except BaseException:
+        for sock in socks.values():
+            sock.close()
+        raise
+    return socks
 
 
 def _start(site: str, sock: socket.socket, store: EpisodeStore, settings: Settings) -> _Running:
@@ -97,7 +112,7 @@ def running_sandbox(settings: Settings, ports: dict[str, int] | None = None,
     if unknown:
         raise ValueError(f"unknown sandbox sites {unknown}; present: {list(SITES)}")
     host = settings.sandbox_host
-    socks = {site: _bind(host, (ports or {}).get(site, 0)) for site in names}
+    socks = _bind_all(host, {site: (ports or {}).get(site, 0) for site in names})
     urls = {f"{site}_url": f"http://{host}:{sock.getsockname()[1]}" for site, sock in socks.items()}
     served = settings.model_copy(update=urls)
     store = make_store(served)

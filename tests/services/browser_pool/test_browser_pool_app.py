@@ -137,3 +137,44 @@ def test_sandbox_round_trip_and_rollout_job(sandbox, sandbox_tasks, stored_keys)
     with session_scope(sandbox) as session:
         rows = [repository.find_trajectory(session, t.id, 0, 7) for t in repository.tasks_by_keys(session, keys)]
         assert all(r is not None and r.purpose == "eval" and r.n_steps == len(r.steps) > 0 for r in rows)
+
+
+def test_storage_state_is_read_from_the_artifacts_store_only(client, pool_settings, fixture_url, make_task,
+                                                               tmp_path):
+    """A storage_state outside the artifacts store is a 422 naming it, whether it exists (a valid login file
+    elsewhere is not loaded) or not (no file-existence oracle); no browser is used."""
+    elsewhere = tmp_path / "state.json"
+    elsewhere.write_text('{"cookies": [], "origins": []}')
+    escape = "../" * 12 + str(elsewhere).lstrip("/")
+    for path in (str(elsewhere), escape, "/etc/passwd", "/nonexistent/state.json", "../state.json"):
+        reply = client.post("/v1/episodes", json={"task": make_task(f"{fixture_url}/next.html",
+                                                                    storage_state=path).to_json()})
+        assert reply.status_code == 422, (path, reply.text)
+        error = reply.json()["error"]
+        assert error["fields"][0]["field"] == "task.storage_state", path
+        assert "outside the artifacts store" in error["message"], path
+    inside = client.post("/v1/episodes", json={"task": make_task(f"{fixture_url}/next.html",
+                                                                 storage_state="./.auth/none.json").to_json()})
+    assert inside.status_code == 200, inside.text  # inside the store and absent: the sandbox login, as before
+    client.delete(f"/v1/episodes/{inside.json()['episode_id']}")
+
+
+def test_an_abandoned_episode_expires_and_frees_its_browser(pool_settings, fixture_url, make_task):
+    """Pool of one: a client opens an episode and goes away; after the idle limit the next client gets the
+    browser (it used to wait, then 503), and the abandoned id answers 404 saying it expired."""
+    settings = pool_settings.model_copy(update={"browser_pool_size": 1, "browser_episode_idle_s": 1.0})
+    task = {"task": make_task(f"{fixture_url}/next.html").to_json()}
+    with TestClient(create_app_for_service(settings)) as client:
+        abandoned = client.post("/v1/episodes", json=task)
+        assert abandoned.status_code == 200, abandoned.text
+        second = client.post("/v1/episodes", json=task)
+        assert second.status_code == 200, second.text
+        gone = client.post(f"/v1/episodes/{abandoned.json()['episode_id']}/step",
+                           json={"action": 'do(action="Scroll Down")'})
+        assert gone.status_code == 404 and "expired" in gone.json()["error"]["message"]
+        assert "WEBRL_BROWSER_EPISODE_IDLE_S" in gone.json()["error"]["message"]
+        live = second.json()["episode_id"]
+        for _ in range(3):  # an episode in use is not reaped
+            stepped = client.post(f"/v1/episodes/{live}/step", json={"action": 'do(action="Scroll Down")'})
+            assert stepped.status_code == 200, stepped.text
+        assert client.delete(f"/v1/episodes/{live}").status_code == 200

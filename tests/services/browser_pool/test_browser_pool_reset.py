@@ -6,18 +6,19 @@ import json
 
 import pytest
 
-from services.browser_pool.episode import BrowserEpisode
+from services.browser_pool.episode import BrowserEpisode, StorageStateRefused
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 
-async def test_storage_state_geolocation_and_tabs(pool, pool_settings, fixture_url, make_task, tmp_path):
+async def test_storage_state_geolocation_and_tabs(pool, pool_settings, fixture_url, make_task):
     host = fixture_url.split("//")[1].split(":")[0]
-    state = tmp_path / "state.json"
+    state = pool_settings.artifacts_dir / ".auth" / "state.json"  # WebArena's ./.auth/<site>_state.json, in the store
+    state.parent.mkdir(parents=True, exist_ok=True)
     state.write_text(json.dumps({"cookies": [{"name": "login", "value": "alice", "domain": host, "path": "/",
                                               "expires": -1, "httpOnly": False, "secure": False, "sameSite": "Lax"}],
                                  "origins": []}))
-    task = make_task(f"{fixture_url}/state.html |AND| {fixture_url}/next.html", storage_state=str(state),
+    task = make_task(f"{fixture_url}/state.html |AND| {fixture_url}/next.html", storage_state="./.auth/state.json",
                      geolocation={"latitude": 40.5, "longitude": -79.25})
     episode = await BrowserEpisode.open(pool, task, pool_settings)
     try:
@@ -46,3 +47,15 @@ async def test_unreachable_start_url_is_reported(pool, pool_settings, make_task)
         assert episode.observation.error and "could not open http://example.invalid/" in episode.observation.error
     finally:
         await episode.close()
+
+
+async def test_storage_state_outside_the_store_is_refused_before_a_browser_is_leased(pool, pool_settings,
+                                                                                     fixture_url, make_task, tmp_path):
+    elsewhere = tmp_path / "state.json"
+    elsewhere.write_text('{"cookies": [], "origins": []}')
+    for path in (str(elsewhere), "../../" + elsewhere.name):
+        with pytest.raises(StorageStateRefused, match="outside the artifacts store") as refused:
+            await BrowserEpisode.open(pool, make_task(f"{fixture_url}/next.html", storage_state=path), pool_settings)
+        assert refused.value.reason == "storage_state_refused"
+    episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/next.html"), pool_settings)  # slot is free
+    await episode.close()

@@ -54,6 +54,8 @@ def test_value_is_the_min_of_the_two_heads(client, scorer) -> None:
     ({"states": [{"intent": "x", "observation": "<p/>"}], "critc": "/typo"}, "critc"),
     ({"states": [{"intent": "x", "observation": "<p/>", "histroy": []}]}, "states.0.histroy"),
     ({"task_keys": ["no/such/task"]}, "task_keys"),
+    ({"states": [{"intent": "x", "observation": "<p/>", "history": ["do(action=\"Scroll Down\")"] * 101}]},
+     "states.0.history"),  # MAX_EPISODE_STEPS: a longer history held the critic for minutes
 ])
 def test_bad_requests_get_422(client, body, field) -> None:
     resp = client.post("/v1/critic/value", json=body)

@@ -98,3 +98,15 @@ def test_rest_route_and_celery_task_label_a_phase_alike(tiny_orm_dir, db_setting
     assert by_task.model_dump(mode="json") == by_route.json()
     with session_scope(db_settings) as session:
         assert session.scalar(select(func.count()).select_from(m.OrmLabel)) == 2
+
+
+def test_a_trajectory_over_the_step_cap_is_a_422_naming_it(client, make_trajectory) -> None:
+    from webrl.contracts import MAX_EPISODE_STEPS
+
+    long = make_trajectory(1)
+    long.steps = [long.steps[0].model_copy(update={"index": i}) for i in range(MAX_EPISODE_STEPS + 1)]
+    trajs = [make_trajectory(0).model_dump(mode="json"), long.model_dump(mode="json")]
+    resp = client.post("/v1/orm/score", json={"trajectories": trajs})
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["error"]["fields"][0]["field"] == "trajectories.1"
+    assert f"at most {MAX_EPISODE_STEPS} steps" in resp.json()["error"]["message"]

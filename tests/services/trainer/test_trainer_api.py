@@ -36,7 +36,7 @@ def test_checkpoints_route_lists_published_rows(db, tmp_path: Path) -> None:
 def test_sft_job_through_rest_runs_and_reports(tiny_dir: Path, store_trajectory, db) -> None:
     ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft")]
     client = TestClient(create_trainer_app(db))
-    body = {"base": str(tiny_dir), "output": str(Path(db.home) / "sft"), "trajectory_ids": ids, "lr": 1e-3,
+    body = {"base": str(tiny_dir), "output": str(Path(db.artifacts_dir) / "sft"), "trajectory_ids": ids, "lr": 1e-3,
             "max_length": 300}
     accepted = client.post("/v1/train/sft", json=body)
     assert accepted.status_code == 202 and accepted.json()["task"] == "train.sft"
@@ -47,7 +47,7 @@ def test_sft_job_through_rest_runs_and_reports(tiny_dir: Path, store_trajectory,
         time.sleep(0.5)
         status = client.get(f"/v1/train/{job_id}").json()
     assert status["status"] == "succeeded", status
-    assert status["result"]["path"] == str((Path(db.home) / "sft").resolve())
+    assert status["result"]["path"] == str((Path(db.artifacts_dir) / "sft").resolve())
 
 
 def test_celery_task_runs_eagerly_through_dispatch(tiny_dir: Path, store_trajectory, db) -> None:
@@ -55,9 +55,9 @@ def test_celery_task_runs_eagerly_through_dispatch(tiny_dir: Path, store_traject
 
     configure(db)
     ids = [store_trajectory("s1", 0, 0, [CLICK], reward=None, env_score=1.0, purpose="sft")]
-    result = dispatch("train.sft", {"base": str(tiny_dir), "output": str(Path(db.home) / "sft2"), "kind": "actor",
-                                    "trajectory_ids": ids, "phase": None, "purpose": None, "epochs": 1, "lr": 1e-3,
-                                    "seed": 0, "max_minutes": None, "max_length": 300})
+    result = dispatch("train.sft", {"base": str(tiny_dir), "output": str(Path(db.artifacts_dir) / "sft2"),
+                                    "kind": "actor", "trajectory_ids": ids, "phase": None, "purpose": None,
+                                    "epochs": 1, "lr": 1e-3, "seed": 0, "max_minutes": None, "max_length": 300})
     assert set(result) == {"path", "version", "sha256", "metrics"}
     assert result["metrics"]["examples"] == 1
 
@@ -76,7 +76,8 @@ def test_rest_job_and_typed_client_publish_the_same_checkpoint(tiny_dir: Path, s
 
     configure(db)
     ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft")]
-    job = SftJob(base=str(tiny_dir), output=str(Path(db.home) / "sft3"), trajectory_ids=ids, lr=1e-3, max_length=300)
+    job = SftJob(base=str(tiny_dir), output=str(Path(db.artifacts_dir) / "sft3"), trajectory_ids=ids, lr=1e-3,
+                 max_length=300)
     client = TestClient(create_trainer_app(db))
     job_id = client.post("/v1/train/sft", json=job.model_dump(mode="json")).json()["job_id"]
     deadline = time.time() + 120

@@ -24,7 +24,7 @@ CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argume
 def _sft_adapter(tiny_dir: Path, store_trajectory, db, rank: int = 4) -> tuple[Path, list[int]]:
     ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft"),
            store_trajectory("s2", 0, 0, [TYPE, EXIT], reward=None, env_score=1.0, purpose="sft")]
-    out = Path(db.home) / "actor-sft"
+    out = Path(db.artifacts_dir) / "actor-sft"
     info = run_sft(db, SftJob(base=str(tiny_dir), output=str(out), trajectory_ids=ids, epochs=3, lr=5e-2,
                               batch_size=2, max_length=400, lora_rank=rank))
     assert info.metrics["last_loss"] < info.metrics["first_loss"]
@@ -86,7 +86,7 @@ def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_di
 
     nxt = run_phase(db, PhaseJob(phase=1, actor=result.actor.path, critic=result.critic.path, reference=str(actor),
                                  hyperparams=with_overrides(hp, {"replay.enabled": False}), max_length=400,
-                                 actor_output=str(Path(db.home) / "next-actor")))  # resumes both adapters
+                                 actor_output=str(Path(db.artifacts_dir) / "next-actor")))  # resumes both adapters
     assert nxt.critic.parent_version == result.critic.version and is_adapter(nxt.actor.path)
     assert read_manifest(nxt.actor.path)["parent_version"] == result.actor.version
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
+from sqlalchemy import select
 
 from services.trainer.loop import LoopConfig, make_accelerator, prepare
 from services.trainer.phase import positive_steps, run_phase
@@ -13,6 +15,7 @@ from services.trainer.publish import payload_version, publish_model
 from services.trainer.sft import run_sft
 from webrl.checkpoints import list_checkpoints, read_manifest, verify
 from webrl.contracts import PhaseJob, SftJob
+from webrl.db.models import StepValue
 from webrl.db.session import session_scope
 from webrl.hyperparams import DEFAULTS, with_overrides
 
@@ -84,22 +87,29 @@ def test_a_phase_trains_critic_then_actor_and_publishes_both(tiny_dir: Path, sto
     assert "critic_loss" in result.critic.metrics
     with session_scope(db) as session:
         rows = {(c.role, c.version) for c in list_checkpoints(session)}
+        values = session.scalars(select(StepValue)).all()
     assert rows == {("actor", result.actor.version), ("critic", result.critic.version)}
+    # what the phase made of each step it trained on, for the viewer: the 6 current steps and the replayed ones
+    assert len(values) == m["current_steps"] + m["replay_steps"]
+    assert {v.critic_version for v in values} == {result.critic.version} and {v.phase for v in values} == {2}
+    assert all(0.0 <= v.v_s <= 1.0 and -1.0 <= v.advantage <= 1.0 for v in values)
+    assert all(v.used == (v.advantage_binarised > 0) and round(v.advantage_binarised, 5) in (1.0, -0.6) for v in values)
+    assert sum(v.used for v in values) / len(values) == pytest.approx(m["positive_fraction"])
     again = run_phase(db, job)  # idempotent: finds the published pair, trains nothing
     assert (again.actor.sha256, again.critic.sha256) == (result.actor.sha256, result.critic.sha256)
 
     phase3 = PhaseJob(phase=2, actor=result.actor.path, critic=result.critic.path, reference=str(tiny_dir),
                       hyperparams=with_overrides(hp, {"replay.enabled": False, "actor.kl": False}), max_length=400,
-                      actor_output=str(Path(db.home) / "next-actor"))
+                      actor_output=str(Path(db.artifacts_dir) / "next-actor"))
     nxt = run_phase(db, phase3)  # resumes the critic, separate reference, w/o-KL ablation
-    assert nxt.actor.path == str((Path(db.home) / "next-actor").resolve())
+    assert nxt.actor.path == str((Path(db.artifacts_dir) / "next-actor").resolve())
     assert nxt.critic.parent_version == result.critic.version
 
 
 def test_sft_jobs_train_actor_and_orm(tiny_dir: Path, store_trajectory, db) -> None:
     ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft"),
            store_trajectory("s2", 0, 0, [TYPE], reward=None, env_score=0.0, purpose="sft")]
-    out = Path(db.home) / "actor-sft"
+    out = Path(db.artifacts_dir) / "actor-sft"
     info = run_sft(db, SftJob(base=str(tiny_dir), output=str(out), kind="actor", trajectory_ids=ids, epochs=2,
                               lr=1e-2, batch_size=2, max_length=400))
     assert info.metrics["examples"] == 2  # the successful trajectory's two steps only
@@ -107,7 +117,7 @@ def test_sft_jobs_train_actor_and_orm(tiny_dir: Path, store_trajectory, db) -> N
     assert verify(out) and read_manifest(out)["version"] == info.version
     assert run_sft(db, SftJob(base=str(tiny_dir), output=str(out), kind="actor", trajectory_ids=ids, epochs=2,
                               lr=1e-2, batch_size=2, max_length=400)).sha256 == info.sha256
-    orm = run_sft(db, SftJob(base=str(tiny_dir), output=str(Path(db.home) / "orm"), kind="orm", phase=0,
+    orm = run_sft(db, SftJob(base=str(tiny_dir), output=str(Path(db.artifacts_dir) / "orm"), kind="orm", phase=0,
                              purpose="sft", lr=1e-2, batch_size=2, max_length=400))
     assert orm.metrics["examples"] == 2 and orm.role == "orm"
 
@@ -115,9 +125,9 @@ def test_sft_jobs_train_actor_and_orm(tiny_dir: Path, store_trajectory, db) -> N
 def test_actor_sft_trains_on_relabelled_copies_beside_each_demonstration(tiny_dir: Path, store_trajectory,
                                                                           db) -> None:
     ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft")]
-    plain = SftJob(base=str(tiny_dir), output=str(Path(db.home) / "plain"), kind="actor", trajectory_ids=ids,
+    plain = SftJob(base=str(tiny_dir), output=str(Path(db.artifacts_dir) / "plain"), kind="actor", trajectory_ids=ids,
                    lr=1e-2, batch_size=2, max_length=400)
-    copies = plain.model_copy(update={"output": str(Path(db.home) / "relabelled"), "relabelled_copies": 3})
+    copies = plain.model_copy(update={"output": str(Path(db.artifacts_dir) / "relabelled"), "relabelled_copies": 3})
     info = run_sft(db, copies)
     assert info.metrics["examples"] == 2 * (1 + 3)  # two steps, the demonstration and three copies of it
     # a job without copies (or a LoRA rank) keeps the version it had before those fields existed

@@ -82,8 +82,8 @@ def test_short_orm_training_beats_the_untrained_model(settings, tiny_base, tmp_p
     train = [_trajectory(item, success, rng) for item in ITEMS[:12] for success in (True, False)]
     test = [_trajectory(item, success, rng) for item in ITEMS[12:] for success in (True, False)]
     train_ids, test_ids = _store(settings, train), _store(settings, test)
-    result = dispatch("train.sft", {"base": str(tiny_base), "output": str(tmp_path / "orm"), "kind": "orm",
-                                    "trajectory_ids": train_ids, "epochs": 20, "lr": 1e-2, "seed": 0,
+    result = dispatch("train.sft", {"base": str(tiny_base), "output": str(Path(settings.artifacts_dir) / "orm"),
+                                    "kind": "orm", "trajectory_ids": train_ids, "epochs": 20, "lr": 1e-2, "seed": 0,
                                     "batch_size": 8})  # 60 steps: ~30 are not enough to leave chance
     labels = {i: int(t.env_score >= 0.5) for i, t in zip(test_ids, test, strict=True)}
     report = measure({"untrained": str(tiny_base), "trained": result["path"]}, labels, 0.5, tmp_path / "report")

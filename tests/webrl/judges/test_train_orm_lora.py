@@ -64,8 +64,8 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # a shared 2-core machine: one thread per matmul waits less
     try:
-        options = TrainOrmOptions(base="smollm2-135m", output=str(tmp_path / "orm"), policies=["oracle"],
-                                  max_prompt_tokens=256, epochs=1, batch_size=4, lr=1e-3, seed=0,
+        options = TrainOrmOptions(base="smollm2-135m", output=str(Path(with_smollm2.artifacts_dir) / "orm"),
+                                  policies=["oracle"], max_prompt_tokens=256, epochs=1, batch_size=4, lr=1e-3, seed=0,
                                   report_dir=str(tmp_path / "report"))
         report = judges.train_orm(with_smollm2, options)
     finally:

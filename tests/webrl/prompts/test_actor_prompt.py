@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,60 @@ def test_chat_rendering_drops_oldest_rounds_when_html_alone_cannot_fit(tokenizer
     assert len(tokenizer(cut, add_special_tokens=False)["input_ids"]) <= budget
     assert 'element="39"' in cut and 'element="37"' in cut and 'element="36"' not in cut
     assert cut.startswith(three_rounds.split("Round 3")[0])
+
+
+class CountingTokenizer:
+    """The tiny tokenizer, counting the characters it is asked to tokenise (the prompt builder's work)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.chars = inner, 0
+
+    def __call__(self, text: str, **kwargs):
+        self.chars += len(text)
+        return self.inner(text, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def _dropped_one_at_a_time(tokenizer, history: list[str], budget: int) -> list[str]:
+    """The rounds kept by dropping the oldest one per re-render (the reference the faster search must match)."""
+    def n(past: list[str]) -> int:
+        return len(tokenizer(render_actor_prompt(tokenizer, INTENT, past, ""), add_special_tokens=False)["input_ids"])
+
+    while history and n(history) > budget:
+        history = history[1:]
+    return history
+
+
+@pytest.mark.parametrize("budget", [60, 90, 150, 400, 2000])
+def test_dropping_rounds_keeps_what_one_at_a_time_dropping_keeps(tokenizer, budget: int) -> None:
+    history = [f'# Note: step {i}\ndo(action="Click", element="{i}")' if i % 3 else f'do(action="Type", '
+               f'argument="{"x" * i}", element="{i}")' for i in range(40)]
+    kept = _dropped_one_at_a_time(tokenizer, history, budget)
+    cut = render_actor_prompt(tokenizer, INTENT, history, HTML, max_tokens=budget)
+    assert cut.count("<|start_header_id|>assistant") - 1 == len(kept)  # one turn per kept round, plus the prompt's
+    if kept:
+        assert kept[0].strip() in cut and (len(kept) == len(history) or history[-len(kept) - 1] not in cut)
+    assert len(tokenizer(cut, add_special_tokens=False)["input_ids"]) <= budget
+
+
+def test_prompt_building_is_linear_in_the_history(tokenizer) -> None:
+    """Characters tokenised for 100/200/400/800 history entries grow by the ratio of the entries (2 per
+    doubling; dropping one round per re-render grew by 4)."""
+    work = []
+    for n in (100, 200, 400, 800):
+        counting = CountingTokenizer(tokenizer)
+        history = [f'do(action="Click", element="{i}")' for i in range(n)]
+        render_actor_prompt(counting, INTENT, history, HTML * 50, max_tokens=300)
+        work.append(counting.chars)
+    ratios = [b / a for a, b in itertools.pairwise(work)]
+    assert all(1.5 < r < 2.5 for r in ratios), (work, ratios)
+
+
+def test_a_huge_page_is_not_tokenised_whole(tokenizer) -> None:
+    counting = CountingTokenizer(tokenizer)
+    huge = HTML * 200_000  # ~13 MB
+    cut = render_actor_prompt(counting, INTENT, HISTORY, huge, max_tokens=300)
+    assert len(tokenizer(cut, add_special_tokens=False)["input_ids"]) <= 300 and HTML in cut
+    assert counting.chars < len(huge) / 20, counting.chars

@@ -1,0 +1,169 @@
+"""The stages (``stage.py``) one browser keeps ready, so that a reset never waits for a context to be made.
+
+Per browser: :data:`FRESH_SPARES` fresh stages, made in the background once the episode that took one has
+its first observation (so the making does not slow its reset down), and the last :data:`KEPT_REUSED`
+scrubbed ones, each with its tab's renderer still warm for the origin it served.
+:meth:`ContextStock.take` prefers, in order: a scrubbed stage on the episode's start origin, a fresh spare,
+a stage of that origin still being scrubbed (waiting for it), any other scrubbed stage, the spare being
+made, and only then makes one. With two kept, back-to-back episodes on one site alternate between two
+tabs, each scrubbed while the other runs. :meth:`ContextStock.give_back` scrubs in the background, so
+closing an episode does not wait either.
+
+The stock also holds the browser's navigation guard (:mod:`webrl.navigation_guard`), which reports to the
+allow-list of the stage in use: one episode runs on a browser at a time, so one allow-list applies to all
+its contexts; a stock is made for one allow-list (the pool replaces it when an episode needs another).
+
+``warm=False`` is the pool before issue 22: a context made for each episode and closed after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+
+from playwright.async_api import Browser
+from playwright.async_api import Error as PlaywrightError
+
+from services.browser_pool.safety import AllowList
+from services.browser_pool.stage import Cleanup, Stage, new_stage, scrub
+from webrl.allow_list import origin
+from webrl.navigation_guard import NavigationGuard
+
+log = logging.getLogger(__name__)
+
+FRESH_SPARES = 1  # fresh contexts kept ready per browser (each holds a renderer: ~20-40 MB)
+KEPT_REUSED = 2  # scrubbed contexts kept per browser: one is scrubbed while the other serves the next episode
+
+
+class ContextStock:
+    """Stages ready on one browser for one allow-list (module docstring)."""
+
+    def __init__(self, browser: Browser, allowed: list[str], *, warm: bool = True) -> None:
+        self.browser, self.allowed, self.warm = browser, list(allowed), warm
+        self.fresh: list[Stage] = []
+        self.kept: list[Stage] = []
+        self.guard: NavigationGuard | None = None
+        self.current: AllowList | None = None
+        self.closed = False
+        self._refill: asyncio.Task[None] | None = None
+        self._scrubs: dict[asyncio.Task[None], str] = {}  # running scrub -> the origin its stage served
+
+    @classmethod
+    async def open(cls, browser: Browser, allowed: list[str], *, warm: bool = True) -> ContextStock:
+        """A stock with its navigation guard on ``browser``; its first spare is made in the background."""
+        stock = cls(browser, allowed, warm=warm)
+        stock.guard = await NavigationGuard.on_browser(browser, stock.allowed, stock._blocked)
+        stock._refill_soon()
+        return stock
+
+    def _blocked(self, url: str) -> None:
+        if self.current is not None:
+            self.current.record_navigation(url)
+
+    # ----- taking and giving back ----------------------------------------------------------------------
+    async def take(self, start_origin: str, **options: object) -> Stage:
+        """A stage for an episode starting on ``start_origin``; ``options`` (a task's ``storage_state``) make
+        a dedicated one. Raises a Playwright error when the browser cannot make a context."""
+        if options or not self.warm:
+            stage = await new_stage(self.browser, self.allowed, **options)
+        else:
+            stage = await self._ready(start_origin)
+        self.current = stage.allow
+        await stage.begin()
+        return stage
+
+    def reset_done(self) -> None:
+        """The episode on the taken stage has its first observation: make a spare now, not during its reset."""
+        self._refill_soon()
+
+    async def _ready(self, start_origin: str) -> Stage:
+        if same := self._kept_for(start_origin):
+            return same
+        if self.fresh:
+            return self.fresh.pop()
+        scrubbing = [t for t, served in self._scrubs.items() if served == start_origin]
+        if scrubbing:
+            await asyncio.wait(scrubbing)
+            if same := self._kept_for(start_origin):
+                return same
+        if self.kept:
+            return self.kept.pop(0)
+        if self._refill is not None:
+            await asyncio.shield(self._refill)
+            if self.fresh:
+                return self.fresh.pop()
+        return await new_stage(self.browser, self.allowed)
+
+    def _kept_for(self, start_origin: str) -> Stage | None:
+        """The most recently scrubbed stage of ``start_origin`` (its renderer the warmest), taken out."""
+        for stage in reversed(self.kept):
+            if stage.origin == start_origin:
+                self.kept.remove(stage)
+                return stage
+        return None
+
+    async def give_back(self, stage: Stage, cleanup: Cleanup | None = None) -> None:
+        """The episode on ``stage`` ended: scrub it in the background (keep it when reusable), or with
+        ``warm=False`` run ``cleanup`` and close it now. ``cleanup`` runs once the episode's pages stopped."""
+        self.current = None
+        self._refill_soon()
+        if not self.warm or stage.dedicated or self.closed:
+            if cleanup is not None:
+                await _logged(cleanup(stage.context), "episode cleanup")
+            await stage.close()
+            return
+        task = asyncio.ensure_future(self._scrub_and_keep(stage, cleanup))
+        self._scrubs[task] = origin(stage.page.url)
+        task.add_done_callback(self._scrubs.pop)
+
+    async def _scrub_and_keep(self, stage: Stage, cleanup: Cleanup | None) -> None:
+        if not await scrub(stage, cleanup):
+            return
+        if self.closed:
+            await stage.close()
+            return
+        self.kept.append(stage)
+        while len(self.kept) > KEPT_REUSED:
+            await self.kept.pop(0).close()
+
+    def _refill_soon(self) -> None:
+        if self.warm and not self.closed and len(self.fresh) < FRESH_SPARES and (
+                self._refill is None or self._refill.done()):
+            self._refill = asyncio.ensure_future(self._make_spare())
+
+    async def _make_spare(self) -> None:
+        try:
+            stage = await new_stage(self.browser, self.allowed)
+        except PlaywrightError as exc:  # the browser died; the pool relaunches it at the next lease
+            log.info("could not make a spare context: %s", exc.message.splitlines()[0])
+            return
+        if self.closed:
+            await stage.close()
+        else:
+            self.fresh.append(stage)
+
+    async def idle(self) -> None:
+        """Wait for the background work under way (scrubs, the spare being made): tests and benches."""
+        pending = [*self._scrubs, *([self._refill] if self._refill is not None else [])]
+        if pending:
+            await asyncio.wait(pending)
+
+    # ----- teardown ------------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Finish running scrubs (their cleanups free sandbox state), close every stage, drop the guard."""
+        self.closed = True
+        await self.idle()
+        for stage in [*self.fresh, *self.kept]:
+            await stage.close()
+        self.fresh, self.kept = [], []
+        if self.guard is not None:
+            await self.guard.detach()
+            self.guard = None
+
+
+async def _logged(step: Awaitable[None], what: str) -> None:
+    try:
+        await step
+    except Exception as exc:  # cleanup of a broken context must never take the pool down
+        log.info("%s: %r", what, exc)

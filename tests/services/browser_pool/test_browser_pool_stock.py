@@ -1,0 +1,101 @@
+"""The stock of contexts behind fast resets: a page reused for the next episode on the same origin, with
+nothing of the previous episode left in it (leak.html writes every kind of state it can), and no reuse of a
+context whose episode visited two origins."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from services.browser_pool.episode import BrowserEpisode
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+CLEAN = "cookies=none local=none session=none idb=none workers=0 controlled=no history=1 done"
+
+
+def _id(episode: BrowserEpisode, text: str) -> str:
+    """The id of the element whose text starts with ``text`` in the episode's observation."""
+    assert episode.observation is not None
+    found = re.search(rf'id="(\d+)"[^>]*>\s*{re.escape(text)}', episode.observation.html)
+    assert found, f"no element {text!r} in {episode.observation.html}"
+    return found.group(1)
+
+
+async def _click(episode: BrowserEpisode, text: str) -> str:
+    result = await episode.step(f'do(action="Click", element="{_id(episode, text)}")')
+    return result.observation.html
+
+
+async def test_nothing_leaks_into_the_next_episode_on_a_reused_page(pool, pool_settings, fixture_url, make_task):
+    task = make_task(f"{fixture_url}/leak.html")
+    first = await BrowserEpisode.open(pool, task, pool_settings)
+    stage = first.stage
+    try:
+        await _click(first, "Write everything")  # the popup it opens becomes the active tab
+        leak_page = stage.page
+        await leak_page.wait_for_function("document.getElementById('report').textContent.includes('written')")
+        report = await leak_page.text_content("#report")
+        assert "leak_cookie=1" in report and "local=leak_local" in report and "session=leak_session" in report
+        assert "idb=leak_db" in report and "workers=1" in report and "history=3" in report
+        assert len(first.context.pages) == 2
+    finally:
+        await first.close()
+    await first.stock.idle()  # the scrub done (else the next reset takes the fresh spare rather than wait)
+    second = await BrowserEpisode.open(pool, task, pool_settings)
+    try:
+        assert second.stage is stage and stage.reused  # same origin: the same tab, scrubbed
+        assert second.observation.tabs == ["Leak fixture"]  # the popup is gone
+        assert CLEAN in await _click(second, "Report again")  # nor cookies, storage, workers, history
+        back = await second.step('do(action="Go Backward")')
+        assert back.observation.url == f"{fixture_url}/leak.html"  # no way back into the last episode
+        await _click(second, "Write session only")  # the episode's own sessionStorage outlives its navigations
+        await _click(second, "Same page again")
+        assert "session=own_session" in await _click(second, "Report again")
+    finally:
+        await second.close()
+
+
+async def test_a_context_that_visited_two_origins_is_not_reused(pool, pool_settings, fixture_url, outside_url,
+                                                                make_task):
+    hosts = [url.split("//", 1)[1] for url in (fixture_url, outside_url)]
+    settings = pool_settings.model_copy(update={"allowed_hosts": hosts})
+    task = make_task(f"{fixture_url}/redirect?to={outside_url}/leak.html")
+    first = await BrowserEpisode.open(pool, task, settings)
+    stage = first.stage
+    try:
+        assert first.observation.url == f"{outside_url}/leak.html"
+    finally:
+        await first.close()
+    second = await BrowserEpisode.open(pool, make_task(f"{outside_url}/leak.html"), settings)
+    try:
+        assert second.stage is not stage and not second.stage.reused
+        assert stage.context not in pool.slots[0].browser.contexts  # closed, not kept
+        assert CLEAN in await _click(second, "Report again")
+    finally:
+        await second.close()
+
+
+async def test_sandbox_episodes_on_a_reused_page_each_get_their_own_site_state(sandbox, sandbox_tasks):
+    """The sandbox's fast reset (a new ``webrl_episode`` cookie selects a fresh copy of the site's database)
+    on a reused page; the previous episode's copy is dropped by the scrub."""
+    from services.browser_pool.pool import BrowserPool
+    from webrl.sandbox.server import make_store
+    from webrl.sandbox.store import EPISODE_COOKIE
+
+    task, store = sandbox_tasks[0], make_store(sandbox)
+    async with BrowserPool(sandbox, size=1) as own:
+        first = await BrowserEpisode.open(own, task, sandbox)
+        stage, first_id = first.stage, first.id
+        assert first_id in store.episodes()
+        await first.close()
+        await first.stock.idle()
+        second = await BrowserEpisode.open(own, task, sandbox)
+        try:
+            assert second.stage is stage and first_id not in store.episodes()
+            cookies = {c["name"]: c["value"] for c in await second.context.cookies()}
+            assert cookies[EPISODE_COOKIE] == second.id != first_id
+            assert second.observation.html == first.observation.html  # the same start page, from a fresh copy
+        finally:
+            await second.close()

@@ -1,0 +1,103 @@
+"""A user's mistake at the command line is one line on stderr naming the problem (exit status 2, no traceback),
+and no command prints a secret. Run as a user runs them: ``python -m webrl.cli`` and ``python -m webrl.demo``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from webrl.config import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_ACTOR = REPO / "webrl" / "assets" / "actor-sft"
+
+
+def _run(settings: Settings, *args: str, env: dict[str, str] | None = None,
+         module: str = "webrl.cli") -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("WEBRL_")}
+    environment.update({"WEBRL_HOME": str(settings.home), "PYTHONPATH": str(REPO), "COLUMNS": "80", **(env or {})})
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=environment,
+                          cwd=REPO, timeout=600)
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port something else already listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        yield sock.getsockname()[1]
+
+
+def test_sites_serve_on_a_busy_port_names_it_and_how_to_move(settings: Settings, busy_port: int) -> None:
+    done = _run(settings, "sites", "serve", "--site", "shopping",
+                env={"WEBRL_SHOPPING_URL": f"http://127.0.0.1:{busy_port}"})
+    line = _one_line_error(done)
+    assert f"port {busy_port}" in line and "sandbox site shopping" in line and "in use" in line
+    assert "WEBRL_SHOPPING_URL" in line and "--port-offset" in line
+
+
+def test_eval_with_the_sites_already_served_names_the_port(settings: Settings, busy_port: int) -> None:
+    """What `make demo` met when `webrl sites serve` ran in another terminal: the embedded run serves the sites."""
+    done = _run(settings, "eval", "--actor", str(TINY_ACTOR), "--limit", "1",
+                env={"WEBRL_REDDIT_URL": f"http://127.0.0.1:{busy_port}"})
+    line = _one_line_error(done)
+    assert f"port {busy_port}" in line and "sandbox site reddit" in line and "WEBRL_REDDIT_URL" in line
+
+
+def test_serve_on_a_busy_port_names_it(settings: Settings, busy_port: int) -> None:
+    line = _one_line_error(_run(settings, "serve", "taskgen", "--port", str(busy_port)))
+    assert f"port {busy_port}" in line and "taskgen" in line and "--port" in line
+
+
+def test_eval_names_a_tasks_file_that_is_not_json(settings: Settings, tmp_path: Path) -> None:
+    bad = tmp_path / "notjson.json"
+    bad.write_text("this is not json")
+    line = _one_line_error(_run(settings, "eval", "--actor", str(TINY_ACTOR), "--tasks", str(bad)))
+    assert str(bad) in line and "not JSON" in line
+
+
+def test_eval_names_the_entry_and_field_of_a_bad_task(settings: Settings, tmp_path: Path) -> None:
+    good = {"task_id": 1, "sites": ["shopping"], "intent": "Buy a mug", "start_url": "__SHOPPING__/"}
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([good, {"task_id": 7, "sites": ["shopping"], "start_url": "__SHOPPING__/"}, 3]))
+    line = _one_line_error(_run(settings, "eval", "--actor", str(TINY_ACTOR), "--tasks", str(tasks)))
+    assert "entry 1 (task_id 7): intent: Field required" in line
+    tasks.write_text(json.dumps([good, 3]))
+    line = _one_line_error(_run(settings, "eval", "--actor", str(TINY_ACTOR), "--tasks", str(tasks)))
+    assert "entry 1 is a int, not a task config" in line
+
+
+def test_an_invalid_setting_is_named_by_its_variable(settings: Settings) -> None:
+    for module, args in (("webrl.cli", ("db", "upgrade")), ("webrl.demo", ())):
+        line = _one_line_error(_run(settings, *args, module=module, env={"WEBRL_DTYPE": "float64"}))
+        assert "invalid settings: WEBRL_DTYPE:" in line, module
+
+
+@pytest.mark.postgres
+def test_db_upgrade_never_prints_the_password(settings: Settings, postgres_url: str) -> None:
+    secret = "s3cr%et-Pw"
+    with_password = postgres_url.replace("postgres@", "postgres:s3cr%25et-Pw@")  # trust auth ignores it
+    done = _run(settings, "db", "upgrade", env={"WEBRL_DATABASE_URL": with_password})
+    assert done.returncode == 0, done.stderr
+    assert "postgres:***@" in done.stdout and secret not in done.stdout + done.stderr
+    assert "s3cr" not in done.stdout + done.stderr
+    unreachable = with_password.replace("127.0.0.1:5432", "127.0.0.1:1")
+    line = _one_line_error(_run(settings, "db", "upgrade", env={"WEBRL_DATABASE_URL": unreachable}))
+    assert "cannot reach the database at postgresql+psycopg://postgres:***@127.0.0.1:1/" in line
+    assert "s3cr" not in line

@@ -1,0 +1,73 @@
+"""Paths in requests stay inside the artifacts store (webrl.paths)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webrl.config import Settings
+from webrl.contracts import InvalidRequest
+from webrl.paths import confined_path, requested_model_folder
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Settings:
+    settings = Settings(home=tmp_path / "home", database_url="sqlite://")
+    settings.ensure_dirs()
+    return settings
+
+
+def test_relative_and_absolute_paths_inside_the_store_resolve_there(store: Settings) -> None:
+    root = Path(store.artifacts_dir).resolve()
+    assert confined_path(store, "models/actor", "output") == root / "models" / "actor"
+    state = confined_path(store, "./.auth/shopping_state.json", "storage_state")
+    assert state == root / ".auth" / "shopping_state.json"
+    assert confined_path(store, str(root / "a" / ".." / "b"), "output") == root / "b"
+
+
+@pytest.mark.parametrize("value", ["../outside", "models/../../outside", "/etc", "/tmp/x", "", " ", ".", "a\x00b"])
+def test_paths_that_leave_the_store_are_refused_naming_the_field(store: Settings, value: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        confined_path(store, value, "actor_output")
+    assert refused.value.field == "actor_output" and str(refused.value).startswith("actor_output: ")
+
+
+def test_a_symlink_out_of_the_store_is_refused(store: Settings, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (Path(store.artifacts_dir) / "link").symlink_to(outside)
+    with pytest.raises(InvalidRequest, match="outside the artifacts store"):
+        confined_path(store, "link/model", "output")
+
+
+def test_a_requested_model_folder_must_be_in_the_store_a_model_dir_or_the_configured_model(
+        store: Settings, tmp_path: Path) -> None:
+    inside = Path(store.artifacts_dir) / "models" / "orm"
+    inside.mkdir(parents=True)
+    assert requested_model_folder(store, str(inside), "orm") == inside.resolve()
+    released = tmp_path / "released" / "webrl-orm"
+    released.mkdir(parents=True)
+    with pytest.raises(InvalidRequest, match="WEBRL_MODEL_DIRS") as refused:
+        requested_model_folder(store, str(released), "orm")
+    assert refused.value.field == "orm"
+    assert requested_model_folder(store, str(released), "orm", configured=str(released)) == released.resolve()
+    store.model_dirs = [str(tmp_path / "released")]
+    assert requested_model_folder(store, str(released), "orm") == released.resolve()
+
+
+@pytest.mark.parametrize("value", ["/etc", "/", "<a>" * 2000, "a\x00b", "", "models/../../.."])
+def test_requested_model_folders_outside_or_unusable_are_a_field_error(store: Settings, value: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        requested_model_folder(store, value, "critic")
+    assert refused.value.field == "critic"
+
+
+def test_a_missing_folder_inside_the_store_is_named(store: Settings) -> None:
+    with pytest.raises(InvalidRequest, match="no model folder"):
+        requested_model_folder(store, str(Path(store.artifacts_dir) / "models" / "absent"), "orm")
+
+
+def test_model_dirs_come_comma_separated_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEBRL_MODEL_DIRS", "/models/a, /models/b")
+    assert Settings().model_dirs == ["/models/a", "/models/b"]

@@ -1,0 +1,84 @@
+"""The filter's judge before a critic exists (webrl.template_prior): a task is worth its template's Beta-smoothed
+success rate over the run's training rollouts, and only training rollouts count."""
+
+from __future__ import annotations
+
+import pytest
+
+from webrl.config import Settings
+from webrl.db import repository as repo
+from webrl.db.migrate import upgrade
+from webrl.db.session import session_scope
+from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+from webrl.template_prior import template_values
+
+VERSION = "env-evaluator"
+
+
+def _task(session, key: str, template: int) -> None:
+    config = TaskConfig(task_id=0, sites=["shopping"], intent=f"intent {key}", start_url="__SHOPPING__/",
+                        intent_template_id=template)
+    repo.upsert_task(session, key, config, origin="seed", split="train")
+
+
+def _attempt(session, key: str, phase: int, attempt: int, solved: bool, purpose: str = "train") -> None:
+    task = repo.tasks_by_keys(session, [key])[0]
+    traj = Trajectory(task_id=key, intent=task.intent, env_score=float(solved),
+                      steps=[Step(index=0, observation=Observation(html="<html></html>", url="http://s/"),
+                                 response='exit(message="done")')])
+    row = repo.save_trajectory(session, task.id, phase, attempt, traj, purpose=purpose)
+    repo.save_label(session, row.id, VERSION, p_yes=float(solved), threshold=0.5)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Settings:
+    upgrade(settings)
+    with session_scope(settings) as s:
+        for key, template in [("seen/1", 1), ("seen/2", 1), ("hard/1", 2), ("new/1", 3), ("easy/1", 4)]:
+            _task(s, key, template)
+        _attempt(s, "seen/1", 0, 0, solved=True)
+        _attempt(s, "seen/2", 0, 0, solved=False)
+        for attempt in range(16):
+            _attempt(s, "hard/1", 0, attempt, solved=False)
+        for attempt in range(12):
+            _attempt(s, "easy/1", 0, attempt, solved=True)
+        _attempt(s, "new/1", 0, 0, solved=True, purpose="eval")  # the test split never steers the curriculum
+    return settings
+
+
+def test_values_are_the_templates_smoothed_success(store: Settings) -> None:
+    keys = ["seen/2", "hard/1", "new/1", "easy/1"]
+    with session_scope(store) as s:
+        values = template_values(s, keys, phases=[0], orm_version=VERSION)
+    assert values["seen/2"] == pytest.approx((1 + 1) / (2 + 5))  # template 1: 1 of 2, shared by its tasks
+    assert values["hard/1"] == pytest.approx(1 / 21) and values["hard/1"] < 0.05  # out of [0.05, 0.75]: hopeless
+    assert values["new/1"] == pytest.approx(0.2)  # only an eval rollout: unseen, the prior
+    assert values["easy/1"] == pytest.approx(13 / 17) and values["easy/1"] > 0.75  # learnt
+
+
+def test_phases_not_asked_for_and_other_label_versions_do_not_count(store: Settings) -> None:
+    with session_scope(store) as s:
+        assert template_values(s, ["seen/1"], phases=[1], orm_version=VERSION)["seen/1"] == pytest.approx(0.2)
+        assert template_values(s, ["seen/1"], phases=[0], orm_version="orm:x")["seen/1"] == pytest.approx(0.2)
+
+
+def test_unknown_keys_are_named(store: Settings) -> None:
+    with session_scope(store) as s, pytest.raises(LookupError, match="nope"):
+        template_values(s, ["seen/1", "nope"], phases=[0], orm_version=VERSION)
+
+
+def test_phase_one_without_a_critic_or_orm_keeps_promising_templates_first(store: Settings) -> None:
+    from webrl.hyperparams import DEFAULTS, with_overrides
+    from webrl.pipeline import PhaseState, Pipeline, PipelineOptions
+
+    hp = with_overrides(DEFAULTS, {"curriculum.tasks_per_phase": 2, "curriculum.fill_filter": False})
+    pipeline = Pipeline(store, PipelineOptions(run="prior", actor="/models/actor-sft", hyperparams=hp))
+    candidates = ["hard/1", "new/1", "easy/1", "seen/2"]
+    metrics, state = pipeline._stage_filter(1, PhaseState(candidate_keys=candidates))
+    assert metrics["judge"] == "templates" and metrics["in_band"] == 2
+    assert state.kept_keys == ["seen/2", "new/1"]  # in the band, the template solved 1 of 2 before the unseen one
+
+    keep_all = with_overrides(hp, {"curriculum.judge_before_critic": "none"})
+    pipeline = Pipeline(store, PipelineOptions(run="keep-all", actor="/models/actor-sft", hyperparams=keep_all))
+    metrics, state = pipeline._stage_filter(1, PhaseState(candidate_keys=candidates))
+    assert metrics["judge"] == "none" and state.kept_keys == ["hard/1", "new/1"]

@@ -1,0 +1,132 @@
+"""The viewer app in-process on a real SQLite database: the API key as every service wants it (bearer header, or
+the cookie its login page sets), security headers on every answer, a run in progress showing its stage and
+refreshing, bad filters answered 422 naming the field, reads that cannot write, and `webrl ui` refusing an
+open bind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+from typer.testing import CliRunner
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db.migrate import upgrade
+from webrl.db.session import read_only_scope, session_scope
+from webrl.pipeline import PipelineOptions
+from webrl.viewer.app import CSP, KEY_COOKIE, build_app
+
+KEY = "k" * 32
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Settings:
+    """A migrated SQLite home with a run stopped inside phase 1 (after its filter stage)."""
+    settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'webrl.db'}", _env_file=None)
+    upgrade(settings)
+    with session_scope(settings) as s:
+        run = m.Run(name="live", options=PipelineOptions(run="live").to_json())
+        s.add(run)
+        s.flush()
+        s.add_all([
+            m.Phase(run_id=run.id, index=0, status="done", stages_done=["evaluate", "seed-rollout"],
+                    metrics={"evaluate.success": 0.25, "evaluate.seconds": 12.0, "seed-rollout.seconds": 30.0},
+                    finished_at=datetime.now(UTC)),
+            m.Phase(run_id=run.id, index=1, status="running", stages_done=["generate", "filter"],
+                    metrics={"generate.generated": 0, "generate.seconds": 3.0, "filter.seconds": 1.5}),
+        ])
+    return settings
+
+
+@pytest.fixture
+def client(db: Settings) -> Iterator[TestClient]:
+    with TestClient(build_app(db)) as c:
+        yield c
+
+
+def test_a_run_in_progress_shows_its_stage_and_refreshes(client: TestClient) -> None:
+    listing = client.get("/")
+    assert listing.status_code == 200 and "phase 1: rollout" in listing.text
+    page = client.get("/runs/live")
+    assert page.status_code == 200
+    assert "running: phase 1: rollout" in page.text and '<meta http-equiv="refresh" content="10">' in page.text
+    assert "1.5 s" in page.text and "25.0%" in page.text  # stage timings; the report's table cell
+    assert client.get("/runs/live/success.png").content[:8] == b"\x89PNG\r\n\x1a\n"
+    assert client.get("/runs/nope").status_code == 404
+
+
+def test_every_answer_carries_the_security_headers(client: TestClient) -> None:
+    for path in ("/", "/runs/live", "/trajectories", "/static/viewer.css", "/runs/nope"):
+        response = client.get(path)
+        assert response.headers["content-security-policy"] == CSP, path
+        assert response.headers["x-content-type-options"] == "nosniff", path
+
+
+def test_bad_filters_are_422_naming_the_field(client: TestClient) -> None:
+    response = client.get("/trajectories", params={"outcome": "maybe"})
+    assert response.status_code == 422 and response.json()["error"]["fields"][0]["field"].endswith("outcome")
+    assert client.get("/trajectories", params={"phase": "-1"}).status_code == 422
+    assert client.get("/trajectories", params={"phase": "", "site": ""}).status_code == 200  # a form's "any"
+
+
+def test_the_api_key_guards_every_page_and_a_browser_logs_in(db: Settings) -> None:
+    keyed = db.model_copy(update={"api_key": KEY})
+    with TestClient(build_app(keyed)) as c:
+        assert c.get("/runs/live").status_code == 401  # an API client: the JSON 401 every service answers
+        page = c.get("/runs/live", headers={"accept": "text/html"}, follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"] == "/login?next=/runs/live"
+        assert c.get("/healthz").status_code == 200 and c.get("/static/viewer.css").status_code == 200
+        assert c.get("/runs/live", headers={"authorization": f"Bearer {KEY}"}).status_code == 200
+        wrong = c.post("/login", data={"key": "nope", "next": "/runs/live"}, follow_redirects=False)
+        assert wrong.status_code == 401 and KEY_COOKIE not in wrong.cookies
+        away = c.post("/login", data={"key": KEY, "next": "//evil.example/"}, follow_redirects=False)
+        assert away.status_code == 303 and away.headers["location"] == "/"  # never sent off the site
+        good = c.post("/login", data={"key": KEY, "next": "/runs/live"}, follow_redirects=False)
+        assert good.status_code == 303 and good.headers["location"] == "/runs/live"
+        cookie = good.headers["set-cookie"]
+        assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
+        assert c.get("/runs/live").status_code == 200  # the cookie now carries the key
+
+
+def test_viewer_reads_cannot_write(db: Settings) -> None:
+    with read_only_scope(db) as s:
+        assert s.execute(text("SELECT count(*) FROM runs")).scalar() == 1
+        with pytest.raises(OperationalError, match="readonly"):
+            s.execute(text("DELETE FROM runs"))
+    with session_scope(db) as s:
+        assert s.execute(text("SELECT count(*) FROM runs")).scalar() == 1
+
+
+@pytest.mark.postgres
+def test_viewer_reads_cannot_write_on_postgres(postgres_url: str, tmp_path: Path) -> None:
+    from sqlalchemy.exc import InternalError
+
+    from webrl.db.migrate import downgrade
+
+    settings = Settings(home=tmp_path, database_url=postgres_url, _env_file=None)
+    upgrade(settings)
+    try:
+        with read_only_scope(settings) as s, pytest.raises(InternalError, match="read-only transaction"):
+            s.execute(text("DELETE FROM runs"))
+    finally:
+        downgrade(settings)  # the session's Postgres database stays empty for the next test
+
+
+def test_webrl_ui_refuses_an_open_bind_without_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webrl.cli import app
+    from webrl.config import get_settings
+
+    for var in ("WEBRL_API_KEY", "WEBRL_ALLOW_NO_AUTH"):
+        monkeypatch.delenv(var, raising=False)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["ui", "--host", "0.0.0.0"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 2 and "without an API key" in result.output

@@ -1,0 +1,1 @@
+"""``webrl ui``: a read-only, server-rendered viewer of runs, phases, generated tasks and trajectories."""
