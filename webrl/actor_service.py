@@ -1,7 +1,10 @@
 """The actor service as its clients reach it over HTTP (``settings.actor_url``): the bearer key it alone is
 sent, the checkpoint it serves (``GET /v1/model``), and asking it to serve another one.
 
-The pipeline calls :func:`serve_checkpoint` before every rollout that goes through the actor service: the actor
+Every rollout of an actor folder (the pipeline's, ``webrl eval``'s, ``webrl bootstrap``'s evaluation) asks
+:func:`rollout_policy` what to run: in the distributed mode the actor service (``{"kind": "endpoint"}``), after
+:func:`serve_checkpoint` made it serve that folder; embedded, the folder loaded by the rollout job itself.
+:func:`serve_checkpoint` is the wait: the actor
 hot-reloads checkpoints announced on ``webrl:checkpoints`` (``services/actor/reload.py``), the trainer announces
 each one it publishes, and the pipeline waits until the service *reports* the version the rollout needs, so the
 rollouts of phase i+1 are made by phase i's actor. It announces the checkpoint itself when the service serves
@@ -20,6 +23,7 @@ import httpx
 from webrl.allow_list import origin
 from webrl.checkpoints import CHANNEL, CheckpointError, CheckpointInfo, announce, folder_sha256, read_manifest
 from webrl.config import Settings
+from webrl.contracts import CheckpointSpec, EndpointSpec, PolicySpec
 
 log = logging.getLogger(__name__)
 
@@ -82,22 +86,38 @@ def serve_checkpoint(settings: Settings, path: str, timeout_s: float, *, channel
     if now.version == wanted:
         return wanted
     where = f"the actor service at {settings.actor_url}"
-    if now.backend != "local":
-        raise ActorNotServing(f"{where} serves {now.version!r} through its {now.backend!r} backend, which cannot "
-                              f"hot-reload {wanted!r} ({path}) nor say which checkpoint its server holds: serve the "
-                              "actor with WEBRL_ACTOR_BACKEND=local, or roll out in the workers "
-                              "(WEBRL_ROLLOUT_POLICY=checkpoint)")
+    if now.backend != "local":  # vLLM/TGI reload on their own (docker/vllm_supervisor.py); the service reports it
+        return _wait_for(settings, wanted, path, timeout_s, f"{where} (its {now.backend} server serves "
+                         f"{now.version!r}; a server reloads on its own once the trainer publishes {wanted!r}: "
+                         "docker/vllm_supervisor.py)")
     if not announce(settings, _event(path, wanted), channel=channel):
         raise ActorNotServing(f"{where} serves {now.version!r}, not {wanted!r} ({path}), and without WEBRL_REDIS_URL "
                               "the reload cannot be announced")
     log.info("asked %s to serve %s (it serves %s)", settings.actor_url, wanted, now.version)
+    return _wait_for(settings, wanted, path, timeout_s, f"{where} ({wanted!r} was announced on {channel}; does it "
+                     "listen on the same Redis (WEBRL_REDIS_URL), and can it read that folder?)")
+
+
+def _wait_for(settings: Settings, wanted: str, path: str, timeout_s: float, hint: str) -> str:
+    """Poll ``GET /v1/model`` until the service reports ``wanted``; :class:`ActorNotServing` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    now = serving(settings)
+    while now.version != wanted:
+        if time.monotonic() >= deadline:
+            reason = f"; its last reload failed: {now.reload_error}" if now.reload_error else ""
+            raise ActorNotServing(f"still serving {now.version!r}, not {wanted!r} ({path}), {timeout_s:g} s on: "
+                                  f"{hint}{reason} (the wait: WEBRL_ACTOR_RELOAD_TIMEOUT_S)")
         time.sleep(POLL_S)
         now = serving(settings)
-        if now.version == wanted:
-            return wanted
-    reason = f"; its last reload failed: {now.reload_error}" if now.reload_error else ""
-    raise ActorNotServing(f"{where} still serves {now.version!r} {timeout_s:g} s after {wanted!r} ({path}) was "
-                          f"announced on {channel}{reason}. Does it listen on the same Redis "
-                          "(WEBRL_REDIS_URL), and can it read that folder? (the wait: WEBRL_ACTOR_RELOAD_TIMEOUT_S)")
+    return wanted
+
+
+def rollout_policy(settings: Settings, actor: str, temperature: float | None = None) -> PolicySpec:
+    """What a rollout of the actor folder ``actor`` runs: the actor service once it reports serving ``actor``
+    (``Settings.rollouts_through_actor``, the distributed default: every step of every episode is then a batched
+    ``POST /v1/act``), else the folder loaded by the rollout job itself. ``temperature`` None: the serving
+    default (greedy unless ``WEBRL_ACTOR_TEMPERATURE`` says otherwise)."""
+    if not settings.rollouts_through_actor:
+        return CheckpointSpec(path=actor, temperature=temperature)
+    serve_checkpoint(settings, actor, settings.actor_reload_timeout_s)
+    return EndpointSpec(temperature=temperature)

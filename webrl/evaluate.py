@@ -8,9 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from webrl.actor_service import rollout_policy
 from webrl.clients import rollout_run
 from webrl.config import Settings
-from webrl.contracts import CheckpointSpec, RolloutRequest
+from webrl.contracts import RolloutRequest
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.early_stop import MAX_STEPS
@@ -55,11 +56,12 @@ def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", task
     attempt = evaluation_attempt(actor, max_steps)
     progress = on_progress or (lambda label, done, total: None)
     ids: list[int] = []
+    policy = rollout_policy(settings, str(actor.resolve()))  # distributed: through the actor service
     for start in range(0, len(keys), CHUNK):
         progress("evaluate", start, len(keys))
         result = rollout_run(RolloutRequest(
             task_keys=keys[start:start + CHUNK], phase=EVAL_PHASE, attempt=attempt, purpose="eval",
-            policy=CheckpointSpec(path=str(actor.resolve())), concurrency=concurrency,
+            policy=policy, concurrency=concurrency,
             max_steps=max_steps if max_steps is not None else MAX_STEPS, screenshots=screenshots,
         ))
         ids.extend(result.trajectory_ids)

@@ -37,11 +37,9 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from sqlalchemy import select
 
 from webrl import clients
-from webrl.actor_service import serve_checkpoint
+from webrl.actor_service import rollout_policy
 from webrl.config import Settings
 from webrl.contracts import (
-    CheckpointSpec,
-    EndpointSpec,
     FilterRequest,
     GenerateRequest,
     ObserveRequest,
@@ -394,16 +392,15 @@ class Pipeline:
         return sorted(rng.sample(keys, min(n, len(keys))))
 
     def _policy(self, actor: str, temperature: float | None, label: str) -> PolicySpec:
-        """What a rollout of the folder ``actor`` runs: the actor service once it reports serving ``actor``
-        (the distributed default; every step of every episode is then a batched ``POST /v1/act``), or the folder
-        loaded by the rollout worker itself (``Settings.rollouts_through_actor``)."""
+        """What a rollout of the folder ``actor`` runs (:func:`webrl.actor_service.rollout_policy`), with the wait
+        for the actor service to serve it shown as progress."""
         if not self.settings.rollouts_through_actor:
-            return CheckpointSpec(path=actor, temperature=temperature)
+            return rollout_policy(self.settings, actor, temperature)
         waiting = f"{label}: actor service loads {Path(actor).name}"
         self.on_progress(waiting, 0, 1)
-        serve_checkpoint(self.settings, actor, self.settings.actor_reload_timeout_s)
+        policy = rollout_policy(self.settings, actor, temperature)
         self.on_progress(waiting, 1, 1)
-        return EndpointSpec(temperature=temperature)
+        return policy
 
     def _rollout(self, keys: list[str], phase: int, actor: str, *, purpose: str, label: str,
                  temperature: float | None = None) -> list[int]:

@@ -151,6 +151,19 @@ def _add_compat_routes(app: FastAPI) -> None:
                                   usage=CompletionUsage(prompt_tokens=n_prompt, completion_tokens=n_completion,
                                                         total_tokens=n_prompt + n_completion))
 
+    @app.get("/v1/models", tags=["compat"])
+    def models(engine: EngineDep) -> dict:
+        """OpenAI-compatible model list: the served checkpoint, its version as ``id`` and, as vLLM reports it, the
+        folder it was loaded from as ``root`` (what a chained actor's openai backend reads its version from)."""
+        return {"object": "list", "data": [{"id": engine.version, "object": "model", "created": 0,
+                                            "owned_by": "webrl", "root": engine.path or None}]}
+
+    @app.get("/info", tags=["compat"])
+    def info(engine: EngineDep) -> dict:
+        """TGI-compatible ``/info``: ``model_id`` is the folder served (what the tgi backend reads its version
+        from)."""
+        return {"model_id": engine.path or engine.version, "router": "webrl-actor", "version": engine.version}
+
     @app.post("/generate", response_model=GenerateResponse, response_model_exclude_none=True, tags=["compat"])
     async def generate(body: GenerateRequest, engine: EngineDep) -> GenerateResponse:
         """TGI-compatible ``/generate`` (``details`` gives each token's id and log-prob)."""

@@ -191,9 +191,19 @@ class ActorEngine:
             return results, backend.version
 
     def describe(self) -> dict[str, Any]:
+        """What ``GET /v1/model`` reports. A remote backend is asked which checkpoint its server holds first (the
+        version its generations are then labelled with): the server reloads on its own (vLLM's supervisor)."""
         backend = self._backend
-        info: dict[str, Any] = {"version": backend.version, "backend": backend.name, "path": self.path,
-                                "reloads": self.reloads, "in_flight": self.in_flight}
+        info: dict[str, Any] = {}
+        refresh = getattr(backend, "refresh_version", None)
+        if refresh is not None:
+            try:
+                refresh()
+                info["server_error"] = None
+            except Exception as exc:  # the server restarting on a new checkpoint; the last known version stands
+                info["server_error"] = f"cannot ask {backend.name} server which checkpoint it serves: {exc}"
+        info.update({"version": backend.version, "backend": backend.name, "path": self.path,
+                     "reloads": self.reloads, "in_flight": self.in_flight})
         if isinstance(backend, LocalBackend):
             dtype = str(backend.model.dtype).removeprefix("torch.")
             info.update(parameters=backend.model.num_parameters(), dtype=dtype, device=str(backend.model.device),

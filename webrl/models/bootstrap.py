@@ -163,8 +163,9 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
     """Success rate of the checkpoint at ``path`` on the suite's test tasks (``rollout.run``, purpose "eval",
     phase 0, attempt from the checkpoint's version), overall and per site. The suite must be loaded and the
     sandbox running. ``limit``: only the first ``limit`` test tasks (quick measurements)."""
+    from webrl.actor_service import rollout_policy
     from webrl.clients import rollout_run
-    from webrl.contracts import CheckpointSpec, RolloutRequest
+    from webrl.contracts import RolloutRequest
     from webrl.evaluate import success_by_site, trajectory_scores
     from webrl.models.loading import checkpoint_version
     from webrl.sandbox.tasks.suite import build_suite, task_key
@@ -172,10 +173,11 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
     keys = [task_key("test", t) for t in build_suite(seed)["test"]][:limit]
     attempt = eval_attempt(checkpoint_version(path))
     trajectory_ids: list[int] = []
+    policy = rollout_policy(settings, str(path))  # distributed: through the actor service
     for start in range(0, len(keys), EVAL_CHUNK):
         chunk = keys[start:start + EVAL_CHUNK]
         result = rollout_run(RolloutRequest(task_keys=chunk, phase=0, attempt=attempt, purpose="eval",
-                                            policy=CheckpointSpec(path=str(path)), concurrency=concurrency))
+                                            policy=policy, concurrency=concurrency))
         trajectory_ids.extend(result.trajectory_ids)
         on_chunk(start + len(chunk), len(keys))
     by_site = success_by_site(trajectory_scores(settings, trajectory_ids))

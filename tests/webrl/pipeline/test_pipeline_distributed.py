@@ -162,3 +162,16 @@ def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, ti
     assert served["version"] == second and served["reloads"] == 2 and served["reload_error"] is None
     # every step went to the service: one POST /v1/act per batch of at most `concurrency` (2) episodes' steps
     assert steps / 2 <= _acts_answered(actor_service) <= steps
+
+    # `webrl eval` of the SFT actor takes the same path: the service goes back to it, and answers every step
+    from webrl.evaluate import EVAL_PHASE, evaluate_actor
+
+    acts = _acts_answered(actor_service)
+    assert evaluate_actor(distributed, tiny_actor, limit=2, max_steps=2)["overall"][0] == 2
+    with session_scope(distributed) as s:
+        evaluated = set(s.scalars(select(m.Trajectory.actor_version).where(
+            m.Trajectory.phase == EVAL_PHASE, m.Trajectory.attempt > 0)))
+    assert evaluated == {sft}
+    served = httpx.get(f"{actor_service}/v1/model", timeout=10).json()
+    assert served["version"] == sft and served["reloads"] == 3
+    assert _acts_answered(actor_service) > acts

@@ -29,5 +29,21 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def version_served(name: str) -> str:
+    """The version of what a model server reports it serves: when ``name`` is a checkpoint folder this process
+    can read (vLLM's ``/v1/models`` ``root``, TGI's ``/info`` ``model_id``, both the folder the server loaded), the
+    version the folder declares; else ``name`` itself."""
+    from pathlib import Path
+
+    try:
+        if not Path(name).is_dir():
+            return name
+    except OSError:
+        return name
+    from webrl.models.loading import checkpoint_version  # lazily: torch
+
+    return checkpoint_version(name)
+
+
 class BackendConfigError(ValueError):
     """Settings do not describe a usable backend; the message names the missing setting."""

@@ -1,5 +1,9 @@
 """The ``openai`` backend: any OpenAI-compatible completions server (vLLM, SGLang, TGI, a webrl actor).
 
+Which checkpoint the server holds comes from ``GET /v1/models``: vLLM lists each served name with its ``root``,
+the folder it loaded (``docker/vllm_supervisor.py`` restarts vLLM on each new actor folder under the same served
+name), and a folder's declared version is the checkpoint's version (:meth:`OpenAIBackend.refresh_version`).
+
 It asks for log-probs (``logprobs=1``) and for token ids (``return_tokens_as_token_ids``, vLLM's extension:
 tokens come back as ``"token_id:<id>"``); a server that ignores the extension but returns ``token_ids``
 on the choice is read too. Without either, ids come from the local tokenizer if one was given.
@@ -11,7 +15,7 @@ from typing import Any
 
 import openai
 
-from webrl.models.backends.base import Generation
+from webrl.models.backends.base import Generation, version_served
 
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's `return_tokens_as_token_ids` token spelling
 
@@ -54,6 +58,16 @@ class OpenAIBackend:
             token_ids = self.tokenizer(choice.text, add_special_tokens=False)["input_ids"]
         finish = "length" if choice.finish_reason == "length" else "stop"
         return Generation(text=choice.text, token_ids=token_ids or [], logprobs=logprobs, finish_reason=finish)
+
+    def refresh_version(self) -> str:
+        """Ask the server which folder it serves under ``self.model`` (``root`` in ``GET /v1/models``; the only
+        model listed when none has that name) and take that folder's version; the served name when it reports
+        no folder this process can read. Raises ``openai.OpenAIError`` when the server cannot be asked."""
+        models = list(self.client.models.list())
+        chosen = next((m for m in models if m.id == self.model), models[0] if len(models) == 1 else None)
+        root = (getattr(chosen, "model_extra", None) or {}).get("root") if chosen is not None else None
+        self.version = version_served(str(root)) if root else self.model
+        return self.version
 
     def close(self) -> None:
         self.client.close()
