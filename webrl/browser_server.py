@@ -148,8 +148,14 @@ async def start(host: str, port: int, chromium_path: str, max_browsers: int) -> 
 
 
 async def run(host: str, port: int, chromium_path: str, max_browsers: int) -> None:
-    """Serve until cancelled (``webrl browser serve``)."""
-    server, _ = await start(host, port, chromium_path, max_browsers)
+    """Serve until SIGTERM or SIGINT (``webrl browser serve``), then drain: take no new connection and wait for
+    the open ones (browsers in use) to close, which a pod's termination grace period bounds."""
+    server, browsers = await start(host, port, chromium_path, max_browsers)
     log.info("browser server on %s:%d (at most %d browsers)", host, port, max_browsers)
-    async with server:
-        await server.serve_forever()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("draining: %d browsers in use", len(browsers.browsers))
+    server.close(close_connections=False)
+    await server.wait_closed()

@@ -104,3 +104,42 @@ async def test_the_server_starts_no_more_than_max_browsers(browser_server, remot
     finally:
         server.max_browsers = limit
     assert not server.browsers
+
+
+async def test_webrl_browser_serve_drains_on_sigterm(pool_settings, fixture_url, make_task, tmp_path):
+    """The chromium pod's command: on SIGTERM it takes no new connection, keeps serving the browsers in use,
+    and exits once they are closed."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "webrl.cli", "browser", "serve", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        settings = pool_settings.model_copy(update={"browser_cdp_url": f"ws://127.0.0.1:{port}/"})
+        for _ in range(600):
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            await asyncio.sleep(0.1)
+        async with BrowserPool(settings, size=1) as remote:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(1.0)
+            with pytest.raises(PlaywrightError):
+                async with BrowserPool(settings, size=1):
+                    pass
+            episode = await BrowserEpisode.open(remote, make_task(f"{fixture_url}/actions.html"), settings)
+            try:
+                assert "Add one" in episode.observation.html
+            finally:
+                await episode.close()
+            assert proc.poll() is None
+        await _until(lambda: proc.poll() is not None)
+        assert proc.returncode == 0
+    finally:
+        proc.kill()
+        proc.wait()
