@@ -9,7 +9,7 @@ Usage:
     webrl-healthcheck                     detect what this container runs from the process table:
                                           uvicorn -> http http://127.0.0.1:<port>/healthz,
                                           celery worker -> celery, `webrl sites serve` -> tcp on the
-                                          sandbox ports
+                                          sandbox ports, `webrl browser serve` -> tcp on its port
 
 Only the standard library is needed for http and tcp (so the same file serves the vLLM image); celery mode
 imports webrl's Celery app, which reads the broker from WEBRL_BROKER_URL.
@@ -109,6 +109,10 @@ def detect(commands: list[list[str]]) -> list[str] | None:
             offset = int(_option(argv, "--port-offset") or 0)
             served = _options(argv, "--site") or list(SITES)
             return ["tcp", *(f"127.0.0.1:{SANDBOX_PORTS[site] + offset}" for site in served)]
+        if "webrl" in names and "browser" in argv and "serve" in argv:
+            from webrl.commands.browser import BROWSER_SERVER_PORT
+
+            return ["tcp", f"127.0.0.1:{_option(argv, '--port') or BROWSER_SERVER_PORT}"]
     return None
 
 
@@ -117,7 +121,7 @@ def run(args: list[str]) -> str | None:
     if not args:
         detected = detect(process_commands())
         if detected is None:
-            return "no webrl process (uvicorn, celery worker, webrl sites serve) found in this container"
+            return "no webrl process (uvicorn, celery worker, webrl sites/browser serve) found in this container"
         args = detected
     kind, rest = args[0], args[1:]
     if kind == "http" and len(rest) == 1:

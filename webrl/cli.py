@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "webrl.commands.judges",
     "webrl.commands.ui",
     "webrl.commands.pages",
+    "webrl.commands.browser",
 ]
 
 

@@ -164,6 +164,9 @@ class Settings(BaseSettings):
 
     # Browser pool (services/browser_pool): Chromium, pool size, step and episode time limits.
     chromium_path: str = Field("/usr/bin/chromium", description="Chromium executable Playwright launches.")
+    browser_cdp_url: str | None = Field(
+        None, description="A browser server (`webrl browser serve`, ws://HOST:PORT/) the pool connects each of its "
+        "browsers to over CDP, a fresh Chromium per connection, instead of launching Chromium in its own process.")
     browser_pool_size: int = Field(2, ge=1, description="Browsers the browser-pool service keeps.")
     browser_step_timeout_s: float = Field(60.0, gt=0, description="Limit on one step (action + observation).")
     browser_episode_timeout_s: float = Field(900.0, gt=0, description="Limit on one whole episode.")

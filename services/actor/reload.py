@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 
 import redis
+from kombu.utils.url import maybe_sanitize_url
 
 from webrl.checkpoints import CHANNEL, folder_sha256
 
@@ -53,7 +54,8 @@ class CheckpointSubscriber:
         """Start listening; returns once subscribed (so no event published afterwards is missed)."""
         self._thread.start()
         if not self._ready.wait(timeout):
-            raise TimeoutError(f"could not subscribe to {self.channel} at {self.redis_url}")
+            where = maybe_sanitize_url(self.redis_url)  # the URL carries Redis's password
+            raise TimeoutError(f"could not subscribe to {self.channel} at {where}")
 
     def stop(self) -> None:
         self._stop.set()

@@ -7,6 +7,11 @@ after an earlier episode on the same origin, so a reset never waits for a contex
 A browser that died (crash, killed process) is noticed through its ``disconnected`` event and replaced at
 the next lease; the episode that was using it ends with an error (see ``episode.py``) instead of hanging
 the pool.
+
+With ``WEBRL_BROWSER_CDP_URL`` the browsers are not launched here: each slot connects to a fresh Chromium on a
+browser server (``webrl browser serve``, :mod:`webrl.browser_server`), so Chromium can run in a pod without the
+pool's secrets and network; a lost connection is a dead browser, and the server kills the browser when the
+connection goes.
 """
 
 from __future__ import annotations
@@ -20,18 +25,11 @@ import psutil
 from playwright.async_api import Browser, Playwright, async_playwright
 
 from services.browser_pool.stock import ContextStock
+from webrl.browser_server import CHROMIUM_ARGS
 from webrl.config import Settings
 
 log = logging.getLogger(__name__)
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 LAUNCH_TIMEOUT_MS = 60_000  # a cold Chromium start takes 1-2 s here; this only bounds a hang
 CLOSE_TIMEOUT_S = 10.0  # closing a context of a wedged browser must not hang the pool
 
@@ -103,13 +101,19 @@ class BrowserPool:
         await self.close()
 
     async def _launch(self, slot: BrowserSlot) -> None:
+        """Launch the slot's Chromium, or, with ``browser_cdp_url``, connect to a fresh one on a browser server
+        (``webrl.browser_server``: Chromium in a pod of its own, which ends when the connection does)."""
         assert self._playwright is not None
-        browser = await self._playwright.chromium.launch(
-            executable_path=self.settings.chromium_path,
-            args=[*CHROMIUM_ARGS, slot.marker],
-            headless=self.headless,
-            timeout=LAUNCH_TIMEOUT_MS,
-        )
+        if self.settings.browser_cdp_url:
+            browser = await self._playwright.chromium.connect_over_cdp(self.settings.browser_cdp_url,
+                                                                       timeout=LAUNCH_TIMEOUT_MS)
+        else:
+            browser = await self._playwright.chromium.launch(
+                executable_path=self.settings.chromium_path,
+                args=[*CHROMIUM_ARGS, slot.marker],
+                headless=self.headless,
+                timeout=LAUNCH_TIMEOUT_MS,
+            )
 
         def _on_disconnect(_: Browser, slot: BrowserSlot = slot) -> None:
             if slot.browser is browser:
@@ -172,7 +176,8 @@ class BrowserPool:
                 pass
 
     def _processes(self, slot: BrowserSlot) -> list[psutil.Process]:
-        """Chromium processes of ``slot`` (the browser and its children), found by the marker switch."""
+        """Chromium processes of ``slot`` (the browser and its children), found by the marker switch (none when
+        the browser is on a browser server)."""
         found = []
         for proc in psutil.process_iter(["cmdline"]):
             cmdline = proc.info.get("cmdline") or []

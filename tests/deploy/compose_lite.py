@@ -4,8 +4,8 @@
   ``${VAR-d}``, ``${VAR:?e}``, ``${VAR?e}``, ``${VAR:+a}``, ``${VAR+a}``) to the file's text before YAML
   parsing (compose applies it to parsed values and then casts by its schema; on text the casts come free,
   which is why docker-compose.yml quotes every interpolated environment value).
-- :func:`load` reads the file with the variables of ``.env.example`` plus an API key (or any mapping) and resolves YAML
-  anchors and merge keys, giving the project as compose sees it.
+- :func:`load` reads the file with the variables of ``.env.example`` plus an API key and a Redis password (or any
+  mapping) and resolves YAML anchors and merge keys, giving the project as compose sees it.
 - :func:`local_processes` turns the default-profile services into local commands and environments, exactly
   compose's, with compose's DNS names and ports rewritten to 127.0.0.1 and free ports, and the databases
   replaced by the caller's (and the sandbox sites moved by ``--port-offset``); tests/deploy/test_deploy_stack.py
@@ -87,13 +87,15 @@ def variables_used(text: str) -> set[str]:
     return names
 
 
-#: The API key the tests put in .env (compose refuses to start without one; .env.example leaves it empty).
+#: The API key and Redis password the tests put in .env (compose refuses to start without them; .env.example
+#: leaves them empty).
 TEST_API_KEY = "compose-test-api-key"
+TEST_REDIS_PASSWORD = "compose-test-redis-password"
 
 
 def example_env() -> dict[str, str]:
-    """What a user's .env holds: .env.example's values with the required API key filled in."""
-    return {**read_env_file(ENV_EXAMPLE), "WEBRL_API_KEY": TEST_API_KEY}
+    """What a user's .env holds: .env.example's values with the required API key and Redis password filled in."""
+    return {**read_env_file(ENV_EXAMPLE), "WEBRL_API_KEY": TEST_API_KEY, "REDIS_PASSWORD": TEST_REDIS_PASSWORD}
 
 
 def load(env: dict[str, str] | None = None, path: Path = COMPOSE_FILE) -> dict[str, Any]:

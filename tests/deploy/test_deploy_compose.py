@@ -17,8 +17,10 @@ from compose_lite import (
     COMPOSE_FILE,
     ENV_EXAMPLE,
     TEST_API_KEY,
+    TEST_REDIS_PASSWORD,
     InterpolationError,
     environment_of,
+    example_env,
     host_ports,
     interpolate,
     load,
@@ -36,7 +38,7 @@ SETTINGS_VARS = {f"WEBRL_{name.upper()}" for name in Settings.model_fields}
 #: Variables the stock images document (postgres and vLLM/Hugging Face); nothing else may reach a container.
 IMAGE_VARS = {
     "postgres": {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB", "PGDATA", "POSTGRES_INITDB_ARGS"},
-    "redis": set(),
+    "redis": {"REDISCLI_AUTH"},  # redis-cli's password (the health check)
     # the vLLM image also runs docker/vllm_supervisor.py, which reads the trainer's URL and the API key
     "vllm": {"HF_HUB_OFFLINE", "HF_TOKEN", "HF_HOME", "CUDA_VISIBLE_DEVICES", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
              "WEBRL_TRAINER_URL", "WEBRL_API_KEY"},
@@ -75,13 +77,29 @@ def test_interpolation_follows_compose_rules() -> None:
         interpolate("${UNSET:?set UNSET}", env)
 
 
-def test_compose_requires_an_api_key(services: dict[str, dict]) -> None:
-    """.env.example as is (no key) does not start; with a key every webrl container gets it."""
-    with pytest.raises(InterpolationError, match="WEBRL_API_KEY"):
+@pytest.mark.parametrize("required", ["WEBRL_API_KEY", "REDIS_PASSWORD"])
+def test_compose_requires_an_api_key_and_a_redis_password(required: str) -> None:
+    """.env.example as is (neither set) does not start, nor does a .env that lacks either, with a message naming it."""
+    with pytest.raises(InterpolationError, match=r"WEBRL_API_KEY|REDIS_PASSWORD"):
         load(read_env_file(ENV_EXAMPLE))
+    with pytest.raises(InterpolationError, match=re.escape(f"{required} is missing: set {required} in .env")):
+        load({k: v for k, v in example_env().items() if k != required})
+
+
+def test_webrl_containers_get_the_key_and_the_broker_with_its_password(services: dict[str, dict]) -> None:
     for name, svc in services.items():
         if name not in IMAGE_VARS or name == "vllm":
             assert environment_of(svc)["WEBRL_API_KEY"] == TEST_API_KEY, name
+        if name not in IMAGE_VARS:
+            assert environment_of(svc)["WEBRL_BROKER_URL"] == f"redis://:{TEST_REDIS_PASSWORD}@redis:6379/0", name
+
+
+def test_redis_wants_the_password_and_its_health_check_logs_in(project: dict) -> None:
+    redis = project["services"]["redis"]
+    command = redis["command"]
+    assert command[command.index("--requirepass") + 1] == TEST_REDIS_PASSWORD
+    assert environment_of(redis)["REDISCLI_AUTH"] == TEST_REDIS_PASSWORD
+    assert redis["healthcheck"]["test"] == ["CMD-SHELL", "redis-cli ping | grep -qx PONG"]  # NOAUTH exits 0 too
 
 
 def test_every_interpolated_variable_is_documented_in_env_example() -> None:
@@ -148,7 +166,8 @@ def test_settings_accept_the_webrl_environment(project: dict) -> None:
             settings = Settings(_env_file=None)
         if "WEBRL_DATABASE_URL" in env:
             assert settings.database_url.startswith("postgresql+psycopg://"), name
-            assert settings.broker_url == "redis://redis:6379/0", name
+            assert settings.broker_url == f"redis://:{TEST_REDIS_PASSWORD}@redis:6379/0", name
+            assert settings.result_backend == settings.redis_url == settings.broker_url, name
 
 
 def test_every_service_folder_has_an_api_and_a_worker(project: dict) -> None:

@@ -94,6 +94,8 @@ def test_detect_reads_the_container_command() -> None:
     assert sites == ["tcp", *(f"127.0.0.1:{SANDBOX_PORTS[s]}" for s in SITES)]
     assert detect([["webrl", "sites", "serve", "--port-offset", "5", "--site", "reddit"]]) == [
         "tcp", f"127.0.0.1:{SANDBOX_PORTS['reddit'] + 5}"]
+    assert detect([["webrl", "browser", "serve", "--host", "0.0.0.0"]]) == ["tcp", "127.0.0.1:9230"]
+    assert detect([["webrl", "browser", "serve", "--port", "9300"]]) == ["tcp", "127.0.0.1:9300"]
     assert detect([["sleep", "10"]]) is None
 
 

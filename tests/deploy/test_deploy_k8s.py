@@ -1,6 +1,7 @@
 """k8s/: the dev and prod overlays render (tests/deploy/kustomize_lite.py, cross-checked against kubectl's
 kustomize when it is installed), validate against the Kubernetes schemas, and carry what the deployment
-needs: a Deployment per service running its real entry point, probes, GPU requests, the NetworkPolicy."""
+needs: a Deployment per service running its real entry point, probes, GPU requests, Chromium's egress policy.
+The network as a whole and Redis's password: test_deploy_k8s_network.py, test_deploy_k8s_redis.py."""
 
 from __future__ import annotations
 
@@ -145,13 +146,14 @@ def test_dev_keeps_the_in_cluster_database_and_a_migration_job() -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_browser_egress_is_limited_to_sites_and_backing_services(overlay: str) -> None:
+def test_browser_egress_is_limited_to_the_sites(overlay: str) -> None:
+    """Chromium's pods reach the sandbox sites and DNS only (the whole network: test_deploy_k8s_network.py)."""
     resources = _rendered(overlay)
     policy = _by_key(resources)[("NetworkPolicy", "browser-egress")]
     selector = policy["spec"]["podSelector"]["matchLabels"]
     browsers = [r for r in resources if r["kind"] == "Deployment"
                 and selector.items() <= r["spec"]["template"]["metadata"]["labels"].items()]
-    assert {r["metadata"]["name"] for r in browsers} == {"browser-pool", "browser-pool-worker"}
+    assert {r["metadata"]["name"] for r in browsers} == {"chromium"}
     assert policy["spec"]["policyTypes"] == ["Egress"]
     allowed = set()
     for rule in policy["spec"]["egress"]:
@@ -159,7 +161,7 @@ def test_browser_egress_is_limited_to_sites_and_backing_services(overlay: str) -
             assert "ipBlock" not in peer  # never a CIDR: the internet stays closed
             allowed.add(peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name")
                         or peer["podSelector"]["matchLabels"].get("k8s-app"))
-    assert allowed == {"sites", "postgres", "redis", "actor", "kube-dns"}
+    assert allowed == {"sites", "kube-dns"}
     sites_ports = {p["port"] for p in policy["spec"]["egress"][0]["ports"]}
     from webrl.config import SANDBOX_PORTS
 

@@ -1,0 +1,145 @@
+"""The pool on a browser server (``WEBRL_BROWSER_CDP_URL``, :mod:`webrl.browser_server`): Chromium in another
+process, reached over CDP, observes as a launched one does, keeps the allow-list's every-hop guard, is replaced
+when it dies, and ends with its connection; the server starts no more than ``max_browsers``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+import pytest
+from playwright.async_api import Error as PlaywrightError
+
+from services.browser_pool.episode import BrowserEpisode
+from services.browser_pool.pool import BrowserPool
+from webrl.browser_server import BrowserServer, start
+from webrl.config import Settings
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+
+@pytest.fixture(scope="session")
+async def browser_server(pool_settings: Settings) -> AsyncIterator[tuple[str, BrowserServer]]:
+    server, browsers = await start("127.0.0.1", 0, pool_settings.chromium_path, max_browsers=4)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"ws://127.0.0.1:{port}/", browsers
+
+
+@pytest.fixture(scope="session")
+def remote_settings(pool_settings: Settings, browser_server: tuple[str, BrowserServer]) -> Settings:
+    return pool_settings.model_copy(update={"browser_cdp_url": browser_server[0]})
+
+
+async def _until(condition: object, timeout_s: float = 10.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def test_the_server_runs_chromium_with_playwrights_own_switches(browser_server):
+    command = browser_server[1].command
+    assert {"--headless", "--hide-scrollbars", "--no-sandbox", "--disable-popup-blocking"} <= set(command)
+    assert not any(arg.startswith(("--remote-debugging-pipe", "--user-data-dir")) for arg in command)
+
+
+async def test_a_remote_browser_observes_as_a_launched_one(pool, pool_settings, remote_settings, fixture_url,
+                                                           make_task):
+    task = make_task(f"{fixture_url}/actions.html")
+    observations = []
+    async with BrowserPool(remote_settings, size=1) as remote:
+        assert remote.browser_pids() == []  # nothing runs here: the browser is the server's
+        for own, settings in ((pool, pool_settings), (remote, remote_settings)):
+            episode = await BrowserEpisode.open(own, task, settings)
+            try:
+                observations.append(episode.observation.html)
+            finally:
+                await episode.close()
+    assert "Add one" in observations[1] and observations[0] == observations[1]
+
+
+async def test_a_remote_browser_blocks_redirects_off_the_allow_list(remote_settings, fixture_url, outside, make_task):
+    target = f"{outside.url}/outside.html"
+    outside.paths.clear()
+    async with BrowserPool(remote_settings, size=1) as remote:
+        episode = await BrowserEpisode.open(remote, make_task(f"{fixture_url}/redirect?to={quote(target)}"),
+                                            remote_settings)
+        try:
+            assert "You reached the outside host" not in episode.observation.html
+            assert f"blocked navigation to {target}" in (episode.observation.error or "")
+        finally:
+            await episode.close()
+    assert outside.paths == []
+
+
+async def test_a_dead_remote_browser_is_replaced_and_a_closed_connection_ends_it(browser_server, remote_settings,
+                                                                                 fixture_url, make_task):
+    browsers = browser_server[1].browsers
+    async with BrowserPool(remote_settings, size=1) as remote:
+        await _until(lambda: len(browsers) == 1)
+        [dead] = browsers
+        os.killpg(dead.pid, signal.SIGKILL)
+        await _until(lambda: dead not in browsers and not remote.slots[0].alive)  # the pool heard it died
+        episode = await BrowserEpisode.open(remote, make_task(f"{fixture_url}/actions.html"), remote_settings)
+        try:
+            assert "Add one" in episode.observation.html
+        finally:
+            await episode.close()
+        assert remote.restarts == 1 and len(browsers) == 1
+    await _until(lambda: not browsers)
+
+
+async def test_the_server_starts_no_more_than_max_browsers(browser_server, remote_settings):
+    server = browser_server[1]
+    limit, server.max_browsers = server.max_browsers, 0
+    try:
+        with pytest.raises(PlaywrightError):
+            async with BrowserPool(remote_settings, size=1):
+                pass
+    finally:
+        server.max_browsers = limit
+    assert not server.browsers
+
+
+async def test_webrl_browser_serve_drains_on_sigterm(pool_settings, fixture_url, make_task, tmp_path):
+    """The chromium pod's command: on SIGTERM it takes no new connection, keeps serving the browsers in use,
+    and exits once they are closed."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "webrl.cli", "browser", "serve", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        settings = pool_settings.model_copy(update={"browser_cdp_url": f"ws://127.0.0.1:{port}/"})
+        for _ in range(600):
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            await asyncio.sleep(0.1)
+        async with BrowserPool(settings, size=1) as remote:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(1.0)
+            with pytest.raises(PlaywrightError):
+                async with BrowserPool(settings, size=1):
+                    pass
+            episode = await BrowserEpisode.open(remote, make_task(f"{fixture_url}/actions.html"), settings)
+            try:
+                assert "Add one" in episode.observation.html
+            finally:
+                await episode.close()
+            assert proc.poll() is None
+        await _until(lambda: proc.poll() is not None)
+        assert proc.returncode == 0
+    finally:
+        proc.kill()
+        proc.wait()

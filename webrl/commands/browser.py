@@ -1,0 +1,31 @@
+"""``webrl browser``: Chromium as a server of its own (:mod:`webrl.browser_server`), for a browser pool that
+connects to it over CDP (``WEBRL_BROWSER_CDP_URL``)."""
+
+from __future__ import annotations
+
+import typer
+
+from webrl.config import get_settings
+
+BROWSER_SERVER_PORT = 9230  # the chromium pod's port (k8s/base/chromium.yaml)
+
+
+def register(app: typer.Typer) -> None:
+    browser = typer.Typer(help="Chromium served over CDP to a browser pool.", no_args_is_help=True)
+
+    @browser.command("serve")
+    def serve(
+        host: str = typer.Option("127.0.0.1", help="Address to listen on (anyone who reaches it drives a browser: "
+                                 "let only the browser pool reach it)."),
+        port: int = typer.Option(BROWSER_SERVER_PORT, min=0, max=65535, help="Port."),
+        max_browsers: int = typer.Option(16, min=1, help="Most browsers running at once (one per connection)."),
+    ) -> None:
+        """A fresh Chromium (WEBRL_CHROMIUM_PATH, Playwright's switches) for each WebSocket connection, relayed
+        over CDP, gone with its profile when the connection closes; point WEBRL_BROWSER_CDP_URL at ws://HOST:PORT/."""
+        import asyncio
+
+        from webrl.browser_server import run
+
+        asyncio.run(run(host, port, get_settings().chromium_path, max_browsers))
+
+    app.add_typer(browser, name="browser")
