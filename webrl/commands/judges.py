@@ -438,12 +438,11 @@ def register(app: typer.Typer) -> None:
                                   threshold=threshold, report_dir=report_dir)
         note = f" ('sft' = {actor})" if "sft" in policies else "" if actor else " (no SFT actor: no 'sft' policy)"
         typer.echo(f"ORM from {base}; policies {', '.join(policies)}{note}")
-        from webrl.commands.train import sandbox_if_needed
-        from webrl.db.migrate import upgrade
+        from webrl.commands.train import ensure_ready, sandbox_if_needed
         from webrl.models.base import BaseUnavailableError
 
         try:
-            upgrade(settings)
+            ensure_ready(settings)  # a fresh home: migrated and the sandbox suite loaded, as `webrl train` does
             with sandbox_if_needed(settings):
                 report = train_orm(settings, options)
         except (ValueError, BaseUnavailableError) as exc:
