@@ -263,8 +263,10 @@ class ScoreRequest(Contract):
     trajectories: list[Annotated[Trajectory, AfterValidator(_bounded_steps)]] | None = Field(
         None, min_length=1, max_length=MAX_TRAJECTORIES)
     trajectory_ids: list[DbId] | None = Field(None, min_length=1)
-    phase: int | None = Field(None, ge=0, le=DB_MAX_INT, description="Every trajectory of this phase (and purpose).")
+    phase: int | None = Field(None, ge=0, le=DB_MAX_INT, description="Every trajectory of this phase (and purpose, "
+                              "and run).")
     purpose: str = "train"
+    run_id: DbCount = Field(0, description="With phase: the run whose trajectories are scored (0: those of none).")
     orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM_MODEL.")
     threshold: float = Field(DEFAULTS.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
 
