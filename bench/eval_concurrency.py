@@ -62,7 +62,7 @@ def main() -> None:
     with running_sandbox(settings, sandbox_ports(settings)):
         for repeat in range(args.repeats):
             for concurrency, chunk in grid:
-                attempt += 1  # a new attempt: rollouts are idempotent per (task, phase, attempt)
+                attempt += 1  # a new attempt: rollouts are idempotent per (task, phase, attempt, run)
                 start = time.perf_counter()
                 ids: list[int] = []
                 for at in range(0, len(keys), chunk):

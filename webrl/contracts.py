@@ -146,6 +146,8 @@ class RolloutRequest(Contract):
     task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks (tasks.key).")
     phase: int = Field(0, ge=0, le=DB_MAX_INT)
     attempt: int = Field(0, ge=0, le=DB_MAX_INT)
+    run_id: DbCount = Field(0, description="The pipeline run (runs.id) the trajectories belong to; 0: none "
+                            "(stand-alone evaluation, bootstrap, ORM data). Part of the idempotency key.")
     purpose: Literal["train", "eval", "sft", "orm"] = "train"
     policy: PolicySpec
     concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
@@ -261,8 +263,10 @@ class ScoreRequest(Contract):
     trajectories: list[Annotated[Trajectory, AfterValidator(_bounded_steps)]] | None = Field(
         None, min_length=1, max_length=MAX_TRAJECTORIES)
     trajectory_ids: list[DbId] | None = Field(None, min_length=1)
-    phase: int | None = Field(None, ge=0, le=DB_MAX_INT, description="Every trajectory of this phase (and purpose).")
+    phase: int | None = Field(None, ge=0, le=DB_MAX_INT, description="Every trajectory of this phase (and purpose, "
+                              "and run).")
     purpose: str = "train"
+    run_id: DbCount = Field(0, description="With phase: the run whose trajectories are scored (0: those of none).")
     orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM_MODEL.")
     threshold: float = Field(DEFAULTS.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
 
@@ -377,6 +381,8 @@ class PhaseJob(Contract):
     """``train.phase`` and ``POST /v1/train``: one WebRL phase of training (critic, then actor)."""
 
     phase: int = Field(ge=1, le=DB_MAX_INT, description="The phase whose trajectories are trained on.")
+    run_id: DbCount = Field(0, description="The pipeline run (runs.id) whose trajectories are trained on (this "
+                            "phase's and, for replay, its earlier phases'); 0: those of no run.")
     actor: str = Field(description="The actor at the start of the phase (a causal LM folder).")
     critic: str | None = Field(None, description="The previous critic; None in phase 1 (fresh heads).")
     critic_base: str | None = Field(None, description="Backbone of a fresh critic (the SFT model); default actor.")

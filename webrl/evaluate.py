@@ -18,7 +18,7 @@ from webrl.early_stop import MAX_STEPS
 from webrl.rewards import is_success
 from webrl.schemas import load_task_file
 
-EVAL_PHASE = 0  # stand-alone evaluations share phase 0; their attempt number (>= 1) tells them apart
+EVAL_PHASE = 0  # stand-alone evaluations share phase 0 and run 0 (none); their attempt number (>= 1) tells them apart
 CHUNK = 16  # tasks per rollout job
 
 

@@ -8,7 +8,7 @@ train tasks, whose failures seed the curriculum. Each phase i >= 1 then runs the
 Every stage is a Celery task reached through its typed client in :mod:`webrl.clients` (eager in the embedded mode,
 a service worker in the distributed mode), so this file is the same in both modes. The stages finished so
 far are persisted in the ``phases`` table *after* each stage's own writes commit, and every stage is
-idempotent (trajectories are unique per (task, phase, attempt), labels per (trajectory, ORM version),
+idempotent (trajectories are unique per (task, phase, attempt, run), labels per (trajectory, ORM version),
 tasks per key, checkpoints per version), so a process killed at any moment resumes after the last finished
 stage, and a half-finished stage redoes only the work that is missing.
 
@@ -328,7 +328,7 @@ class Pipeline:
             from webrl.template_prior import template_values
 
             with session_scope(self.settings) as s:
-                return template_values(s, keys, range(index), self._orm_version()), "templates"
+                return template_values(s, keys, range(index), self._orm_version(), run_id=self.run_id), "templates"
         if not keys or not (critic or orm):
             return None, "none"
         starts = clients.rollout_observe(ObserveRequest(task_keys=keys)).states
@@ -347,8 +347,7 @@ class Pipeline:
         return {"rollouts": len(ids), "actor_versions": self._actor_versions(ids)}, state
 
     def _stage_label(self, index: int, state: PhaseState) -> StageOutput:
-        with session_scope(self.settings) as s:
-            ids = [t.id for t in repo.trajectories_for_phase(s, index, purpose="train")]
+        ids = [t.id for t in self._phase_trajectories(index)]
         return self._label(ids, f"phase {index}: ORM"), state
 
     def _train_max_length(self) -> int:
@@ -361,9 +360,7 @@ class Pipeline:
     def _stage_train(self, index: int, state: PhaseState) -> StageOutput:
         """Critic, then actor, on this phase's experience plus replay; publishes both checkpoints. A phase
         without labelled rollouts (a strict filter kept nothing) trains nothing: actor and critic carry over."""
-        with session_scope(self.settings) as s:
-            rollouts = len(repo.trajectories_for_phase(s, index, purpose="train"))
-        if rollouts == 0:
+        if not self._phase_trajectories(index):
             log.warning("phase %d has no rollouts to train on; actor and critic carry over", index)
             return {"skipped": True}, state.with_(actor_path=self.actor_for_phase(index),
                                                   critic_path=self.critic_for_phase(index))
@@ -375,9 +372,9 @@ class Pipeline:
 
     def phase_job(self, index: int) -> PhaseJob:
         """The ``train.phase`` job of phase ``index``: its checkpoints and the run's hyperparameters."""
-        return PhaseJob(phase=index, actor=self.actor_for_phase(index), critic=self.critic_for_phase(index),
-                        critic_base=self.options.actor, seed=self.options.seed, max_length=self._train_max_length(),
-                        hyperparams=self.hp, tracking=self.tracking)
+        return PhaseJob(phase=index, run_id=self.run_id, actor=self.actor_for_phase(index),
+                        critic=self.critic_for_phase(index), critic_base=self.options.actor, seed=self.options.seed,
+                        max_length=self._train_max_length(), hyperparams=self.hp, tracking=self.tracking)
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _task_keys(self, *, split: str, origin: str | None, limit: int | None = None) -> list[str]:
@@ -418,8 +415,8 @@ class Pipeline:
     def rollout_request(self, keys: list[str], phase: int, policy: PolicySpec, purpose: str) -> RolloutRequest:
         """The ``rollout.run`` job of ``keys``: the run's rollout knobs (concurrency, horizon, early stops)."""
         rollout = self.hp.rollout
-        return RolloutRequest(task_keys=keys, phase=phase, attempt=0, purpose=purpose, policy=policy,
-                              concurrency=rollout.concurrency, max_steps=rollout.max_steps,
+        return RolloutRequest(task_keys=keys, phase=phase, attempt=0, run_id=self.run_id, purpose=purpose,
+                              policy=policy, concurrency=rollout.concurrency, max_steps=rollout.max_steps,
                               max_parse_failures=rollout.max_parse_failures,
                               max_repeated_actions=rollout.max_repeated_actions,
                               screenshots=self.options.screenshots)
@@ -484,17 +481,21 @@ class Pipeline:
         return {"success": overall, "n": n, **{f"success_{site}": rate for site, (_, rate) in sorted(by_site.items())},
                 "solved": solved_task_keys(scores)}
 
-    def _attempted_task_keys(self, phase: int) -> list[str]:
+    def _phase_trajectories(self, phase: int) -> list[m.Trajectory]:
+        """This run's training rollouts of ``phase`` (tasks and labels loaded, readable after the session): never
+        another run's, though every run numbers its phases alike."""
         with session_scope(self.settings) as s:
-            return sorted({t.task.key for t in repo.trajectories_for_phase(s, phase, purpose="train")})
+            return repo.trajectories_for_phase(s, phase, purpose="train", run_id=self.run_id)
+
+    def _attempted_task_keys(self, phase: int) -> list[str]:
+        return sorted({t.task.key for t in self._phase_trajectories(phase)})
 
     def _failed_task_keys(self, phase: int) -> list[str]:
         """Tasks whose phase trajectories got no reward: what the next phase's generator evolves."""
         version = self._orm_version()
         failed: list[str] = []
-        with session_scope(self.settings) as s:
-            for traj in repo.trajectories_for_phase(s, phase, purpose="train"):
-                label = next((lab for lab in traj.labels if lab.orm_version == version), None)
-                if label is not None and label.reward <= 0:
-                    failed.append(traj.task.key)
+        for traj in self._phase_trajectories(phase):
+            label = next((lab for lab in traj.labels if lab.orm_version == version), None)
+            if label is not None and label.reward <= 0:
+                failed.append(traj.task.key)
         return sorted(set(failed))

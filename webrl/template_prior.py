@@ -6,7 +6,7 @@ neither, every generated task was kept, and a weak actor's failures grew tasks i
 pretrained CPU demo: 0/24 phase-1 rollouts solved), leaving WebRL's A > 0 loss nothing to learn from.
 
 Generated sandbox tasks are instantiations of intent templates (the failed parent's own and related ones), so the
-run's earlier training rollouts already estimate each template's difficulty for this actor. The value of a task
+run's own earlier training rollouts already estimate each template's difficulty for this actor. The value of a task
 is the posterior mean of its template's success rate under a Beta(a, b) prior::
 
     V(task) = (s_T + a) / (n_T + a + b)
@@ -37,12 +37,14 @@ def template_of(task: m.Task) -> str:
     return f"{task.site}:{template}" if template is not None else f"{task.site}:intent:{task.intent_norm}"
 
 
-def template_record(session: Session, phases: Sequence[int], orm_version: str) -> tuple[Counter[str], Counter[str]]:
-    """(successes, attempts) per template over the labelled training rollouts of ``phases``."""
+def template_record(session: Session, phases: Sequence[int], orm_version: str, *,
+                    run_id: int) -> tuple[Counter[str], Counter[str]]:
+    """(successes, attempts) per template over run ``run_id``'s labelled training rollouts of ``phases`` (another
+    run's actor is not the one whose difficulty this estimates)."""
     successes: Counter[str] = Counter()
     attempts: Counter[str] = Counter()
     for phase in phases:
-        for traj in repo.trajectories_for_phase(session, phase, purpose="train"):
+        for traj in repo.trajectories_for_phase(session, phase, purpose="train", run_id=run_id):
             label = next((lab for lab in traj.labels if lab.orm_version == orm_version), None)
             if label is None:
                 continue
@@ -52,11 +54,12 @@ def template_record(session: Session, phases: Sequence[int], orm_version: str) -
     return successes, attempts
 
 
-def template_values(session: Session, task_keys: Sequence[str], phases: Sequence[int], orm_version: str,
-                    prior: tuple[float, float] = PRIOR) -> dict[str, float]:
-    """V(task) = (s_T + a) / (n_T + a + b) for each of ``task_keys`` (module docstring)."""
+def template_values(session: Session, task_keys: Sequence[str], phases: Sequence[int], orm_version: str, *,
+                    run_id: int, prior: tuple[float, float] = PRIOR) -> dict[str, float]:
+    """V(task) = (s_T + a) / (n_T + a + b) for each of ``task_keys``, from run ``run_id``'s rollouts (module
+    docstring)."""
     a, b = prior
-    successes, attempts = template_record(session, phases, orm_version)
+    successes, attempts = template_record(session, phases, orm_version, run_id=run_id)
     tasks = session.scalars(select(m.Task).where(m.Task.key.in_(list(task_keys)))).all()
     values: dict[str, float] = {}
     for task in tasks:

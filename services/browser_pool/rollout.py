@@ -1,7 +1,7 @@
 """Rollout jobs: run a policy on stored tasks and store the trajectories (what ``rollout.run`` does).
 
-Idempotent per (task, phase, attempt): tasks that already have a trajectory for this phase and attempt are
-not run again; their stored ids are returned with the new ones.
+Idempotent per (task, phase, attempt, run): tasks that already have a trajectory for this phase, attempt and run
+are not run again; their stored ids are returned with the new ones. Another run's trajectory never counts.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def _plan(payload: RolloutRequest, settings: Settings) -> tuple[list[tuple[int, 
                                     f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
         todo, done = [], {}
         for row in rows:
-            stored = repository.find_trajectory(session, row.id, payload.phase, payload.attempt)
+            stored = repository.find_trajectory(session, row.id, payload.phase, payload.attempt,
+                                                run_id=payload.run_id)
             if stored is not None:
                 done[row.id] = stored.id
             else:
@@ -58,7 +59,7 @@ def _store(payload: RolloutRequest, settings: Settings, task_ids: list[int], tra
     for task_id, traj in zip(task_ids, trajs, strict=True):
         with session_scope(settings) as session:
             row = repository.save_trajectory(session, task_id, payload.phase, payload.attempt, traj,
-                                             purpose=payload.purpose)
+                                             purpose=payload.purpose, run_id=payload.run_id)
             if payload.screenshots:
                 screenshots.record(settings, row, traj.steps)
             ids[task_id] = row.id

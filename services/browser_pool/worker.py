@@ -18,11 +18,11 @@ log = logging.getLogger(__name__)
 @celery_app.task(name="rollout.run")
 def run(payload: dict) -> dict:
     """:class:`~webrl.contracts.RolloutRequest` -> :class:`~webrl.contracts.RolloutResult`: run a policy on stored
-    tasks and store the trajectories. Idempotent per (task, phase, attempt): a re-run stores nothing twice.
+    tasks and store the trajectories. Idempotent per (task, phase, attempt, run): a re-run stores nothing twice.
     Unknown task keys fail the task with a message naming them."""
     request = RolloutRequest.model_validate(payload)
-    log.info("rollout.run: %d tasks, phase %d, attempt %d, policy %s", len(request.task_keys), request.phase,
-             request.attempt, request.policy.kind)
+    log.info("rollout.run: %d tasks, phase %d, attempt %d, run %d, policy %s", len(request.task_keys),
+             request.phase, request.attempt, request.run_id, request.policy.kind)
     return run_sync(run_rollout(request, get_settings())).model_dump(mode="json")
 
 

@@ -235,10 +235,11 @@ def score_stored(session: Session, backend: OrmBackend, ids: Sequence[int], thre
             for r in rows]
 
 
-def phase_trajectory_ids(session: Session, phase: int, purpose: str = "train") -> list[int]:
-    """Ids of a phase's trajectories, oldest first."""
+def phase_trajectory_ids(session: Session, phase: int, purpose: str = "train", *, run_id: int) -> list[int]:
+    """Ids of a phase's trajectories in run ``run_id``, oldest first (every run numbers its phases alike)."""
     return list(session.scalars(select(m.Trajectory.id).where(m.Trajectory.phase == phase,
-                                                              m.Trajectory.purpose == purpose)
+                                                              m.Trajectory.purpose == purpose,
+                                                              m.Trajectory.run_id == run_id)
                                 .order_by(m.Trajectory.id)))
 
 
@@ -252,7 +253,8 @@ def score(settings: Settings, request: ScoreRequest, backend: OrmBackend) -> Sco
     else:
         with session_scope(settings) as session:
             ids = (request.trajectory_ids if request.trajectory_ids is not None
-                   else phase_trajectory_ids(session, int(request.phase or 0), request.purpose))
+                   else phase_trajectory_ids(session, int(request.phase or 0), request.purpose,
+                                             run_id=request.run_id))
             judgements = score_stored(session, backend, ids, threshold)
     rewards = [j.reward for j in judgements]
     log.info("orm.score: %d trajectories, mean reward %.3f", len(rewards), sum(rewards) / max(1, len(rewards)))

@@ -94,12 +94,13 @@ def _labelled_reward(row: m.Trajectory) -> float | None:
     return float(max(row.labels, key=lambda label: label.id).reward)
 
 
-def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, gamma: float = DEFAULTS.advantage.gamma,
-                        purpose: str = "train") -> list[StepExample]:
-    """All steps of the phase's labelled trajectories (unlabelled ones are skipped and counted in the log)."""
+def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, run_id: int,
+                        gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train") -> list[StepExample]:
+    """All steps of the phase's labelled trajectories in run ``run_id`` (unlabelled ones are skipped and counted in
+    the log)."""
     out: list[StepExample] = []
     skipped = 0
-    for row in trajectories_for_phase(session, phase, purpose):
+    for row in trajectories_for_phase(session, phase, purpose, run_id=run_id):
         reward = _labelled_reward(row)
         if reward is None:
             skipped += 1
@@ -110,13 +111,14 @@ def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, gamma
     return out
 
 
-def first_success_examples(session: Session, before_phase: int, prompt: PromptFn, *,
+def first_success_examples(session: Session, before_phase: int, prompt: PromptFn, *, run_id: int,
                            gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train") -> list[StepExample]:
-    """Replay candidates: from phases < ``before_phase``, the first successful trajectory of each task
-    (earliest phase, then earliest id), all its steps (DESIGN.md step 4)."""
+    """Replay candidates: from phases < ``before_phase`` of run ``run_id`` (another run's successes are not this
+    actor's experience), the first successful trajectory of each task (earliest phase, then earliest id), all its
+    steps (DESIGN.md step 4)."""
     rows = session.scalars(
         select(m.Trajectory)
-        .where(m.Trajectory.phase < before_phase, m.Trajectory.purpose == purpose)
+        .where(m.Trajectory.phase < before_phase, m.Trajectory.purpose == purpose, m.Trajectory.run_id == run_id)
         .order_by(m.Trajectory.phase, m.Trajectory.id)
     ).all()
     seen: set[int] = set()

@@ -148,11 +148,14 @@ def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prep
     prompt = actor_prompt_fn(tokenizer, max_tokens=max_length - COMPLETION_BUDGET)
     hp = job.hyperparams
     with session_scope(settings) as session:
-        current = load_phase_examples(session, job.phase, prompt, gamma=hp.advantage.gamma, purpose=job.purpose)
-        candidates = (first_success_examples(session, job.phase, prompt, gamma=hp.advantage.gamma,
-                                             purpose=job.purpose) if hp.replay.enabled else [])
+        current = load_phase_examples(session, job.phase, prompt, run_id=job.run_id, gamma=hp.advantage.gamma,
+                                      purpose=job.purpose)
+        candidates = (first_success_examples(session, job.phase, prompt, run_id=job.run_id,
+                                             gamma=hp.advantage.gamma, purpose=job.purpose)
+                      if hp.replay.enabled else [])
     if not current:
-        raise ValueError(f"phase {job.phase} has no labelled '{job.purpose}' trajectories to train on")
+        raise ValueError(f"phase {job.phase} of run {job.run_id} has no labelled '{job.purpose}' trajectories "
+                         "to train on")
     with accelerator.autocast():
         scores = replay.score_confidence(accelerator, actor.model, tokenizer, candidates,
                                          batch_size=hp.batching.batch_size, max_length=max_length)

@@ -120,7 +120,7 @@ def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None
         repo.save_label(s, t1.id, "orm-v1", p_yes=0.1, threshold=0.5)  # second call changes nothing
     with session_scope(db) as s:
         assert s.scalar(select(func.count()).select_from(m.Step)) == 3
-        (row,) = repo.trajectories_for_phase(s, 1)
+        (row,) = repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)
         loaded = repo.load_trajectory(row)
         original = _trajectory()
         assert loaded.steps == original.steps
@@ -138,7 +138,7 @@ def test_nul_characters_in_model_output_are_stored_as_replacement_characters(db:
         task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")
         repo.save_trajectory(s, task.id, phase=1, attempt=0, traj=traj)
     with session_scope(db) as s:
-        (row,) = repo.trajectories_for_phase(s, 1)
+        (row,) = repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)
         loaded = repo.load_trajectory(row)
         assert loaded.steps[0].response == "do(\ufffd" and loaded.answer == "a\ufffdb"
         assert "\x00" not in (loaded.steps[0].parse_error or "")
@@ -203,3 +203,64 @@ def test_step_values_are_stored_once_per_step_and_critic(db: Settings) -> None:
         s.delete(s.get(m.Trajectory, traj.id))
     with session_scope(db) as s:
         assert s.scalar(select(func.count()).select_from(m.StepValue)) == 0  # they go with their steps
+
+
+def test_runs_own_their_trajectories_and_each_save_is_idempotent_within_its_run(db: Settings) -> None:
+    """Two pipeline runs (and a stand-alone rollout, run 0) of the same (task, phase, attempt) store one trajectory
+    each; a second save within a run returns that run's row; a phase's trajectories are read per run."""
+    with session_scope(db) as s:
+        task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")
+        ids = {run: repo.save_trajectory(s, task.id, 1, 0, _trajectory(run + 1), run_id=run).id for run in (0, 1, 2)}
+        assert len(set(ids.values())) == 3
+        assert {run: repo.save_trajectory(s, task.id, 1, 0, _trajectory(), run_id=run).id for run in ids} == ids
+    with session_scope(db) as s:
+        for run, tid in ids.items():
+            assert [t.id for t in repo.trajectories_for_phase(s, 1, run_id=run)] == [tid]
+            assert repo.find_trajectory(s, task.id, 1, 0, run_id=run).n_steps == run + 1
+        assert repo.find_trajectory(s, task.id, 1, 0, run_id=3) is None
+
+
+def _old_trajectory(conn, task_id: int, attempt: int) -> int:
+    """A trajectory with one step and one label, inserted as revision 0004 stored them (no run)."""
+    from sqlalchemy import text
+
+    tid = conn.execute(text("INSERT INTO trajectories (task_id, phase, attempt, purpose, actor_version, stop_reason, "
+                            "n_steps, created_at) VALUES (:task, 1, :attempt, 'train', 'v', 'exit', 1, "
+                            "CURRENT_TIMESTAMP) RETURNING id"), {"task": task_id, "attempt": attempt}).scalar_one()
+    step = conn.execute(text("INSERT INTO steps (trajectory_id, \"index\", observation, response, token_ids, logprobs, "
+                             "url) VALUES (:t, 0, '{}', 'r', '[]', '[]', '') RETURNING id"), {"t": tid}).scalar_one()
+    conn.execute(text("INSERT INTO orm_labels (trajectory_id, orm_version, p_yes, reward, threshold, created_at) "
+                      "VALUES (:t, 'orm', 1.0, 1.0, 0.5, CURRENT_TIMESTAMP)"), {"t": tid})
+    conn.execute(text("INSERT INTO step_values (step_id, critic_version, phase, v_s, v_next, advantage, "
+                      "advantage_binarised, used, created_at) VALUES (:s, 'c', 1, 0, 0, 0, 0, true, "
+                      "CURRENT_TIMESTAMP)"), {"s": step})
+    return tid
+
+
+def _counts(db: Settings) -> dict[str, int]:
+    with session_scope(db) as s:
+        return {table.__tablename__: s.scalar(select(func.count()).select_from(table))
+                for table in (m.Trajectory, m.Step, m.OrmLabel, m.StepValue)}
+
+
+def test_migration_0005_keeps_old_trajectories_as_run_0_and_downgrades(db: Settings) -> None:
+    """Rows stored before 0005 become run 0 with their steps, labels and step values intact (SQLite rebuilds the
+    table, which must not cascade); the downgrade keeps the oldest of each (task, phase, attempt) with its rows."""
+    downgrade(db, "0004")
+    with session_scope(db) as s:
+        task_id = repo.upsert_task(s, "k1", _task(), origin="seed", split="train").id
+    with get_engine(db).begin() as conn:
+        old = [_old_trajectory(conn, task_id, attempt) for attempt in (0, 1)]
+    upgrade(db)
+    assert _counts(db) == {"trajectories": 2, "steps": 2, "orm_labels": 2, "step_values": 2}
+    with session_scope(db) as s:
+        assert [t.id for t in repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)] == old
+        run_copy = repo.save_trajectory(s, task_id, 1, 0, _trajectory(2), run_id=7)  # the new key admits it
+        repo.save_label(s, run_copy.id, "orm", p_yes=1.0, threshold=0.5)
+        assert run_copy.id not in old
+    downgrade(db, "0004")
+    assert _counts(db) == {"trajectories": 2, "steps": 2, "orm_labels": 2, "step_values": 2}
+    assert "run_id" not in {c["name"] for c in inspect(get_engine(db)).get_columns("trajectories")}
+    upgrade(db)
+    with session_scope(db) as s:
+        assert [t.id for t in repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)] == old

@@ -1,5 +1,5 @@
 """The filter's judge before a critic exists (webrl.template_prior): a task is worth its template's Beta-smoothed
-success rate over the run's training rollouts, and only training rollouts count."""
+success rate over the run's own training rollouts, and only training rollouts count."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 from webrl.template_prior import template_values
 
 VERSION = "env-evaluator"
+RUN = 1  # runs.id of the first run in a fresh database: the pipeline's run in the last test
 
 
 def _task(session, key: str, template: int) -> None:
@@ -21,12 +22,13 @@ def _task(session, key: str, template: int) -> None:
     repo.upsert_task(session, key, config, origin="seed", split="train")
 
 
-def _attempt(session, key: str, phase: int, attempt: int, solved: bool, purpose: str = "train") -> None:
+def _attempt(session, key: str, phase: int, attempt: int, solved: bool, purpose: str = "train",
+             run_id: int = RUN) -> None:
     task = repo.tasks_by_keys(session, [key])[0]
     traj = Trajectory(task_id=key, intent=task.intent, env_score=float(solved),
                       steps=[Step(index=0, observation=Observation(html="<html></html>", url="http://s/"),
                                  response='exit(message="done")')])
-    row = repo.save_trajectory(session, task.id, phase, attempt, traj, purpose=purpose)
+    row = repo.save_trajectory(session, task.id, phase, attempt, traj, purpose=purpose, run_id=run_id)
     repo.save_label(session, row.id, VERSION, p_yes=float(solved), threshold=0.5)
 
 
@@ -43,13 +45,15 @@ def store(settings: Settings) -> Settings:
         for attempt in range(12):
             _attempt(s, "easy/1", 0, attempt, solved=True)
         _attempt(s, "new/1", 0, 0, solved=True, purpose="eval")  # the test split never steers the curriculum
+        for attempt in range(8):  # another run's successes: not this run's actor
+            _attempt(s, "hard/1", 0, attempt, solved=True, run_id=RUN + 1)
     return settings
 
 
 def test_values_are_the_templates_smoothed_success(store: Settings) -> None:
     keys = ["seen/2", "hard/1", "new/1", "easy/1"]
     with session_scope(store) as s:
-        values = template_values(s, keys, phases=[0], orm_version=VERSION)
+        values = template_values(s, keys, phases=[0], orm_version=VERSION, run_id=RUN)
     assert values["seen/2"] == pytest.approx((1 + 1) / (2 + 5))  # template 1: 1 of 2, shared by its tasks
     assert values["hard/1"] == pytest.approx(1 / 21) and values["hard/1"] < 0.05  # out of [0.05, 0.75]: hopeless
     assert values["new/1"] == pytest.approx(0.2)  # only an eval rollout: unseen, the prior
@@ -58,13 +62,22 @@ def test_values_are_the_templates_smoothed_success(store: Settings) -> None:
 
 def test_phases_not_asked_for_and_other_label_versions_do_not_count(store: Settings) -> None:
     with session_scope(store) as s:
-        assert template_values(s, ["seen/1"], phases=[1], orm_version=VERSION)["seen/1"] == pytest.approx(0.2)
-        assert template_values(s, ["seen/1"], phases=[0], orm_version="orm:x")["seen/1"] == pytest.approx(0.2)
+        assert template_values(s, ["seen/1"], phases=[1], orm_version=VERSION, run_id=RUN)["seen/1"] \
+            == pytest.approx(0.2)
+        assert template_values(s, ["seen/1"], phases=[0], orm_version="orm:x", run_id=RUN)["seen/1"] \
+            == pytest.approx(0.2)
+
+
+def test_only_the_runs_own_rollouts_count(store: Settings) -> None:
+    with session_scope(store) as s:
+        other = template_values(s, ["hard/1", "seen/1"], phases=[0], orm_version=VERSION, run_id=RUN + 1)
+    assert other["hard/1"] == pytest.approx(9 / 13)  # its 8 successes only, none of run 1's 16 failures
+    assert other["seen/1"] == pytest.approx(0.2)  # a template only run 1 tried: unseen for this run
 
 
 def test_unknown_keys_are_named(store: Settings) -> None:
     with session_scope(store) as s, pytest.raises(LookupError, match="nope"):
-        template_values(s, ["seen/1", "nope"], phases=[0], orm_version=VERSION)
+        template_values(s, ["seen/1", "nope"], phases=[0], orm_version=VERSION, run_id=RUN)
 
 
 def test_phase_one_without_a_critic_or_orm_keeps_promising_templates_first(store: Settings) -> None:
@@ -73,6 +86,7 @@ def test_phase_one_without_a_critic_or_orm_keeps_promising_templates_first(store
 
     hp = with_overrides(DEFAULTS, {"curriculum.tasks_per_phase": 2, "curriculum.fill_filter": False})
     pipeline = Pipeline(store, PipelineOptions(run="prior", actor="/models/actor-sft", hyperparams=hp))
+    assert pipeline.run_id == RUN  # the run the fixture's rollouts were stored under
     candidates = ["hard/1", "new/1", "easy/1", "seen/2"]
     metrics, state = pipeline._stage_filter(1, PhaseState(candidate_keys=candidates))
     assert metrics["judge"] == "templates" and metrics["in_band"] == 2

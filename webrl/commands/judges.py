@@ -50,8 +50,8 @@ from webrl.rewards import is_success
 log = logging.getLogger("webrl.judges")
 
 #: ORM data is stored as phase 0 (before the curriculum), purpose "orm", attempts ORM_ATTEMPT_BASE + policy
-#: index: far from the few attempts bootstrap and evaluation use, so (task, phase, attempt) keys never collide,
-#: and the purpose keeps it out of every actor or critic training set.
+#: index: far from the few attempts bootstrap and evaluation use (all of no run, run_id 0), so (task, phase, attempt)
+#: keys never collide, and the purpose keeps it out of every actor or critic training set.
 ORM_DATA_PHASE = 0
 ORM_ATTEMPT_BASE = 1000
 ORM_PURPOSE = "orm"

@@ -39,16 +39,25 @@ class Task(Base):
     parent: Mapped[Task | None] = relationship(remote_side=[id])
 
 
+#: ``trajectories.run_id`` of a trajectory no pipeline run made (``webrl eval``, bootstrap, ``webrl train-orm``).
+NO_RUN = 0
+
+
 class Trajectory(Base):
-    """One episode of the actor on a task. Unique per (task, phase, attempt): rollouts are idempotent."""
+    """One episode of the actor on a task. Unique per (task, phase, attempt, run): rollouts are idempotent within
+    a run, and two ``webrl train`` runs in one database never share (or skip each other's) trajectories."""
 
     __tablename__ = "trajectories"
-    __table_args__ = (UniqueConstraint("task_id", "phase", "attempt", name="uq_trajectory_attempt"),)
+    __table_args__ = (UniqueConstraint("task_id", "phase", "attempt", "run_id", name="uq_trajectory_attempt"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
     phase: Mapped[int] = mapped_column(Integer, index=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    #: The pipeline run (``runs.id``) that rolled it out; :data:`NO_RUN` (0) for stand-alone rollouts. A plain
+    #: integer, not a foreign key: 0 names no row of ``runs``, and a nullable FK would let NULLs through the unique
+    #: constraint (NULL != NULL), which would end the stand-alone rollouts' idempotency.
+    run_id: Mapped[int] = mapped_column(Integer, default=NO_RUN, server_default=str(NO_RUN), index=True)
     purpose: Mapped[str] = mapped_column(String(20), default="train")  # train | eval | orm-data
     actor_version: Mapped[str] = mapped_column(String(80), default="")
     answer: Mapped[str | None] = mapped_column(Text, nullable=True)

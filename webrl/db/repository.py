@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from webrl.db import models as m
 from webrl.rewards import reward_of
@@ -87,10 +87,14 @@ def tasks_where(session: Session, *, split: str | None = None, origin: str | Non
     return list(session.scalars(query).all())
 
 
-def find_trajectory(session: Session, task_id: int, phase: int, attempt: int) -> m.Trajectory | None:
+def find_trajectory(session: Session, task_id: int, phase: int, attempt: int, *,
+                    run_id: int = m.NO_RUN) -> m.Trajectory | None:
+    """The stored trajectory of this (task, phase, attempt) made by run ``run_id`` (``NO_RUN``, 0: by none),
+    so one run never takes another's rollout for its own."""
     return session.scalar(
         select(m.Trajectory).where(
-            m.Trajectory.task_id == task_id, m.Trajectory.phase == phase, m.Trajectory.attempt == attempt
+            m.Trajectory.task_id == task_id, m.Trajectory.phase == phase, m.Trajectory.attempt == attempt,
+            m.Trajectory.run_id == run_id,
         )
     )
 
@@ -105,17 +109,19 @@ def storable(text: str | None) -> str | None:
 
 
 def save_trajectory(
-    session: Session, task_id: int, phase: int, attempt: int, traj: Trajectory, *, purpose: str = "train"
+    session: Session, task_id: int, phase: int, attempt: int, traj: Trajectory, *, purpose: str = "train",
+    run_id: int = m.NO_RUN,
 ) -> m.Trajectory:
     """Store a trajectory with all its steps. Idempotent: a second save of the same
-    (task, phase, attempt) returns the stored row and writes nothing."""
-    existing = find_trajectory(session, task_id, phase, attempt)
+    (task, phase, attempt, run) returns the stored row and writes nothing."""
+    existing = find_trajectory(session, task_id, phase, attempt, run_id=run_id)
     if existing is not None:
         return existing
     row = m.Trajectory(
         task_id=task_id,
         phase=phase,
         attempt=attempt,
+        run_id=run_id,
         purpose=purpose,
         actor_version=traj.actor_version,
         answer=storable(traj.answer),
@@ -176,11 +182,16 @@ def load_trajectory(row: m.Trajectory) -> Trajectory:
     )
 
 
-def trajectories_for_phase(session: Session, phase: int, purpose: str = "train") -> list[m.Trajectory]:
+def trajectories_for_phase(session: Session, phase: int, purpose: str = "train", *,
+                           run_id: int) -> list[m.Trajectory]:
+    """A phase's trajectories of one run, oldest first, their tasks and labels loaded (every reader looks at both).
+    ``run_id`` has no default: every run numbers its phases alike, so a reader that forgot the run would silently
+    read the other runs' rollouts too."""
     return list(
         session.scalars(
             select(m.Trajectory)
-            .where(m.Trajectory.phase == phase, m.Trajectory.purpose == purpose)
+            .options(selectinload(m.Trajectory.task), selectinload(m.Trajectory.labels))
+            .where(m.Trajectory.phase == phase, m.Trajectory.purpose == purpose, m.Trajectory.run_id == run_id)
             .order_by(m.Trajectory.id)
         ).all()
     )

@@ -153,7 +153,8 @@ EVAL_CHUNK = 16  # test tasks per rollout job: finished chunks stay stored if a 
 
 
 def eval_attempt(version: str) -> int:
-    """Rollouts are idempotent per (task, phase, attempt): one attempt number per evaluated checkpoint."""
+    """Rollouts are idempotent per (task, phase, attempt, run), and bootstrap's belong to no run (0): one attempt
+    number per evaluated checkpoint."""
     return int(hashlib.sha256(version.encode()).hexdigest()[:7], 16)
 
 

@@ -4,7 +4,8 @@ read-only: :func:`webrl.db.session.read_only_scope`) and returns plain records f
 Runs and phases come from ``runs`` / ``phases`` (the report's rows, :func:`webrl.report.phase_rows_in`); a
 phase's generated tasks from its :class:`webrl.pipeline.PhaseState` (candidates, kept) with their lineage
 (``tasks.parent_id``) and the values the filter stored (``critic_values`` under the filter's judge);
-trajectories, steps and labels from their tables. Trajectories carry a phase, not a run.
+trajectories, steps and labels from their tables. A trajectory carries its phase and the run that rolled it out
+(``trajectories.run_id``; 0, none, for stand-alone rollouts such as ``webrl eval``).
 """
 
 from __future__ import annotations
@@ -177,6 +178,7 @@ class TrajectoryFilters(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    run: str | None = Field(None, max_length=80, description="a run's name: the trajectories it rolled out")
     phase: int | None = Field(None, ge=0)
     site: str | None = Field(None, max_length=40)
     template: int | None = Field(None, description="intent_template_id of the task")
@@ -197,6 +199,7 @@ class TrajectoryFilters(BaseModel):
 
 @dataclass(frozen=True)
 class FilterChoices:
+    runs: list[str]
     phases: list[int]
     sites: list[str]
     templates: list[int]
@@ -218,6 +221,7 @@ class TrajectoryRow:
     env_score: float | None
     reward: float | None
     created_at: datetime
+    run: str | None  # the run that rolled it out; None for a stand-alone rollout
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,8 @@ def filter_choices(session: Session) -> FilterChoices:
     joined = select(m.Task).join(m.Trajectory, m.Trajectory.task_id == m.Task.id)
     template = m.Task.config["intent_template_id"].as_integer()
     return FilterChoices(
+        runs=list(session.scalars(select(m.Run.name).join(m.Trajectory, m.Trajectory.run_id == m.Run.id)
+                                  .distinct().order_by(m.Run.name))),
         phases=list(session.scalars(select(m.Trajectory.phase).distinct().order_by(m.Trajectory.phase))),
         sites=list(session.scalars(joined.with_only_columns(m.Task.site).distinct().order_by(m.Task.site))),
         templates=[t for t in session.scalars(joined.with_only_columns(template).distinct().order_by(template))
@@ -256,6 +262,8 @@ def filter_choices(session: Session) -> FilterChoices:
 def trajectory_page(session: Session, filters: TrajectoryFilters) -> TrajectoryPage:
     """One page of the trajectories that match ``filters``, newest first."""
     query = select(m.Trajectory).join(m.Task, m.Trajectory.task_id == m.Task.id)
+    if filters.run is not None:  # run_id 0 (no run) matches no row of runs
+        query = query.join(m.Run, m.Trajectory.run_id == m.Run.id).where(m.Run.name == filters.run)
     if filters.phase is not None:
         query = query.where(m.Trajectory.phase == filters.phase)
     if filters.site is not None:
@@ -276,13 +284,19 @@ def trajectory_page(session: Session, filters: TrajectoryFilters) -> TrajectoryP
     found = session.scalars(query.options(selectinload(m.Trajectory.task), selectinload(m.Trajectory.labels))
                             .order_by(m.Trajectory.id.desc())
                             .offset((filters.page - 1) * PAGE_SIZE).limit(PAGE_SIZE)).all()
+    runs = _run_names(session, {t.run_id for t in found})
     rows = []
     for t in found:
         label = _latest_label(t)
         rows.append(TrajectoryRow(t.id, _ref(t.task), t.task.site, _template_of(t.task.config), t.phase, t.attempt,
                                   t.purpose, t.n_steps, t.stop_reason, t.env_score,
-                                  label.reward if label else None, t.created_at))
+                                  label.reward if label else None, t.created_at, runs.get(t.run_id)))
     return TrajectoryPage(rows, total, filters)
+
+
+def _run_names(session: Session, run_ids: set[int]) -> dict[int, str]:
+    """runs.id -> name for ``run_ids`` (a stand-alone rollout's 0 names none)."""
+    return dict(session.execute(select(m.Run.id, m.Run.name).where(m.Run.id.in_(run_ids))).tuples().all())
 
 
 # ---------------------------------------------------------------------------------------------- one trajectory

@@ -97,7 +97,7 @@ def test_celery_rollout_writes_postgres(sandbox, sandbox_tasks, stored_keys, pos
                    for r in rows), output[-3000:]
         assert rows[0].steps[0].observation["html"].startswith("<html>")
         assert {r.task.key for r in rows} == set(keys)
-        assert len(repository.trajectories_for_phase(session, 1)) == 2
+        assert len(repository.trajectories_for_phase(session, 1, run_id=m.NO_RUN)) == 2
 
 
 def _wait_ready(client, worker: subprocess.Popen, log_path: Path) -> bool:

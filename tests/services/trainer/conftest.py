@@ -51,7 +51,7 @@ PAGE = '<html><body><a id="3">Electronics</a><a id="4">Books</a><input id="7" pl
 
 
 def _store(settings: Settings, task_key: str, phase: int, attempt: int, responses: list[str],
-           reward: float | None, env_score: float | None = None, purpose: str = "train") -> int:
+           reward: float | None, env_score: float | None = None, purpose: str = "train", run_id: int = 0) -> int:
     from webrl.actions import parse_action
     from webrl.db.repository import save_label, save_trajectory, upsert_task
     from webrl.db.session import session_scope
@@ -65,7 +65,7 @@ def _store(settings: Settings, task_key: str, phase: int, attempt: int, response
                       last_observation=Observation(html=PAGE.replace("Books", "Done"), url="http://shop/end"))
     with session_scope(settings) as session:
         task = upsert_task(session, task_key, config, origin="seed", split="train", phase=phase)
-        row = save_trajectory(session, task.id, phase, attempt, traj, purpose=purpose)
+        row = save_trajectory(session, task.id, phase, attempt, traj, purpose=purpose, run_id=run_id)
         if reward is not None:
             save_label(session, row.id, "orm-test", p_yes=reward, threshold=0.5)
         return row.id
@@ -73,12 +73,12 @@ def _store(settings: Settings, task_key: str, phase: int, attempt: int, response
 
 @pytest.fixture
 def store_trajectory(db: Settings):
-    """``store(task_key, phase, attempt, responses, reward, env_score=None, purpose="train") -> trajectory id``;
-    ``reward`` is stored as the ORM p (1.0 -> reward 1, 0.0 -> reward 0, None -> unlabelled)."""
+    """``store(task_key, phase, attempt, responses, reward, env_score=None, purpose="train", run_id=0) -> trajectory
+    id``; ``reward`` is stored as the ORM p (1.0 -> reward 1, 0.0 -> reward 0, None -> unlabelled)."""
 
     def store(task_key: str, phase: int, attempt: int, responses: list[str], reward: float | None,
-              env_score: float | None = None, purpose: str = "train") -> int:
-        return _store(db, task_key, phase, attempt, responses, reward, env_score, purpose)
+              env_score: float | None = None, purpose: str = "train", run_id: int = 0) -> int:
+        return _store(db, task_key, phase, attempt, responses, reward, env_score, purpose, run_id)
 
     return store
 

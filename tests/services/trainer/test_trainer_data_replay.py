@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from services.trainer.data import (
 from webrl.db.session import session_scope
 from webrl.hyperparams import Replay
 
+RUN = 3  # the run being trained: these tests store its rows, and another run's beside them
+
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
     'exit(message="done")'
 
@@ -27,12 +30,14 @@ def _prompt(intent: str, history, html: str) -> str:
 
 
 def test_phase_examples_carry_reward_returns_and_next_states(store_trajectory, db) -> None:
-    ok = store_trajectory("t1", 1, 0, [CLICK, TYPE, EXIT], reward=1.0)
-    store_trajectory("t2", 1, 0, [CLICK], reward=0.0)
-    store_trajectory("t3", 1, 0, [CLICK], reward=None)  # unlabelled: skipped
-    store_trajectory("t4", 2, 0, [CLICK], reward=1.0)  # another phase
+    store = partial(store_trajectory, run_id=RUN)
+    ok = store("t1", 1, 0, [CLICK, TYPE, EXIT], reward=1.0)
+    store("t2", 1, 0, [CLICK], reward=0.0)
+    store("t3", 1, 0, [CLICK], reward=None)  # unlabelled: skipped
+    store("t4", 2, 0, [CLICK], reward=1.0)  # another phase
+    store_trajectory("t1", 1, 0, [EXIT], reward=1.0, run_id=RUN + 1)  # another run's rollout of t1
     with session_scope(db) as session:
-        examples = load_phase_examples(session, 1, _prompt)
+        examples = load_phase_examples(session, 1, _prompt, run_id=RUN)
     assert [(e.task_key, e.index) for e in examples] == [("t1", 0), ("t1", 1), ("t1", 2), ("t2", 0)]
     first = [e for e in examples if e.trajectory_id == ok]
     assert [e.reward for e in first] == [1.0, 1.0, 1.0]
@@ -53,13 +58,15 @@ def test_real_actor_prompt_renders(tiny) -> None:
 
 
 def test_first_success_per_task_from_earlier_phases_only(store_trajectory, db) -> None:
-    store_trajectory("a", 1, 0, [CLICK], reward=0.0)  # failure
-    first = store_trajectory("a", 1, 1, [CLICK, EXIT], reward=1.0)  # first success of task a
-    store_trajectory("a", 2, 0, [TYPE], reward=1.0)  # a later success of a: not replayed
-    b = store_trajectory("b", 2, 0, [EXIT], reward=1.0)
-    store_trajectory("c", 3, 0, [EXIT], reward=1.0)  # the phase being trained: excluded
+    store = partial(store_trajectory, run_id=RUN)
+    store("a", 1, 0, [CLICK], reward=0.0)  # failure
+    first = store("a", 1, 1, [CLICK, EXIT], reward=1.0)  # first success of task a
+    store("a", 2, 0, [TYPE], reward=1.0)  # a later success of a: not replayed
+    b = store("b", 2, 0, [EXIT], reward=1.0)
+    store("c", 3, 0, [EXIT], reward=1.0)  # the phase being trained: excluded
+    store_trajectory("d", 1, 0, [EXIT], reward=1.0, run_id=RUN + 1)  # another run's success: not this actor's
     with session_scope(db) as session:
-        examples = first_success_examples(session, 3, _prompt)
+        examples = first_success_examples(session, 3, _prompt, run_id=RUN)
     assert [(e.trajectory_id, e.index) for e in examples] == [(first, 0), (first, 1), (b, 0)]
 
 

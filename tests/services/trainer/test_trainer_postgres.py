@@ -27,8 +27,8 @@ def test_phase_data_and_checkpoint_rows_on_postgres(settings: Settings, postgres
         return f"{intent}/{len(history)}"
 
     with session_scope(pg) as session:
-        current = load_phase_examples(session, 2, prompt)
-        replayed = first_success_examples(session, 2, prompt)
+        current = load_phase_examples(session, 2, prompt, run_id=0)
+        replayed = first_success_examples(session, 2, prompt, run_id=0)
     assert [(e.task_key, e.reward) for e in current] == [("pg-b", 0.0)]
     assert [(e.task_key, e.index, e.mc_return) for e in replayed] == [("pg-a", 0, pytest.approx(1.9)),
                                                                       ("pg-a", 1, 1.0)]

@@ -1,7 +1,7 @@
 """The viewer app in-process on a real SQLite database: the API key as every service wants it (bearer header, or
 the cookie its login page sets), security headers on every answer, a run in progress showing its stage and
-refreshing, bad filters answered 422 naming the field, reads that cannot write, and `webrl ui` refusing an
-open bind."""
+refreshing, trajectories filtered by run (linked from the run's page), bad filters answered 422 naming the field,
+reads that cannot write, and `webrl ui` refusing an open bind."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
@@ -59,6 +59,44 @@ def test_a_run_in_progress_shows_its_stage_and_refreshes(client: TestClient) -> 
     assert "1.5 s" in page.text and "25.0%" in page.text  # stage timings; the report's table cell
     assert client.get("/runs/live/success.png").content[:8] == b"\x89PNG\r\n\x1a\n"
     assert client.get("/runs/nope").status_code == 404
+
+
+def _trajectories_of(db: Settings, runs: dict[str, int]) -> int:
+    """Store one task and, per run name, that many phase-1 trajectories of it ("" = stand-alone, run 0); the task id."""
+    from webrl.db import repository as repo
+    from webrl.schemas import TaskConfig, Trajectory
+
+    config = TaskConfig(task_id=1, sites=["shopping"], intent="Find a book", start_url="__SHOPPING__/")
+    with session_scope(db) as s:
+        task = repo.upsert_task(s, "seed/1", config, origin="seed", split="train")
+        for name, count in runs.items():
+            run_id = 0
+            if name:
+                run = s.scalar(select(m.Run).where(m.Run.name == name)) or m.Run(name=name, options={})
+                s.add(run)
+                s.flush()
+                run_id = run.id
+            for attempt in range(count):
+                repo.save_trajectory(s, task.id, 1, attempt, Trajectory(task_id="seed/1", intent=config.intent),
+                                     run_id=run_id)
+        return task.id
+
+
+def _total(client: TestClient, **params: object) -> int:
+    page = client.get("/trajectories", params=params)
+    assert page.status_code == 200, page.text
+    return int(page.text.split('<span id="total">', 1)[1].split("<", 1)[0])
+
+
+def test_trajectories_filter_by_run_and_the_run_page_links_to_its_own(db: Settings, client: TestClient) -> None:
+    _trajectories_of(db, {"live": 2, "other": 3, "": 1})
+    assert _total(client) == 6
+    assert _total(client, run="live") == 2 and _total(client, run="other", phase=1) == 3
+    assert _total(client, run="nope") == 0  # an unknown run, and never the stand-alone rollouts (run 0)
+    listing = client.get("/trajectories", params={"run": "live"}).text
+    assert '<option selected>live</option>' in listing and '<a href="/runs/live">live</a>' in listing
+    run_page = client.get("/runs/live").text
+    assert 'href="/trajectories?run=live"' in run_page and 'href="/trajectories?run=live&amp;phase=1"' in run_page
 
 
 def test_every_answer_carries_the_security_headers(client: TestClient) -> None:
