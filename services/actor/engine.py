@@ -24,6 +24,7 @@ from webrl.models.backends import Backend, Generation, make_backend
 from webrl.models.backends.local import LocalBackend
 from webrl.models.loading import load_tokenizer
 from webrl.models.policy import actor_prompt, prompt_budget
+from webrl.text import without_nul
 
 log = logging.getLogger("webrl.actor")
 
@@ -159,12 +160,15 @@ class ActorEngine:
         return ActResponse(results=results, version=version)
 
     def _result(self, generation: Generation, prompt: str, version: str) -> ActResult:
+        """The parsed action of one generation. Its text loses NUL characters (``webrl.text``): the response comes
+        back as history in the episode's next request, which a service would refuse with them."""
+        text = without_nul(generation.text) or ""
         action, error = None, None
         try:
-            action = parse_action(generation.text)
+            action = parse_action(text)
         except ActionParseError as exc:
             error = str(exc)
-        return ActResult(response=generation.text, action=action, parse_error=error, token_ids=generation.token_ids,
+        return ActResult(response=text, action=action, parse_error=error, token_ids=generation.token_ids,
                          logprobs=generation.logprobs, prompt_tokens=self.prompt_tokens(prompt), version=version)
 
     # Scoring

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 from webrl.db import models as m
 from webrl.rewards import reward_of
 from webrl.schemas import Observation, TaskConfig, Trajectory
+from webrl.text import without_nul
 
 _NON_WORD = re.compile(r"[^a-z0-9]+")
 
@@ -99,13 +100,9 @@ def find_trajectory(session: Session, task_id: int, phase: int, attempt: int, *,
     )
 
 
-#: Postgres text cannot hold NUL; model output can (a sampled byte-level token), so it is stored as U+FFFD.
-_NUL, _REPLACEMENT = "\x00", "\ufffd"
-
-
 def storable(text: str | None) -> str | None:
-    """``text`` with NUL characters replaced by U+FFFD, so every backend stores it (None stays None)."""
-    return text.replace(_NUL, _REPLACEMENT) if text else text
+    """``text`` as every backend stores it: Postgres text cannot hold NUL, model output can (:mod:`webrl.text`)."""
+    return without_nul(text)
 
 
 def save_trajectory(

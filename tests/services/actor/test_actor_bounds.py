@@ -107,3 +107,17 @@ def test_healthz_answers_while_a_long_act_is_in_flight(actor_model_dir: Path, se
     during = [t for t in answers if t < act["end"]]
     gaps = [b - a for a, b in zip([act["start"], *during], [*during, act["end"]], strict=True)]
     assert len(during) >= 5 and max(gaps) < (act["end"] - act["start"]) / 3, (len(during), max(gaps), act)
+
+
+def test_a_generated_nul_never_reaches_the_next_request(actor_model_dir: Path, settings: Settings) -> None:
+    """A byte-level model can sample byte 0; the response comes back as history in the episode's next /v1/act,
+    which refuses NUL with a 422, so the engine answers without it (webrl.text)."""
+    from webrl.models.backends.base import Generation
+
+    backend = LocalBackend.from_path(actor_model_dir, settings)
+    engine = ActorEngine(settings, backend, backend.tokenizer)
+    result = engine._result(Generation(text='do(action="Click", element="3")\x00'), "prompt", "v1")
+    assert "\x00" not in result.response and result.response.endswith("\ufffd")
+    with TestClient(_app(actor_model_dir, settings)) as client:
+        reply = client.post("/v1/act", json={"batch": [_item([result.response])], "max_new_tokens": 2})
+        assert reply.status_code == 200, reply.text

@@ -35,12 +35,18 @@ def _assert_tensorboard_curves(settings: Settings, steps: int) -> None:
     scalars, _ = read_stream(tracking_dir(settings, "smoke") / "pipeline")
     assert [step for step, _ in scalars["evaluate/success"]] == [0, 1]  # the SFT actor, then phase 1's
     assert all(0.0 <= value <= 1.0 for _, value in scalars["evaluate/success"])
-    assert [step for step, _ in scalars["train/actor_loss"]] == [1]
-    assert {"label/reward_rate", "label/orm_accuracy", "evaluate/success_shopping", "train/kl", "train/beta_mean",
-            "train/critic_loss", "train/tokens_per_second", "rollout/seconds"} <= set(scalars)
+    assert {"label/reward_rate", "label/orm_accuracy", "evaluate/success_shopping", "train/critic_loss",
+            "train/tokens_per_second", "rollout/seconds"} <= set(scalars)
     actor, histograms = read_stream(tracking_dir(settings, "smoke") / "phase-1" / "actor")
-    assert [step for step, _ in actor["actor/actor_loss"]] == list(range(1, steps + 1))
-    assert {"actor/lr", "actor/kl", "actor/tokens_per_s"} <= set(actor) and "advantage/binarised" in histograms
+    assert "advantage/binarised" in histograms  # the actor's training signal is logged before any step
+    # the actor trains on the steps with A > 0 only; a sampled smoke rollout may have none (then no step ran)
+    assert [step for step, _ in actor.get("actor/actor_loss", [])] == list(range(1, steps + 1))
+    if steps:
+        assert [step for step, _ in scalars["train/actor_loss"]] == [1]
+        assert {"actor/lr", "actor/kl", "actor/tokens_per_s"} <= set(actor)
+        assert {"train/kl", "train/beta_mean"} <= set(scalars)
+    else:
+        assert "train/actor_loss" not in scalars
 
 
 def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: Path,
