@@ -61,7 +61,7 @@ from webrl.hyperparams import ActorLoss
 from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
 from webrl.models.folders import is_adapter
-from webrl.models.logprobs import sequence_logprobs
+from webrl.models.logprobs import sequence_logprobs, sequence_logprobs_and_entropy
 from webrl.paths import confined_path
 from webrl.returns import advantages, binarise
 from webrl.tracking import Tracker
@@ -242,8 +242,10 @@ def actor_loss_fn(config: ActorLoss):
     """Actor objective on one batch: lp under the actor, lp_ref and A from the batch -> ``losses.actor_loss``."""
 
     def fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-        lp, n_tokens = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
-        return actor_loss(lp, batch["lp_ref"], n_tokens, batch["advantage"], config)
+        lp, n_tokens, entropy = sequence_logprobs_and_entropy(model, batch["input_ids"], batch["attention_mask"],
+                                                              batch["target_mask"])
+        loss, stats = actor_loss(lp, batch["lp_ref"], n_tokens, batch["advantage"], config)
+        return loss, {**stats, "entropy": entropy}  # the policy's per-token entropy (reported only)
 
     return fn
 

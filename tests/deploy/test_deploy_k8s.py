@@ -99,6 +99,19 @@ def test_apis_probe_readyz_and_healthz(overlay: str) -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_apis_are_scraped_by_prometheus_on_their_http_port(overlay: str) -> None:
+    apis = [r for r in _rendered(overlay) if r["kind"] == "Deployment"
+            and r["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "api"]
+    assert len(apis) >= 7
+    for resource in apis:
+        annotations = resource["spec"]["template"]["metadata"].get("annotations", {})
+        port = next(p["containerPort"] for p in _containers(resource)[0]["ports"] if p["name"] == "http")
+        assert annotations.get("prometheus.io/scrape") == "true", resource["metadata"]["name"]
+        assert (annotations.get("prometheus.io/port"), annotations.get("prometheus.io/path")) == (str(port),
+                                                                                                  "/metrics")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_workloads_run_as_non_root_and_read_config(overlay: str) -> None:
     resources = _rendered(overlay)
     config_names = {r["metadata"]["name"] for r in resources if r["kind"] == "ConfigMap"}

@@ -27,18 +27,10 @@ def _accepts_logits_to_keep(model: Any) -> bool:
         return False
 
 
-def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   target_mask: torch.Tensor) -> torch.Tensor:
-    """log pi(x_t | x_<t) on target positions, 0 elsewhere: (B, T) float32.
-
-    input_ids, attention_mask, target_mask: (B, T). Position 0 has no context and is never a target.
-    Gradients flow when called outside ``torch.no_grad``.
-    """
-    target = target_mask.bool().clone()  # (B, T)
-    target[:, 0] = False
-    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # (B, T)
-    if not target.any():
-        return out
+def _target_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   target: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(logits (B, T - first, V) float32 predicting tokens first .. T-1, first): one forward that keeps only the
+    positions from the earliest target on."""
     width = input_ids.shape[1]
     first = int(target.float().argmax(dim=1)[target.any(dim=1)].min())  # earliest target position
     keep = width - first + 1  # positions first-1 .. T-1 predict tokens first .. T (the last one is unused)
@@ -46,21 +38,61 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
     if _accepts_logits_to_keep(model):
         kwargs["logits_to_keep"] = keep
     logits = model(**kwargs).logits  # (B, keep, V) or (B, T, V)
-    logits = logits[:, -keep:-1, :].float()  # (B, T - first, V): predictions for tokens first .. T-1
+    return logits[:, -keep:-1, :].float(), first
+
+
+def _targets(target_mask: torch.Tensor) -> torch.Tensor:
+    target = target_mask.bool().clone()  # (B, T)
+    target[:, 0] = False  # position 0 has no context
+    return target
+
+
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   target_mask: torch.Tensor) -> torch.Tensor:
+    """log pi(x_t | x_<t) on target positions, 0 elsewhere: (B, T) float32.
+
+    input_ids, attention_mask, target_mask: (B, T). Position 0 has no context and is never a target.
+    Gradients flow when called outside ``torch.no_grad``.
+    """
+    return token_logprobs_and_entropy(model, input_ids, attention_mask, target_mask)[0]
+
+
+def token_logprobs_and_entropy(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                               target_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log pi(x_t | x_<t), H_t) on target positions, 0 elsewhere: both (B, T) float32, from one forward.
+
+    H_t = -sum_v pi(v | x_<t) log pi(v | x_<t) = logsumexp(l) - sum_v softmax(l)_v l_v, the policy's entropy at
+    each generated token (reported during training; computed without gradient)."""
+    target = _targets(target_mask)
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # (B, T)
+    entropy = torch.zeros_like(out)
+    if not target.any():
+        return out, entropy
+    logits, first = _target_logits(model, input_ids, attention_mask, target)
     ids = input_ids[:, first:]  # (B, T - first)
-    picked = torch.gather(logits, -1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    log_z = torch.logsumexp(logits, dim=-1)  # (B, T - first)
+    picked = torch.gather(logits, -1, ids.unsqueeze(-1)).squeeze(-1) - log_z
+    mask = target[:, first:].float()
     out = out.clone()
-    out[:, first:] = picked * target[:, first:].float()
-    return out
+    out[:, first:] = picked * mask
+    with torch.no_grad():
+        entropy[:, first:] = (log_z - (logits.softmax(-1) * logits).sum(-1)) * mask
+    return out, entropy
 
 
 def sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       target_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(lp (B,), n_tokens (B,)): lp = sum_t log pi(x_t | x_<t) over target tokens, n = their count."""
     per_token = token_logprobs(model, input_ids, attention_mask, target_mask)  # (B, T)
-    n_tokens = target_mask.bool().clone()
-    n_tokens[:, 0] = False
-    return per_token.sum(dim=1), n_tokens.sum(dim=1).to(per_token.dtype)
+    return per_token.sum(dim=1), _targets(target_mask).sum(dim=1).to(per_token.dtype)
+
+
+def sequence_logprobs_and_entropy(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                  target_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(lp (B,), n_tokens (B,), mean H_t over every target token of the batch) from one forward."""
+    per_token, entropy = token_logprobs_and_entropy(model, input_ids, attention_mask, target_mask)
+    n_tokens = _targets(target_mask).sum(dim=1).to(per_token.dtype)
+    return per_token.sum(dim=1), n_tokens, float(entropy.sum() / n_tokens.sum().clamp(min=1))
 
 
 def confidence(lp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:

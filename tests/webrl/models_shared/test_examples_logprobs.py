@@ -14,7 +14,13 @@ from webrl.models.examples import (
     encode_example_ids,
     end_of_turn_id,
 )
-from webrl.models.logprobs import confidence, sequence_logprobs, token_logprobs
+from webrl.models.logprobs import (
+    confidence,
+    sequence_logprobs,
+    sequence_logprobs_and_entropy,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 
 ACTION = 'do(action="Click", element="3")'
 
@@ -94,3 +100,29 @@ def test_logprobs_carry_gradients(tiny_lm) -> None:
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and any(float(g.abs().sum()) > 0 for g in grads)
     model.zero_grad()
+
+
+def test_entropy_is_the_policys_per_token_entropy_on_targets_only(tiny_lm) -> None:
+    """H_t = -sum_v p log p of the next-token distribution at each target, by hand from a full forward."""
+    model, tok = tiny_lm
+    examples = [encode_example(tok, "Show me the products in Electronics", ACTION),
+                encode_example(tok, "Show", 'exit(message="ok")')]
+    batch = collate(examples, tok.pad_token_id)
+    with torch.no_grad():
+        per_token, entropy = token_logprobs_and_entropy(model, batch["input_ids"], batch["attention_mask"],
+                                                        batch["target_mask"])
+        lp, n, mean = sequence_logprobs_and_entropy(model, batch["input_ids"], batch["attention_mask"],
+                                                    batch["target_mask"])
+        expected_lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
+    assert torch.allclose(per_token, expected_lp) and torch.allclose(lp, per_token.sum(1))
+    total = 0.0
+    for row, ex in enumerate(examples):
+        with torch.no_grad():
+            logp = model(input_ids=torch.tensor([ex.input_ids])).logits[0].float().log_softmax(-1)  # (T, V)
+        for t in range(1, len(ex)):
+            h = float(-(logp[t - 1].exp() * logp[t - 1]).sum()) if ex.target_mask[t] else 0.0
+            assert float(entropy[row, t]) == pytest.approx(h, abs=1e-4)
+            total += h
+        assert entropy[row, len(ex):].abs().sum() == 0
+    assert mean == pytest.approx(total / float(n.sum()), abs=1e-4)
+    assert 0 < mean <= math.log(model.config.vocab_size)
