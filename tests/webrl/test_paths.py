@@ -13,7 +13,7 @@ from webrl.paths import confined_path, requested_model_folder
 
 @pytest.fixture
 def store(tmp_path: Path) -> Settings:
-    settings = Settings(home=tmp_path / "home", database_url="sqlite://")
+    settings = Settings(home=tmp_path / "home", database_url="sqlite://", model_dirs=[])  # not the session's
     settings.ensure_dirs()
     return settings
 
