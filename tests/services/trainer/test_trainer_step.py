@@ -72,3 +72,24 @@ def test_one_actor_step_lowers_the_actor_loss_and_keeps_kl_finite(tiny) -> None:
     assert float(after) < float(before)
     assert math.isfinite(m1["kl"]) and m1["kl"] != 0.0
     assert float(lp[0] + lp[1]) > float(lp_ref[0] + lp_ref[1])  # positive-advantage actions became likelier
+
+
+def test_gradient_checkpointing_is_on_for_training_and_leaves_the_gradients_unchanged(tiny_dir) -> None:
+    """prepare() turns activation checkpointing on (the memory of a phase's critic step halves); the gradients of
+    one step equal those computed keeping every activation."""
+    from services.trainer.sft import load_for_training
+
+    def grads(checkpointing: bool) -> list[torch.Tensor]:
+        model, tokenizer = load_for_training(tiny_dir)
+        config = LoopConfig(lr=1e-2, batch_size=len(PAIRS), gradient_checkpointing=checkpointing)
+        prepared = prepare(make_accelerator(config), model, config)
+        assert prepared.model.is_gradient_checkpointing is checkpointing
+        prepared.model.train()
+        batch = collate(_encoded(tokenizer), pad_id_of(tokenizer))
+        lp, _ = sequence_logprobs(prepared.model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
+        lp.sum().backward()
+        return [p.grad.clone() for p in prepared.model.parameters() if p.grad is not None]
+
+    kept, recomputed = grads(False), grads(True)
+    assert len(kept) == len(recomputed) > 0
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(kept, recomputed, strict=True))
