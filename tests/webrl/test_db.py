@@ -264,3 +264,21 @@ def test_migration_0005_keeps_old_trajectories_as_run_0_and_downgrades(db: Setti
     upgrade(db)
     with session_scope(db) as s:
         assert [t.id for t in repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)] == old
+
+
+def test_migration_0005_gives_the_only_runs_pipeline_rows_to_it(db: Settings) -> None:
+    """A database holding one run (a `make demo` stopped before the upgrade): its pipeline's rows (attempt 0) become
+    the run's, so it resumes with its own trajectories; a stand-alone evaluation's (attempt >= 1) stays run 0."""
+    from sqlalchemy import text
+
+    downgrade(db, "0004")
+    with session_scope(db) as s:
+        task_id = repo.upsert_task(s, "k1", _task(), origin="seed", split="train").id
+    with get_engine(db).begin() as conn:
+        run_id = conn.execute(text("INSERT INTO runs (name, options, created_at) VALUES ('demo', '{}', "
+                                   "CURRENT_TIMESTAMP) RETURNING id")).scalar_one()
+        pipeline_row, stand_alone = (_old_trajectory(conn, task_id, attempt) for attempt in (0, 1))
+    upgrade(db)
+    with session_scope(db) as s:
+        assert [t.id for t in repo.trajectories_for_phase(s, 1, run_id=run_id)] == [pipeline_row]
+        assert [t.id for t in repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)] == [stand_alone]

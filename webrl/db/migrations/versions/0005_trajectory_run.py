@@ -2,7 +2,10 @@
 
 Before this revision a trajectory was unique per (task, phase, attempt) and carried no run, so a second
 `webrl train` run in the same database skipped the rollouts the first one had made and trained on them. Rows
-stored before it belong to no known run and keep run_id 0 (what stand-alone rollouts still store).
+stored before it keep run_id 0 (what stand-alone rollouts still store), except in a database holding exactly
+one run (`make demo`'s): there the pipeline's rows (attempt 0, purpose train or eval; stand-alone evaluations
+use attempts >= 1, bootstrap's demonstrations purpose sft) are that run's, so a run stopped before the upgrade
+resumes after it with its own trajectories.
 
 Revision ID: 0005
 Revises: 0004
@@ -32,6 +35,17 @@ def upgrade() -> None:
         batch_op.drop_constraint("uq_trajectory_attempt", type_="unique")
         batch_op.create_unique_constraint("uq_trajectory_attempt", NEW_KEY)
         batch_op.create_index(batch_op.f("ix_trajectories_run_id"), ["run_id"], unique=False)
+    _adopt_pipeline_rows()
+
+
+def _adopt_pipeline_rows() -> None:
+    """With exactly one run stored, its pipeline's rows (attempt 0, purpose train/eval) become its own."""
+    bind = op.get_bind()
+    runs = list(bind.scalars(sa.text("SELECT id FROM runs")))
+    if len(runs) != 1:
+        return
+    bind.execute(sa.text("UPDATE trajectories SET run_id = :run WHERE attempt = 0 AND purpose IN ('train', 'eval')"),
+                 {"run": runs[0]})
 
 
 def _drop_run_duplicates() -> None:
