@@ -183,11 +183,13 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> bool:
     """Turn on the transformer's activation checkpointing (the critic's backbone, or the model itself; non-
     reentrant, so a frozen base under LoRA still passes gradients); False when the model has none."""
     target = getattr(model, "backbone", model)
-    enable = getattr(target, "gradient_checkpointing_enable", None)
-    if enable is None:
-        return False
-    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return True
+    for method, kwargs in (("activation_checkpointing_enable", "activation_checkpointing_kwargs"),  # transformers 5
+                           ("gradient_checkpointing_enable", "gradient_checkpointing_kwargs")):
+        enable = getattr(target, method, None)
+        if enable is not None:
+            enable(**{kwargs: {"use_reentrant": False}})
+            return True
+    return False
 
 
 def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig) -> Prepared:

@@ -83,7 +83,7 @@ def test_gradient_checkpointing_is_on_for_training_and_leaves_the_gradients_unch
         model, tokenizer = load_for_training(tiny_dir)
         config = LoopConfig(lr=1e-2, batch_size=len(PAIRS), gradient_checkpointing=checkpointing)
         prepared = prepare(make_accelerator(config), model, config)
-        assert prepared.model.is_gradient_checkpointing is checkpointing
+        assert prepared.model.is_activation_checkpointing is checkpointing
         prepared.model.train()
         batch = collate(_encoded(tokenizer), pad_id_of(tokenizer))
         lp, _ = sequence_logprobs(prepared.model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
