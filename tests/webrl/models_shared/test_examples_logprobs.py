@@ -72,11 +72,16 @@ def _by_hand(model, ids: list[int], mask: list[int]) -> list[float]:
     return [float(logp[t - 1, ids[t]]) if mask[t] and t > 0 else 0.0 for t in range(len(ids))]
 
 
-def test_token_logprobs_match_log_softmax_and_ignore_padding(tiny_lm) -> None:
-    model, tok = tiny_lm
+def _two_examples(tok) -> tuple[list[EncodedExample], dict[str, torch.Tensor]]:
+    """Two examples of different lengths (so one row is padded) and their collated batch."""
     examples = [encode_example(tok, "Show me the products in Electronics", ACTION),
                 encode_example(tok, "Show", 'exit(message="ok")')]
-    batch = collate(examples, tok.pad_token_id)
+    return examples, collate(examples, tok.pad_token_id)
+
+
+def test_token_logprobs_match_log_softmax_and_ignore_padding(tiny_lm) -> None:
+    model, tok = tiny_lm
+    examples, batch = _two_examples(tok)
     with torch.no_grad():
         per_token = token_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
         lp, n = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
@@ -105,9 +110,7 @@ def test_logprobs_carry_gradients(tiny_lm) -> None:
 def test_entropy_is_the_policys_per_token_entropy_on_targets_only(tiny_lm) -> None:
     """H_t = -sum_v p log p of the next-token distribution at each target, by hand from a full forward."""
     model, tok = tiny_lm
-    examples = [encode_example(tok, "Show me the products in Electronics", ACTION),
-                encode_example(tok, "Show", 'exit(message="ok")')]
-    batch = collate(examples, tok.pad_token_id)
+    examples, batch = _two_examples(tok)
     with torch.no_grad():
         per_token, entropy = token_logprobs_and_entropy(model, batch["input_ids"], batch["attention_mask"],
                                                         batch["target_mask"])
