@@ -117,6 +117,9 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(
         None, ge=1, description="Intra-op CPU threads for local models (None: torch's default). 1 avoids OpenMP "
                                 "stalls on a shared, oversubscribed CPU.")
+    train_threads: int | None = Field(
+        None, ge=1, description="Intra-op CPU threads while a training job runs in this process (None: every core: "
+                                "the embedded train stage has the CPU to itself; torch_threads applies again after).")
 
     # Evaluation (area: evaluation): WebArena evaluators, the fuzzy_match LLM judge.
     llm_judge_api_key: str | None = Field(None, description="Bearer key sent to the llm_judge_endpoint.")

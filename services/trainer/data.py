@@ -153,23 +153,28 @@ def bucket_batches(lengths: Sequence[int], batch_size: int, *, shuffle: bool = T
     return batches
 
 
-class BucketBatchSampler:
-    """A ``batch_sampler`` over precomputed length buckets; reshuffles bucket order each epoch."""
+class EpochBatchSampler:
+    """A ``batch_sampler`` whose batches ``make(seed + epoch)`` draws again each epoch."""
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, *, shuffle: bool = True, seed: int = 0) -> None:
-        self.lengths = list(lengths)
-        self.batch_size = batch_size
-        self.shuffle = shuffle
+    def __init__(self, make: Callable[[int], list[list[int]]], seed: int = 0) -> None:
+        self.make = make
         self.seed = seed
         self.epoch = 0
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = bucket_batches(self.lengths, self.batch_size, shuffle=self.shuffle, seed=self.seed + self.epoch)
+        batches = self.make(self.seed + self.epoch)
         self.epoch += 1
         yield from batches
 
     def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+        return len(self.make(self.seed))
+
+
+def bucket_sampler(lengths: Sequence[int], batch_size: int, *, shuffle: bool = True, seed: int = 0
+                   ) -> EpochBatchSampler:
+    """Length buckets (:func:`bucket_batches`), in a new order each epoch."""
+    lengths = list(lengths)
+    return EpochBatchSampler(lambda s: bucket_batches(lengths, batch_size, shuffle=shuffle, seed=s), seed)
 
 
 @dataclass(frozen=True)
@@ -197,22 +202,34 @@ def sequence_collate(pad_id: int) -> Callable[[list[SequenceItem]], dict[str, to
 
 @dataclass(frozen=True)
 class StatePairItem:
-    """A critic row: s_t and s_{t+1} as prompt ids, and G_t."""
+    """A critic row: s_t and s_{t+1} as prompt ids, and G_t; ``trajectory_id`` and ``step`` place it in its
+    trajectory (consecutive rows share a state: s_{t+1} of one is s_t of the next)."""
 
     index: int
     state: list[int]
     next_state: list[int]
     mc_return: float
+    trajectory_id: int = 0
+    step: int = 0
 
 
 def state_pair_collate(pad_id: int) -> Callable[[list[StatePairItem]], dict[str, torch.Tensor]]:
-    """Collate :class:`StatePairItem`s: ``state_*``/``next_*`` ids and masks (B, T); ``mc_return``, ``index`` (B,)."""
+    """Collate :class:`StatePairItem`s, each distinct state once: ``states_input_ids`` / ``states_attention_mask``
+    (U, T) hold the U distinct sequences among the batch's s and s'; ``state_row`` / ``next_row`` (B,) say which
+    row is each item's s and s'; ``mc_return``, ``index`` (B,).
+
+    Consecutive steps of a trajectory share a state (s_{t+1} of step t is s_t of step t+1), so a window of k
+    consecutive steps forwards k + 1 states instead of 2k (:func:`trajectory_windows` builds such batches)."""
 
     def fn(items: list[StatePairItem]) -> dict[str, torch.Tensor]:
-        s = collate_prompts([it.state for it in items], pad_id)
-        n = collate_prompts([it.next_state for it in items], pad_id)
-        return {"state_input_ids": s["input_ids"], "state_attention_mask": s["attention_mask"],
-                "next_input_ids": n["input_ids"], "next_attention_mask": n["attention_mask"],
+        rows: dict[tuple[int, ...], int] = {}
+        for it in items:
+            rows.setdefault(tuple(it.state), len(rows))
+            rows.setdefault(tuple(it.next_state), len(rows))
+        states = collate_prompts(list(rows), pad_id)
+        return {"states_input_ids": states["input_ids"], "states_attention_mask": states["attention_mask"],
+                "state_row": torch.tensor([rows[tuple(it.state)] for it in items], dtype=torch.long),
+                "next_row": torch.tensor([rows[tuple(it.next_state)] for it in items], dtype=torch.long),
                 "mc_return": torch.tensor([it.mc_return for it in items], dtype=torch.float32),
                 "index": torch.tensor([it.index for it in items], dtype=torch.long)}
 
@@ -220,6 +237,43 @@ def state_pair_collate(pad_id: int) -> Callable[[list[StatePairItem]], dict[str,
 
 
 def state_pair_items(tokenizer: Any, examples: Sequence[StepExample], max_length: int | None) -> list[StatePairItem]:
-    return [StatePairItem(i, encode_prompt(tokenizer, ex.prompt, max_length=max_length),
-                          encode_prompt(tokenizer, ex.next_prompt, max_length=max_length), ex.mc_return)
+    """One :class:`StatePairItem` per example, in order; each distinct prompt is tokenised once."""
+    cache: dict[str, list[int]] = {}
+
+    def ids(prompt: str) -> list[int]:
+        if prompt not in cache:
+            cache[prompt] = encode_prompt(tokenizer, prompt, max_length=max_length)
+        return cache[prompt]
+
+    return [StatePairItem(i, ids(ex.prompt), ids(ex.next_prompt), ex.mc_return, ex.trajectory_id, ex.index)
             for i, ex in enumerate(examples)]
+
+
+def trajectory_windows(items: Sequence[StatePairItem], batch_size: int, *, shuffle: bool = True,
+                       seed: int = 0) -> list[list[int]]:
+    """Batches of up to ``batch_size`` consecutive steps of one trajectory (so :func:`state_pair_collate` shares
+    their states), in shuffled order: each trajectory's steps sorted by step and cut into windows; a trajectory's
+    remainder window is topped up with another trajectory's to keep batches full."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    by_trajectory: dict[int, list[int]] = {}
+    for position, it in enumerate(items):
+        by_trajectory.setdefault(it.trajectory_id, []).append(position)
+    full: list[list[int]] = []
+    rest: list[int] = []
+    for positions in by_trajectory.values():
+        positions.sort(key=lambda p: items[p].step)
+        cut = len(positions) - len(positions) % batch_size
+        full.extend(positions[i:i + batch_size] for i in range(0, cut, batch_size))
+        rest.extend(positions[cut:])
+    batches = full + [rest[i:i + batch_size] for i in range(0, len(rest), batch_size)]
+    if shuffle:
+        random.Random(seed).shuffle(batches)
+    return batches
+
+
+def window_sampler(items: Sequence[StatePairItem], batch_size: int, *, shuffle: bool = True, seed: int = 0
+                   ) -> EpochBatchSampler:
+    """Windows of consecutive steps (:func:`trajectory_windows`), in a new order each epoch."""
+    items = list(items)
+    return EpochBatchSampler(lambda s: trajectory_windows(items, batch_size, shuffle=shuffle, seed=s), seed)

@@ -10,9 +10,12 @@ result is read back from the JSON file the main process writes. Otherwise it run
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, overload
 
@@ -44,8 +47,28 @@ def check_outputs(settings: Settings, job: PhaseJob | SftJob) -> None:
         confined_path(settings, value, name)
 
 
+@contextmanager
+def training_threads(settings: Settings) -> Iterator[None]:
+    """torch's intra-op threads set to ``settings.train_threads`` (default: every core) while a job trains in this
+    process, then restored: an embedded run keeps 1 thread for its policy calls (they share the CPU with Chromium)
+    but has the CPU to itself while it trains (a critic step of the demo: 1 thread vs 2, docs/measurements.md)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(settings.train_threads or os.cpu_count() or before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_here(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResult | None:
     """Run the job in this process; its result (None on non-main processes of a multi-process launch)."""
+    with training_threads(settings):
+        return _run_here(settings, job)
+
+
+def _run_here(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResult | None:
     if isinstance(job, PhaseJob):
         from services.trainer.phase import run_phase
 

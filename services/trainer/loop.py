@@ -21,7 +21,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
-from services.trainer.data import BucketBatchSampler
+from services.trainer.data import bucket_sampler
 from services.trainer.losses import Metrics
 
 log = logging.getLogger("webrl.trainer.loop")
@@ -142,7 +142,7 @@ def make_accelerator(config: LoopConfig) -> Accelerator:
 def make_loader(items: Sequence[Any], lengths: Sequence[int], collate_fn: Callable, batch_size: int, *,
                 shuffle: bool, seed: int) -> DataLoader:
     """A DataLoader over length-bucketed batches (padded to each batch's own max length)."""
-    sampler = BucketBatchSampler(lengths, batch_size, shuffle=shuffle, seed=seed)
+    sampler = bucket_sampler(lengths, batch_size, shuffle=shuffle, seed=seed)
     return DataLoader(list(items), batch_sampler=sampler, collate_fn=collate_fn)
 
 
@@ -151,6 +151,11 @@ def prepared_loader(accelerator: Accelerator, items: Sequence[Any], lengths: Seq
     """:func:`make_loader` through ``accelerator.prepare_data_loader`` (sharded across processes, on device)."""
     return accelerator.prepare_data_loader(make_loader(items, lengths, collate_fn, batch_size, shuffle=shuffle,
                                                        seed=seed))
+
+
+def prepared_batches(accelerator: Accelerator, items: Sequence[Any], batch_sampler: Any, collate_fn: Callable) -> Any:
+    """A DataLoader over ``batch_sampler``'s batches of ``items`` through ``accelerator.prepare_data_loader``."""
+    return accelerator.prepare_data_loader(DataLoader(list(items), batch_sampler=batch_sampler, collate_fn=collate_fn))
 
 
 def lr_factor(step: int, warmup_steps: int, decay_steps: int | None = None, min_ratio: float = 0.1) -> float:

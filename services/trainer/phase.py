@@ -38,6 +38,7 @@ from services.trainer.data import (
     sequence_collate,
     state_pair_collate,
     state_pair_items,
+    window_sampler,
 )
 from services.trainer.loop import (
     LoopConfig,
@@ -46,6 +47,7 @@ from services.trainer.loop import (
     evaluate,
     make_accelerator,
     prepare,
+    prepared_batches,
     prepared_loader,
     train,
 )
@@ -179,34 +181,38 @@ def _load_critic(settings: Settings, job: PhaseJob) -> Any:
 
 
 def critic_loss_fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-    """Critic objective on one batch of (s, s', G) -> ``losses.critic_loss``."""
-    logits_s = model(batch["state_input_ids"], batch["state_attention_mask"])  # (2, B, 2)
-    logits_next = model(batch["next_input_ids"], batch["next_attention_mask"])  # (2, B, 2)
-    return critic_loss(logits_s, logits_next, batch["mc_return"])
+    """Critic objective on one batch of (s, s', G) -> ``losses.critic_loss``; each distinct state of the batch is
+    forwarded once (``state_pair_collate``) and its logits gathered for the steps whose s or s' it is."""
+    logits = model(batch["states_input_ids"], batch["states_attention_mask"])  # (2, U, 2)
+    return critic_loss(logits[:, batch["state_row"]], logits[:, batch["next_row"]], batch["mc_return"])
+
+
+def state_pair_values(model: Any, batch: dict) -> dict[str, torch.Tensor]:
+    """V(s) and V(s') of every step of a ``state_pair_collate`` batch (each distinct state forwarded once)."""
+    v = critic_value(model(batch["states_input_ids"], batch["states_attention_mask"]))  # (U,)
+    return {"v_s": v[batch["state_row"]], "v_next": v[batch["next_row"]]}
 
 
 def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: list[StepExample],
                  max_length: int, version: str, dest: Path) -> tuple[CheckpointInfo | None, list[float], list[float]]:
     """Train and publish the critic; return it (None on non-main processes) with V(s) and V(s') of every
-    experience step."""
+    experience step. Batches are windows of consecutive steps of one trajectory, so that the state two steps
+    share is forwarded once (k steps: k + 1 forwards instead of 2k)."""
     config = _loop_config(job, job.hyperparams.critic.lr, job.hyperparams.critic.epochs)
     accelerator = make_accelerator(config)
     prepared = prepare(accelerator, _load_critic(settings, job), config)
     items = state_pair_items(tokenizer, experience, max_length)
-    lengths = [max(len(it.state), len(it.next_state)) for it in items]
     collate = state_pair_collate(pad_id_of(tokenizer))
-    loader = prepared_loader(accelerator, items, lengths, collate, config.batch_size, shuffle=True, seed=job.seed)
+    loader = prepared_batches(accelerator, items, window_sampler(items, config.batch_size, seed=job.seed),
+                              collate)
     tracker = phase_tracker(settings, job, accelerator, "critic")
     summary = train(accelerator, prepared, loader, critic_loss_fn, config,
                     on_step=tracker.step_hook("critic/") if tracker else None)
-    eval_loader = prepared_loader(accelerator, items, lengths, collate, config.batch_size, shuffle=False, seed=0)
-
-    def values(m: Any, batch: dict) -> dict:
-        return {"v_s": critic_value(m(batch["state_input_ids"], batch["state_attention_mask"])),
-                "v_next": critic_value(m(batch["next_input_ids"], batch["next_attention_mask"]))}
+    eval_loader = prepared_batches(accelerator, items, window_sampler(items, config.batch_size, shuffle=False),
+                                   collate)
 
     with accelerator.autocast():
-        v = evaluate(accelerator, prepared.model, eval_loader, values, len(items))
+        v = evaluate(accelerator, prepared.model, eval_loader, state_pair_values, len(items))
     metrics = {**summary.metrics, "steps": summary.steps, "seconds": summary.seconds,
                "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss, "examples": len(items)}

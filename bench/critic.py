@@ -1,0 +1,113 @@
+"""Critic training: steps/s of WebRL's critic objective with each shared state forwarded once (windows of
+consecutive steps, ``window_sampler``) against the earlier batching (length buckets, s and s' of every
+step forwarded on their own), on the same synthetic trajectories, in the same run.
+
+    .venv/bin/python bench/critic.py [--size small] [--trajectories 12] [--steps 6] [--tokens 400] [--batch-size 4]
+
+A tiny Llama built here (no download) stands in for the backbone: the ratio is about forwards saved (k steps of a
+trajectory share k - 1 states), which does not depend on the backbone's size. Prints a table and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from services.trainer.data import StatePairItem, state_pair_collate, window_sampler
+from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_batches, prepared_loader, train
+from services.trainer.losses import critic_loss
+from services.trainer.phase import critic_loss_fn
+from webrl.models.critic import CriticModel
+from webrl.models.examples import collate_prompts
+from webrl.models.tiny import build_tiny_llama, build_tokenizer, save_tiny
+
+WORDS = ["Electronics", "Books", "laptop", "price", "order", "customer", "review", "issue", "merge", "request"]
+
+
+def synthetic_items(vocab: int, trajectories: int, steps: int, tokens: int, seed: int) -> list[StatePairItem]:
+    """``trajectories`` of ``steps`` steps each; state t is a page of about ``tokens`` random ids (s' of step t is
+    the state of step t + 1), shuffled as the trainer's experience is."""
+    rng = random.Random(seed)
+    items: list[StatePairItem] = []
+    for trajectory in range(trajectories):
+        states = [[rng.randrange(4, vocab) for _ in range(rng.randint(tokens // 2, tokens))] for _ in range(steps + 1)]
+        g = float(rng.random() < 0.3)
+        items.extend(StatePairItem(len(items), states[t], states[t + 1], g, trajectory, t) for t in range(steps))
+    rng.shuffle(items)
+    return [StatePairItem(k, it.state, it.next_state, it.mc_return, it.trajectory_id, it.step)
+            for k, it in enumerate(items)]
+
+
+def separate_collate(items: list[StatePairItem]) -> dict[str, torch.Tensor]:
+    """The earlier batching: s and s' of every step padded and forwarded on their own."""
+    s, n = collate_prompts([it.state for it in items], 0), collate_prompts([it.next_state for it in items], 0)
+    return {"state_input_ids": s["input_ids"], "state_attention_mask": s["attention_mask"],
+            "next_input_ids": n["input_ids"], "next_attention_mask": n["attention_mask"],
+            "mc_return": torch.tensor([it.mc_return for it in items]),
+            "index": torch.tensor([it.index for it in items])}
+
+
+def separate_loss_fn(model, batch):
+    return critic_loss(model(batch["state_input_ids"], batch["state_attention_mask"]),
+                       model(batch["next_input_ids"], batch["next_attention_mask"]), batch["mc_return"])
+
+
+def measure(folder: Path, items: list[StatePairItem], batch_size: int, windows: bool, seed: int) -> dict:
+    config = LoopConfig(lr=1e-4, batch_size=batch_size, seed=seed)
+    accelerator = make_accelerator(config)
+    prepared = prepare(accelerator, CriticModel.from_backbone(folder, seed=seed, dtype=torch.float32), config)
+    if windows:
+        loader = prepared_batches(accelerator, items, window_sampler(items, batch_size, seed=seed),
+                                  state_pair_collate(0))
+        fn = critic_loss_fn
+    else:
+        lengths = [max(len(it.state), len(it.next_state)) for it in items]
+        loader = prepared_loader(accelerator, items, lengths, separate_collate, batch_size, shuffle=True, seed=seed)
+        fn = separate_loss_fn
+    start = time.perf_counter()
+    summary = train(accelerator, prepared, loader, fn, config)
+    seconds = time.perf_counter() - start
+    return {"steps": summary.steps, "seconds": round(seconds, 2), "tokens_forwarded": summary.tokens,
+            "steps_per_s": round(len(items) / seconds, 2)}
+
+
+def main(args: argparse.Namespace) -> None:
+    torch.manual_seed(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        tokenizer = build_tokenizer([" ".join(WORDS)] * 4, folder, vocab_size=800)
+        save_tiny(build_tiny_llama(tokenizer, args.size, seed=args.seed), tokenizer, folder)
+        items = synthetic_items(len(tokenizer), args.trajectories, args.steps, args.tokens, args.seed)
+        separate = measure(folder, items, args.batch_size, windows=False, seed=args.seed)
+        windows = measure(folder, items, args.batch_size, windows=True, seed=args.seed)
+    ratio = round(windows["steps_per_s"] / separate["steps_per_s"], 2)
+    table = Table(title=f"critic training, {len(items)} steps ({args.trajectories} trajectories x {args.steps}), "
+                        f"batch {args.batch_size}, torch threads {torch.get_num_threads()}")
+    for column in ("batching", "optimizer steps", "seconds", "tokens forwarded", "steps/s"):
+        table.add_column(column)
+    rows = (("s and s' apart, length buckets", separate), ("trajectory windows, shared states once", windows))
+    for name, row in rows:
+        table.add_row(name, str(row["steps"]), str(row["seconds"]), f"{row['tokens_forwarded']:,}",
+                      str(row["steps_per_s"]))
+    Console().print(table)
+    print(json.dumps({"model": args.size, "separate": separate, "windows": windows,
+                      "ratio_windows_vs_separate": ratio}))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", default="small", help="webrl.models.tiny size preset")
+    parser.add_argument("--trajectories", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=6, help="steps per trajectory")
+    parser.add_argument("--tokens", type=int, default=400, help="most tokens per state")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    main(parser.parse_args())
