@@ -155,8 +155,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=THREADS, help="Intra-op CPU threads.")
     parser.add_argument("--out", type=Path, help="Also write the report as JSON here.")
     args = parser.parse_args()
-    settings = get_settings().model_copy(update={"actor_max_batch": max(args.concurrency), "dtype": args.dtype,
-                                                 "torch_threads": args.threads})
+    settings = get_settings().replace(actor={"max_batch": max(args.concurrency)},
+                                      models={"dtype": args.dtype, "torch_threads": args.threads})
     with tempfile.TemporaryDirectory() as tmp:
         folder, label = model_folder(args, settings, Path(tmp))
         backend = LocalBackend.from_path(folder, settings)

@@ -52,7 +52,7 @@ def seconds(build, repeats: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=SHIPPED, help="A model folder whose tokenizer renders.")
-    parser.add_argument("--budget", type=int, default=1024, help="Prompt tokens (WEBRL_ACTOR_MAX_PROMPT_TOKENS).")
+    parser.add_argument("--budget", type=int, default=1024, help="Prompt tokens (WEBRL_ACTOR__MAX_PROMPT_TOKENS).")
     parser.add_argument("--repeats", type=int, default=3, help="Best of this many builds per size.")
     args = parser.parse_args()
     tokenizer = load_tokenizer(str(args.model), Settings())

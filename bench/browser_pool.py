@@ -113,7 +113,7 @@ async def replay_bare(tasks: list[TaskConfig], scripts: list[list[Recorded]], se
 
     steps = 0
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=settings.chromium_path, args=CHROMIUM_ARGS)
+        browser = await p.chromium.launch(executable_path=settings.browser.chromium_path, args=CHROMIUM_ARGS)
         start = time.perf_counter()
         for task, script in zip(tasks, scripts, strict=True):
             resolved = task.resolved(settings)
@@ -251,7 +251,7 @@ async def bench_resets(sets: dict[str, list[TaskConfig]], settings: Settings, ro
     runs = {(name, system): ResetRun() for name in sets for system in SYSTEMS}
     async with (BrowserPool(settings, size=1) as warm, BrowserPool(settings, size=1, warm=False) as cold,
                 async_playwright() as p):
-        browser = await p.chromium.launch(executable_path=settings.chromium_path, args=CHROMIUM_ARGS)
+        browser = await p.chromium.launch(executable_path=settings.browser.chromium_path, args=CHROMIUM_ARGS)
         page = await (await browser.new_context(viewport=VIEWPORT)).new_page()
 
         async def one(system: str, tasks: list[TaskConfig], run: ResetRun) -> None:
@@ -335,7 +335,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> None:
         server, base_url = serve_fixtures()
         try:
             host = base_url.split("//", 1)[1]
-            with_fixtures = settings.model_copy(update={"allowed_hosts": [*settings.host_allow_list(), host]})
+            with_fixtures = settings.replace(security={"allowed_hosts": [*settings.host_allow_list(), host]})
             sets = {"static": static_tasks(base_url, args.episodes),
                     "sandbox": build_suite(0)["test"][:args.episodes]}
             await bench_resets(sets, with_fixtures, args.rounds, args.steps)
@@ -365,7 +365,7 @@ def cli() -> None:
         try:
             assert child.stdout is not None
             urls = json.loads(child.stdout.readline())
-            settings = Settings(home=Path(home), **{f"{site}_url": url for site, url in urls.items()})
+            settings = Settings(home=Path(home), sites={f"{site}_url": url for site, url in urls.items()})
             asyncio.run(main(args, settings))
         finally:
             assert child.stdin is not None

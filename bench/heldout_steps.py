@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ids = demonstrations(settings, held_out_tasks(args.per_template, args.seed))
     results = {}
     for name, path in (("baseline", args.baseline), ("actor", args.actor)):
-        results[name] = {"path": str(path), **evaluate(settings, str(path), ids, settings.actor_max_prompt_tokens,
+        results[name] = {"path": str(path), **evaluate(settings, str(path), ids, settings.actor.max_prompt_tokens,
                                                         args.limit)}
     add_ratios(results)
     table = Table(title=f"held-out oracle steps ({results['actor']['steps']} steps, {len(ids)} demonstrations)")

@@ -22,7 +22,7 @@ def isolated_home(prefix: str) -> Path:
     home = Path(tempfile.mkdtemp(prefix=prefix))
     os.environ["WEBRL_HOME"] = str(home)
     for site in SITES:
-        os.environ[f"WEBRL_{site.upper()}_URL"] = f"http://127.0.0.1:{free_port()}"
-    for var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL"):
+        os.environ[f"WEBRL_SITES__{site.upper()}_URL"] = f"http://127.0.0.1:{free_port()}"
+    for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL"):
         os.environ.pop(var, None)
     return home

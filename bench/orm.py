@@ -81,7 +81,7 @@ def main() -> None:
         if folder is None:
             corpus = [page(i) for i in range(50)] + [t.intent for t in trajectories] + ["YES NO"] * 20
             folder = build_tiny_folder(corpus, Path(tmp) / "model", size=args.size)
-        settings = Settings(home=Path(tmp) / "home", device=args.device)
+        settings = Settings(home=Path(tmp) / "home", models={"device": args.device})
         orm = LocalOrm(folder, settings)
         tokens = [len(orm.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in orm.prompts(trajectories)]
         report = {"model": str(args.model or f"random tiny {args.size}"), "parameters": orm.model.num_parameters(),

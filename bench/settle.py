@@ -126,14 +126,14 @@ def main(n_tasks: int, repeats: int) -> None:
     from webrl.sandbox.tasks.suite import build_suite
 
     home = Path(tempfile.mkdtemp(prefix="bench-settle-"))
-    base = Settings(home=home, database_url=f"sqlite:///{home / 'webrl.db'}", browser_step_timeout_s=30.0)
+    base = Settings(home=home, database={"url": f"sqlite:///{home / 'webrl.db'}"}, browser={"step_timeout_s": 30.0})
     upgrade(base)
     tasks = build_suite(0)["test"][:n_tasks]
     with running_sandbox(base) as running:
         steps = asyncio.run(sandbox_steps(running, tasks))
     server, url = serve_fixtures()
     try:
-        fixture_settings = base.model_copy(update={"allowed_hosts": [url.split("//", 1)[1]]})
+        fixture_settings = base.replace(security={"allowed_hosts": [url.split("//", 1)[1]]})
         static = asyncio.run(static_observations(fixture_settings, url, repeats))
     finally:
         server.shutdown()

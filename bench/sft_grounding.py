@@ -139,7 +139,7 @@ def run_variant(home: str, base: str, name: str, overrides: dict[str, Any], minu
 
     settings = Settings()
     recipe = {**DEFAULT_RECIPE, **overrides}
-    prompt_tokens = int(recipe.pop("prompt_tokens", settings.actor_max_prompt_tokens))
+    prompt_tokens = int(recipe.pop("prompt_tokens", settings.actor.max_prompt_tokens))
     train_ids, test_ids = split_trajectories(settings)
     settings.ensure_dirs()
     out = Path(tempfile.mkdtemp(prefix=f"sft-{name}-", dir=settings.artifacts_dir))  # the trainer writes only there

@@ -12,7 +12,7 @@ Usage:
                                           sandbox ports, `webrl browser serve` -> tcp on its port
 
 Only the standard library is needed for http and tcp (so the same file serves the vLLM image); celery mode
-imports webrl's Celery app, which reads the broker from WEBRL_BROKER_URL.
+imports webrl's Celery app, which reads the broker from WEBRL_JOBS__BROKER_URL.
 """
 
 from __future__ import annotations

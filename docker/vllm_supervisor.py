@@ -4,11 +4,11 @@ Runs as the entrypoint of the stock ``vllm/vllm-openai`` image (standard library
 
     python3 vllm_supervisor.py --port 8000 --initial-model PATH -- [vllm args]
 
-1. Ask the trainer for its checkpoints (``GET $WEBRL_TRAINER_URL/v1/checkpoints``, Bearer ``$WEBRL_API_KEY``
+1. Ask the trainer for its checkpoints (``GET $WEBRL_TRAINER_URL/v1/checkpoints``, Bearer ``$WEBRL_SECURITY__API_KEY``
    when set) and take the newest with role ``actor``; while the trainer has published none, or cannot be
    reached, serve ``--initial-model`` (the SFT checkpoint).
 2. Start ``vllm serve <checkpoint folder> --served-model-name <initial model path>``. The actor service's
-   openai backend sends ``WEBRL_ACTOR_MODEL`` both as the model name and as the local folder whose chat
+   openai backend sends ``WEBRL_ACTOR__MODEL`` both as the model name and as the local folder whose chat
    template renders prompts (services/actor/engine.py), so the name stays the SFT folder's path for every
    checkpoint served: a roll-over never changes the actor's configuration (fine-tuning keeps the tokenizer).
 3. Every ``--poll-s`` seconds look again. When a newer actor checkpoint has been published (its folder is on
@@ -157,7 +157,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--trainer-url", default=os.environ.get("WEBRL_TRAINER_URL", "http://trainer:8106"))
     args = parser.parse_args(own)
     args.served_model_name = args.served_model_name or args.initial_model
-    args.api_key = os.environ.get("WEBRL_API_KEY") or None
+    args.api_key = os.environ.get("WEBRL_SECURITY__API_KEY") or None
     args.vllm_args = vllm_args
     return args
 

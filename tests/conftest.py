@@ -42,21 +42,22 @@ def _unavailable(what: str, exc: Exception) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Requests may name the session's model folders (they live in pytest's temporary folder, outside each
-    test's artifacts store) as models to load (``WEBRL_MODEL_DIRS``, webrl.paths); child processes inherit it."""
-    before = os.environ.get("WEBRL_MODEL_DIRS")
-    os.environ["WEBRL_MODEL_DIRS"] = str(tmp_path_factory.getbasetemp())
+    test's artifacts store) as models to load (``WEBRL_SECURITY__MODEL_DIRS``, webrl.paths); child processes
+    inherit it."""
+    before = os.environ.get("WEBRL_SECURITY__MODEL_DIRS")
+    os.environ["WEBRL_SECURITY__MODEL_DIRS"] = str(tmp_path_factory.getbasetemp())
     yield
     if before is None:
-        os.environ.pop("WEBRL_MODEL_DIRS", None)
+        os.environ.pop("WEBRL_SECURITY__MODEL_DIRS", None)
     else:
-        os.environ["WEBRL_MODEL_DIRS"] = before
+        os.environ["WEBRL_SECURITY__MODEL_DIRS"] = before
 
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     """Embedded-mode settings under a fresh home (SQLite, eager jobs)."""
     monkeypatch.setenv("WEBRL_HOME", str(tmp_path / "home"))
-    for var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL", "WEBRL_API_KEY", "WEBRL_REDIS_URL"):
+    for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY", "WEBRL_JOBS__REDIS_URL"):
         monkeypatch.delenv(var, raising=False)
     get_settings.cache_clear()
     s = get_settings()
@@ -76,7 +77,7 @@ def free_sites(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        monkeypatch.setenv(f"WEBRL_{site.upper()}_URL", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv(f"WEBRL_SITES__{site.upper()}_URL", f"http://127.0.0.1:{port}")
     get_settings.cache_clear()
     return get_settings()
 

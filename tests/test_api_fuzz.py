@@ -104,7 +104,7 @@ def _tiny_models(home: Path) -> dict[str, str]:
     from transformers import AutoTokenizer
 
     CriticModel.from_backbone(actor).save_pretrained(critic, tokenizer=AutoTokenizer.from_pretrained(actor))
-    return {"WEBRL_ACTOR_MODEL": str(actor), "WEBRL_ORM_MODEL": str(actor), "WEBRL_CRITIC_MODEL": str(critic)}
+    return {"WEBRL_ACTOR__MODEL": str(actor), "WEBRL_ORM__MODEL": str(actor), "WEBRL_CRITIC__MODEL": str(critic)}
 
 
 @pytest.fixture(scope="module")
@@ -118,12 +118,12 @@ def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def service_app(request: pytest.FixtureRequest, fuzz_env: dict[str, str], monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """The service's app rebuilt under the fuzz settings (services read settings when their module loads), on
     the test's database (SQLite in the fuzz home, or a fresh PostgreSQL database)."""
-    for var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL", "WEBRL_API_KEY"):
+    for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY"):
         monkeypatch.delenv(var, raising=False)
     for var, value in fuzz_env.items():
         monkeypatch.setenv(var, value)
     if request.node.callspec.params["database"] == "postgres":
-        monkeypatch.setenv("WEBRL_DATABASE_URL", request.getfixturevalue("postgres_url"))
+        monkeypatch.setenv("WEBRL_DATABASE__URL", request.getfixturevalue("postgres_url"))
     get_settings.cache_clear()
     upgrade(get_settings())
     module = importlib.reload(importlib.import_module(f"services.{request.param}.app"))

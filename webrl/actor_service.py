@@ -1,4 +1,4 @@
-"""The actor service as its clients reach it over HTTP (``settings.actor_url``): the bearer key it alone is
+"""The actor service as its clients reach it over HTTP (``settings.actor.url``): the bearer key it alone is
 sent, the checkpoint it serves (``GET /v1/model``), and asking it to serve another one.
 
 Every rollout of an actor folder (the pipeline's, ``webrl eval``'s, ``webrl bootstrap``'s evaluation) asks
@@ -36,10 +36,10 @@ class ActorNotServing(RuntimeError):
 
 
 def actor_headers(settings: Settings, url: str) -> dict[str, str]:
-    """The bearer header for ``url`` when it is the configured actor service (``actor_api_key``, else the
-    services' ``api_key``); no header for any other endpoint, so the key never leaves for another server."""
-    key = settings.actor_api_key or settings.api_key
-    return {"Authorization": f"Bearer {key}"} if key and origin(url) == origin(settings.actor_url) else {}
+    """The bearer header for ``url`` when it is the configured actor service (``actor.api_key``, else the
+    services' ``security.api_key``); no header for any other endpoint, so the key never leaves for another server."""
+    key = settings.actor.api_key or settings.security.api_key
+    return {"Authorization": f"Bearer {key}"} if key and origin(url) == origin(settings.actor.url) else {}
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,13 @@ class Serving:
 
 
 def serving(settings: Settings) -> Serving:
-    """The checkpoint the actor service at ``settings.actor_url`` serves now."""
-    url = settings.actor_url.rstrip("/") + "/v1/model"
+    """The checkpoint the actor service at ``settings.actor.url`` serves now."""
+    url = settings.actor.url.rstrip("/") + "/v1/model"
     try:
         reply = httpx.get(url, headers=actor_headers(settings, url), timeout=REQUEST_TIMEOUT_S)
         reply.raise_for_status()
     except httpx.HTTPError as exc:
-        raise ActorNotServing(f"cannot ask the actor service what it serves (GET {url}, WEBRL_ACTOR_URL): "
+        raise ActorNotServing(f"cannot ask the actor service what it serves (GET {url}, WEBRL_ACTOR__URL): "
                               f"{exc}") from exc
     body = reply.json()
     return Serving(version=str(body["version"]), backend=str(body.get("backend", "")),
@@ -85,17 +85,17 @@ def serve_checkpoint(settings: Settings, path: str, timeout_s: float, *, channel
     now = serving(settings)
     if now.version == wanted:
         return wanted
-    where = f"the actor service at {settings.actor_url}"
+    where = f"the actor service at {settings.actor.url}"
     if now.backend != "local":  # vLLM/TGI reload on their own (docker/vllm_supervisor.py); the service reports it
         return _wait_for(settings, wanted, path, timeout_s, f"{where} (its {now.backend} server serves "
                          f"{now.version!r}; a server reloads on its own once the trainer publishes {wanted!r}: "
                          "docker/vllm_supervisor.py)")
     if not announce(settings, _event(path, wanted), channel=channel):
-        raise ActorNotServing(f"{where} serves {now.version!r}, not {wanted!r} ({path}), and without WEBRL_REDIS_URL "
-                              "the reload cannot be announced")
-    log.info("asked %s to serve %s (it serves %s)", settings.actor_url, wanted, now.version)
+        raise ActorNotServing(f"{where} serves {now.version!r}, not {wanted!r} ({path}), and without "
+                              "WEBRL_JOBS__REDIS_URL the reload cannot be announced")
+    log.info("asked %s to serve %s (it serves %s)", settings.actor.url, wanted, now.version)
     return _wait_for(settings, wanted, path, timeout_s, f"{where} ({wanted!r} was announced on {channel}; does it "
-                     "listen on the same Redis (WEBRL_REDIS_URL), and can it read that folder?)")
+                     "listen on the same Redis (WEBRL_JOBS__REDIS_URL), and can it read that folder?)")
 
 
 def _wait_for(settings: Settings, wanted: str, path: str, timeout_s: float, hint: str) -> str:
@@ -106,7 +106,7 @@ def _wait_for(settings: Settings, wanted: str, path: str, timeout_s: float, hint
         if time.monotonic() >= deadline:
             reason = f"; its last reload failed: {now.reload_error}" if now.reload_error else ""
             raise ActorNotServing(f"still serving {now.version!r}, not {wanted!r} ({path}), {timeout_s:g} s on: "
-                                  f"{hint}{reason} (the wait: WEBRL_ACTOR_RELOAD_TIMEOUT_S)")
+                                  f"{hint}{reason} (the wait: WEBRL_ACTOR__RELOAD_TIMEOUT_S)")
         time.sleep(POLL_S)
         now = serving(settings)
     return wanted
@@ -116,8 +116,8 @@ def rollout_policy(settings: Settings, actor: str, temperature: float | None = N
     """What a rollout of the actor folder ``actor`` runs: the actor service once it reports serving ``actor``
     (``Settings.rollouts_through_actor``, the distributed default: every step of every episode is then a batched
     ``POST /v1/act``), else the folder loaded by the rollout job itself. ``temperature`` None: the serving
-    default (greedy unless ``WEBRL_ACTOR_TEMPERATURE`` says otherwise)."""
+    default (greedy unless ``WEBRL_ACTOR__TEMPERATURE`` says otherwise)."""
     if not settings.rollouts_through_actor:
         return CheckpointSpec(path=actor, temperature=temperature)
-    serve_checkpoint(settings, actor, settings.actor_reload_timeout_s)
+    serve_checkpoint(settings, actor, settings.actor.reload_timeout_s)
     return EndpointSpec(temperature=temperature)

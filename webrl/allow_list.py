@@ -74,5 +74,5 @@ def endpoint_problem(url: str, endpoints: list[str]) -> str | None:
         return f"{url!r} is not an http(s) URL"
     if wanted not in {origin(e) for e in endpoints}:
         return (f"{url!r} is not a configured endpoint (configured: {sorted(set(map(origin, endpoints)))}; "
-                "add it to WEBRL_ALLOWED_ENDPOINTS)")
+                "add it to WEBRL_SECURITY__ALLOWED_ENDPOINTS)")
     return None

@@ -3,7 +3,7 @@
 Each WebSocket connection to the server gets a fresh Chromium with a throw-away profile, and the connection relays
 CDP between the client and that browser's DevTools endpoint; when either side closes, the browser (its whole
 process group) and its profile go. The browser pool connects with Playwright's ``connect_over_cdp`` when
-``WEBRL_BROWSER_CDP_URL`` names a server (services/browser_pool/pool.py), so Chromium, which runs whatever the
+``WEBRL_BROWSER__CDP_URL`` names a server (services/browser_pool/pool.py), so Chromium, which runs whatever the
 pages send it, can live where neither the pool's secrets nor its network are: on Kubernetes the ``chromium`` pod
 holds no secret, no service account token, and may reach only the sites (k8s/base/chromium.yaml).
 

@@ -173,11 +173,11 @@ def record(session: Session, info: CheckpointInfo) -> m.Checkpoint:
 
 def announce(settings: Settings, info: CheckpointInfo, *, channel: str = CHANNEL) -> bool:
     """Publish ``info.event()`` as JSON on ``channel`` when a Redis URL is configured; True if sent."""
-    if not settings.redis_url:
+    if not settings.jobs.redis_url:
         return False
     import redis
 
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    client = redis.Redis.from_url(settings.jobs.redis_url, socket_timeout=5)
     try:
         client.publish(channel, json.dumps(info.event()))
     finally:

@@ -71,7 +71,7 @@ class CheckpointSpec(Contract):
 
     kind: Literal["checkpoint"] = "checkpoint"
     path: str = Field(min_length=1, description="A Hugging Face folder (full model or LoRA adapter).")
-    temperature: float | None = Field(None, ge=0.0, description="None: WEBRL_ACTOR_TEMPERATURE (greedy).")
+    temperature: float | None = Field(None, ge=0.0, description="None: WEBRL_ACTOR__TEMPERATURE (greedy).")
 
 
 class EndpointSpec(Contract):
@@ -79,7 +79,7 @@ class EndpointSpec(Contract):
 
     kind: Literal["endpoint"] = "endpoint"
     url: str | None = Field(None, min_length=1, description="Base URL of the actor service, e.g. http://actor:8102. "
-                            "None: the rollout worker's WEBRL_ACTOR_URL.")
+                            "None: the rollout worker's WEBRL_ACTOR__URL.")
     temperature: float | None = Field(None, ge=0.0, description="None: the actor service's default.")
 
 
@@ -108,15 +108,15 @@ class ActRequest(Contract):
     """``POST /v1/act``: one action per item, batched in one forward pass."""
 
     batch: list[ActItem] = Field(min_length=1, max_length=MAX_ACT_BATCH)
-    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Default: WEBRL_ACTOR_TEMPERATURE.")
-    max_new_tokens: int | None = Field(None, ge=1, le=2048, description="Default: WEBRL_ACTOR_MAX_NEW_TOKENS.")
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Default: WEBRL_ACTOR__TEMPERATURE.")
+    max_new_tokens: int | None = Field(None, ge=1, le=2048, description="Default: WEBRL_ACTOR__MAX_NEW_TOKENS.")
     seed: Seed | None = None
 
 
 class ActJob(ActRequest):
-    """``actor.act``: ``POST /v1/act``'s body and the model folder to load (default WEBRL_ACTOR_MODEL)."""
+    """``actor.act``: ``POST /v1/act``'s body and the model folder to load (default WEBRL_ACTOR__MODEL)."""
 
-    model: str | None = Field(None, min_length=1, description="Actor folder; default WEBRL_ACTOR_MODEL.")
+    model: str | None = Field(None, min_length=1, description="Actor folder; default WEBRL_ACTOR__MODEL.")
 
 
 class ActResult(Contract):
@@ -234,7 +234,7 @@ class ValueRequest(Contract):
     states: list[CriticState] | None = Field(None, min_length=1, max_length=MAX_STATES)
     task_keys: list[str] | None = Field(None, min_length=1)
     observations: dict[str, str] = Field(default_factory=dict, description="Start page per task key, if known.")
-    critic: str | None = Field(None, min_length=1, description="Saved critic folder; default WEBRL_CRITIC_MODEL.")
+    critic: str | None = Field(None, min_length=1, description="Saved critic folder; default WEBRL_CRITIC__MODEL.")
 
     @model_validator(mode="after")
     def _states_or_keys(self) -> Self:
@@ -267,7 +267,7 @@ class ScoreRequest(Contract):
                               "and run).")
     purpose: str = "train"
     run_id: DbCount = Field(0, description="With phase: the run whose trajectories are scored (0: those of none).")
-    orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM_MODEL.")
+    orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM__MODEL.")
     threshold: float = Field(DEFAULTS.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
 
     @model_validator(mode="after")
@@ -295,7 +295,7 @@ class StartValueRequest(Contract):
     """``orm.start_value``: P(YES) of tasks' start states, the critic's stand-in before phase 1 has one."""
 
     states: list[StartState] = Field(min_length=1)
-    orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM_MODEL.")
+    orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM__MODEL.")
 
 
 class StartValueResult(Contract):
@@ -313,9 +313,9 @@ class GenerateRequest(Contract):
     generator: Literal["grounded", "llm"] = "grounded"
     seed: int = 0
     endpoint: str | None = Field(None, description="OpenAI-compatible base URL (llm generator); default "
-                                 "WEBRL_LLM_JUDGE_ENDPOINT.")
+                                 "WEBRL_LLM_JUDGE__ENDPOINT.")
     model: str | None = Field(None, description="Model name at the endpoint (llm generator); default "
-                              "WEBRL_LLM_JUDGE_MODEL.")
+                              "WEBRL_LLM_JUDGE__MODEL.")
     mode: Literal["chat", "completions"] = "chat"
     feasibility: bool = True
 

@@ -63,8 +63,8 @@ def main() -> None:
     from webrl.cli import app
 
     # Embedded, the model shares the CPU with Chromium and the sites: one intra-op thread avoids OpenMP spinning
-    # against them (measured faster on the 2-core machine); WEBRL_TORCH_THREADS overrides it.
-    os.environ.setdefault("WEBRL_TORCH_THREADS", "1")
+    # against them (measured faster on the 2-core machine); WEBRL_MODELS__TORCH_THREADS overrides it.
+    os.environ.setdefault("WEBRL_MODELS__TORCH_THREADS", "1")
     settings = get_settings()
     console.rule("webrl demo: WebRL on the built-in sandbox sites, SmolLM2-135M + LoRA on the CPU")
     actor = sft_actor(settings)

@@ -36,8 +36,8 @@ def bind_or_explain(host: str, port: int, what: str, fix: str) -> socket.socket:
 
 
 def settings_problem(exc: ValidationError) -> str:
-    """One line per invalid setting, named as the environment variable that sets it."""
-    return "; ".join(f"WEBRL_{'.'.join(map(str, e['loc'])).upper() or '?'}: {e['msg']}" for e in exc.errors())
+    """One line per invalid setting, named as the environment variable that sets it (``WEBRL_ACTOR__BACKEND``)."""
+    return "; ".join(f"WEBRL_{'__'.join(map(str, e['loc'])).upper() or '?'}: {e['msg']}" for e in exc.errors())
 
 
 @contextmanager

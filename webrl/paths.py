@@ -8,7 +8,7 @@ check. Anything else is an :class:`~webrl.contracts.InvalidRequest` naming the f
 task fails with it), so no request can make a service write, replace, delete or read files elsewhere.
 
 A model folder a request names for a service to load (the ORM's ``orm``, the critic's ``critic``) must lie in
-the artifacts store, in one of ``Settings.model_dirs``, or be the service's configured model: a request cannot
+the artifacts store, in one of ``Settings.security.model_dirs``, or be the service's configured model: a request cannot
 make a service load (and so execute the pickles or code of) an arbitrary folder, nor probe the file system.
 """
 
@@ -45,18 +45,18 @@ def confined_path(settings: Settings, value: str, field: str) -> Path:
 
 def requested_model_folder(settings: Settings, value: str, field: str, configured: str | None = None) -> Path:
     """The model folder a request names in ``field``, checked: inside the artifacts store or one of
-    ``settings.model_dirs`` (symlinks and ``..`` resolved), or exactly ``configured``, and an existing folder;
+    ``settings.security.model_dirs`` (symlinks and ``..`` resolved), or exactly ``configured``, and an existing folder;
     anything else is an :class:`~webrl.contracts.InvalidRequest` naming ``field``."""
     if not value.strip() or "\x00" in value or len(value) > 4096:
         raise InvalidRequest(field, "must be the path of a model folder")
     try:
         resolved = Path(value).expanduser().resolve()
-        roots = [artifacts_root(settings), *(Path(d).expanduser().resolve() for d in settings.model_dirs)]
+        roots = [artifacts_root(settings), *(Path(d).expanduser().resolve() for d in settings.security.model_dirs)]
         allowed = any(resolved.is_relative_to(root) and resolved != root for root in roots) or (
             configured is not None and resolved == Path(configured).expanduser().resolve())
         if not allowed:
-            raise InvalidRequest(field, f"{value!r} is outside the artifacts store and WEBRL_MODEL_DIRS; put the "
-                                        "model there or add its folder to WEBRL_MODEL_DIRS")
+            raise InvalidRequest(field, f"{value!r} is outside the artifacts store and WEBRL_SECURITY__MODEL_DIRS; put "
+                                        "the model there or add its folder to WEBRL_SECURITY__MODEL_DIRS")
         if not resolved.is_dir():
             raise InvalidRequest(field, f"no model folder at {value!r}")
     except OSError as error:  # a name too long for the file system, a permission error on the way

@@ -15,7 +15,7 @@ stage, and a half-finished stage redoes only the work that is missing.
 Rollouts in the distributed mode go through the actor service (``{"kind": "endpoint"}``): before each one the
 pipeline waits until the service reports serving the checkpoint it needs (:func:`webrl.actor_service.serve_checkpoint`,
 the trainer's published actor arriving by hot reload), and each trajectory records the version that answered. The
-embedded mode loads the checkpoint in the rollout job (``{"kind": "checkpoint"}``); ``Settings.rollout_policy``
+embedded mode loads the checkpoint in the rollout job (``{"kind": "checkpoint"}``); ``Settings.actor.rollout_policy``
 overrides the choice.
 
 What a stage hands the later ones (candidate and kept task keys, the published checkpoints) is the phase's typed
@@ -355,7 +355,7 @@ class Pipeline:
         exactly as the policy saw them (the trainer clamps it to the model's context)."""
         from webrl.models.bootstrap import COMPLETION_BUDGET
 
-        return self.settings.actor_max_prompt_tokens + COMPLETION_BUDGET
+        return self.settings.actor.max_prompt_tokens + COMPLETION_BUDGET
 
     def _stage_train(self, index: int, state: PhaseState) -> StageOutput:
         """Critic, then actor, on this phase's experience plus replay; publishes both checkpoints. A phase

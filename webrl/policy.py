@@ -15,7 +15,7 @@ from webrl.contracts import POLICY_SPEC, CheckpointSpec, EndpointSpec, InvalidRe
 def check_policy_spec(spec: PolicySpec, settings: Settings) -> None:
     """Raise :class:`~webrl.contracts.InvalidRequest` naming ``policy`` unless ``spec`` may be served here: an
     endpoint url must be a configured one (``Settings.endpoint_allow_list``: a request may not send the browser
-    pool to any server it likes; no url means ``settings.actor_url``). The shape of the spec is the contract's
+    pool to any server it likes; no url means ``settings.actor.url``). The shape of the spec is the contract's
     business (pydantic)."""
     if isinstance(spec, EndpointSpec) and spec.url is not None:
         problem = endpoint_problem(spec.url, settings.endpoint_allow_list())
@@ -29,9 +29,9 @@ def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> P
     - :class:`~webrl.contracts.OracleSpec`: the sandbox's scripted solvers;
     - :class:`~webrl.contracts.CheckpointSpec`: a local model folder;
     - :class:`~webrl.contracts.EndpointSpec`: an actor service's ``POST /v1/act`` (a configured endpoint only,
-      :func:`check_policy_spec`; without a url, ``settings.actor_url``).
+      :func:`check_policy_spec`; without a url, ``settings.actor.url``).
 
-    Both model kinds take an optional ``temperature`` (default ``settings.actor_temperature``, greedy): WebRL
+    Both model kinds take an optional ``temperature`` (default ``settings.actor.temperature``, greedy): WebRL
     samples its training rollouts and evaluates greedily. A dict is validated first (a pydantic
     ValidationError names the bad field). Imports are lazy: the browser pool does not load torch to run the oracle.
     """
@@ -47,4 +47,4 @@ def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> P
         return LocalModelPolicy(spec.path, settings, temperature=spec.temperature)
     from webrl.models.policy import ActorEndpointPolicy
 
-    return ActorEndpointPolicy(spec.url or settings.actor_url, settings, temperature=spec.temperature)
+    return ActorEndpointPolicy(spec.url or settings.actor.url, settings, temperature=spec.temperature)

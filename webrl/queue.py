@@ -53,19 +53,19 @@ class DispatchTimeout(TimeoutError):
 def _transport_options(settings: Settings) -> dict[str, float]:
     """Redis broker options: the visibility timeout (an unacknowledged job goes back to its queue after it),
     swept for often enough that a killed worker's job is redelivered within about that timeout."""
-    visibility = float(settings.broker_visibility_timeout_s or 0)
+    visibility = float(settings.jobs.visibility_timeout_s or 0)
     return {"visibility_timeout": visibility, "unacked_restore_interval": max(1.0, min(10.0, visibility / 10)),
             "unacked_restore_throttle": 1}
 
 
 def make_celery(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("webrl", broker=settings.broker_url or "memory://", backend=settings.result_backend)
+    app = Celery("webrl", broker=settings.jobs.broker_url or "memory://", backend=settings.jobs.result_backend)
     app.conf.update(
         broker_transport_options=_transport_options(settings),
-        task_time_limit=settings.job_time_limit_s,
-        task_soft_time_limit=settings.job_time_limit_s * SOFT_LIMIT_FRACTION,
-        webrl_dispatch_timeout_s=settings.dispatch_timeout_s,
+        task_time_limit=settings.jobs.time_limit_s,
+        task_soft_time_limit=settings.jobs.time_limit_s * SOFT_LIMIT_FRACTION,
+        webrl_dispatch_timeout_s=settings.jobs.dispatch_timeout_s,
         task_serializer="json",
         accept_content=["json"],
         result_serializer="json",
@@ -105,7 +105,7 @@ def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
 
     Embedded mode (no broker): the task runs here, eagerly. Distributed mode: it goes to its service's
     queue and this waits for a worker's result, at most ``timeout`` seconds (default: the configured
-    ``dispatch_timeout_s``), then raises :class:`DispatchTimeout`. The caller's code is the same in both modes.
+    ``jobs.dispatch_timeout_s``), then raises :class:`DispatchTimeout`. The caller's code is the same in both modes.
     """
     if celery_app.conf.task_always_eager:
         autodiscover()
@@ -120,15 +120,15 @@ def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
         raise DispatchTimeout(
             f"job {name} ({sent.id}) gave no result within {wait:g} s: is a worker consuming queue "
             f"{route_for(name)!r} (`celery -A webrl.queue worker -Q {route_for(name)}`)? Its state: {sent.state}; "
-            "WEBRL_DISPATCH_TIMEOUT_S sets the wait") from None
+            "WEBRL_JOBS__DISPATCH_TIMEOUT_S sets the wait") from None
 
 
 def configure(settings: Settings) -> Celery:
     """Re-point the process-wide Celery app at ``settings`` (used by tests and `webrl train`)."""
     fresh = make_celery(settings)
     celery_app.conf.update(fresh.conf)
-    celery_app.conf.broker_url = settings.broker_url or "memory://"
-    celery_app.conf.result_backend = settings.result_backend
+    celery_app.conf.broker_url = settings.jobs.broker_url or "memory://"
+    celery_app.conf.result_backend = settings.jobs.result_backend
     # Celery caches the result backend (per thread), the connection pool and the producer pool built on it
     # on first use; drop all three so the next call connects to the new URLs.
     celery_app._local.__dict__.pop("backend", None)

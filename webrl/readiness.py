@@ -19,11 +19,11 @@ def check_ready(settings: Settings) -> dict[str, str]:
         status["database"] = "ok"
     except Exception as exc:
         status["database"] = f"error: {type(exc).__name__}"
-    if settings.broker_url and settings.broker_url.startswith("redis"):
+    if settings.jobs.broker_url and settings.jobs.broker_url.startswith("redis"):
         import redis
 
         try:
-            redis.Redis.from_url(settings.broker_url, socket_timeout=2).ping()
+            redis.Redis.from_url(settings.jobs.broker_url, socket_timeout=2).ping()
             status["broker"] = "ok"
         except Exception as exc:
             status["broker"] = f"error: {type(exc).__name__}"

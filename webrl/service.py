@@ -2,15 +2,15 @@
 
 It adds ``/healthz`` (process up; answered on the event loop, so it answers while models work in threads),
 ``/readyz`` (database and broker reachable), ``/metrics`` (Prometheus: requests and latency per route, Celery queue
-depth; a service adds its own series, see :mod:`webrl.service_metrics`), bearer auth when ``WEBRL_API_KEY`` is
+depth; a service adds its own series, see :mod:`webrl.service_metrics`), bearer auth when ``WEBRL_SECURITY__API_KEY`` is
 set (constant-time compare; a 401 never says why; with no key only loopback is served unless
-``WEBRL_ALLOW_NO_AUTH=1``), a request body limit (``WEBRL_MAX_REQUEST_BYTES``, 413; the routes that carry
-batches of pages, named by ``batch_routes``, take ``WEBRL_MAX_BATCH_REQUEST_BYTES``), one JSON error shape
-``{"error": {"type", "message", "fields", "request_id"}}`` and request ids in logs. An unhandled error is a
+``WEBRL_SECURITY__ALLOW_NO_AUTH=1``), a request body limit (``WEBRL_LIMITS__MAX_REQUEST_BYTES``, 413; the routes
+that carry batches of pages, named by ``batch_routes``, take ``WEBRL_LIMITS__MAX_BATCH_REQUEST_BYTES``), one JSON
+error shape ``{"error": {"type", "message", "fields", "request_id"}}`` and request ids in logs. An unhandled error is a
 500 in that shape that keeps the connection open for the client's next request.
 
 :func:`model_work` runs a route's blocking model work in a thread, one request at a time per model, within
-``WEBRL_MODEL_REQUEST_TIMEOUT_S`` (504 after it); :func:`within` bounds an awaitable the same way.
+``WEBRL_LIMITS__MODEL_REQUEST_TIMEOUT_S`` (504 after it); :func:`within` bounds an awaitable the same way.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ T = TypeVar("T")
 
 OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}
 BODY_LIMIT_SCOPE_KEY = "webrl.body_limit"  # the request's body limit in bytes, for the 413 message
-NO_AUTH_FIX = "set WEBRL_API_KEY (e.g. `openssl rand -hex 32`), or WEBRL_ALLOW_NO_AUTH=1 to serve without auth"
+NO_AUTH_FIX = ("set WEBRL_SECURITY__API_KEY (e.g. `openssl rand -hex 32`), or WEBRL_SECURITY__ALLOW_NO_AUTH=1 to serve "
+               "without auth")
 
 
 def is_loopback(host: str) -> bool:
@@ -62,8 +63,8 @@ def is_loopback(host: str) -> bool:
 
 def unauthenticated_bind_problem(host: str, settings: Settings) -> str | None:
     """Why a service may not listen on ``host``, or None: off loopback it needs an API key (or the explicit
-    ``allow_no_auth``), else every route answers anyone who can reach the machine."""
-    if settings.api_key or settings.allow_no_auth or is_loopback(host):
+    ``security.allow_no_auth``), else every route answers anyone who can reach the machine."""
+    if settings.security.api_key or settings.security.allow_no_auth or is_loopback(host):
         return None
     return f"refusing to serve on {host} without an API key: {NO_AUTH_FIX}"
 
@@ -114,7 +115,7 @@ def _unauthenticated_remote(request: Request, settings: Settings) -> bool:
     """A request that came in on a network address (the server's own, e.g. a pod IP) while no API key is
     set and no-auth was not allowed: what `uvicorn --host 0.0.0.0` without a key would otherwise serve."""
     server = request.scope.get("server")
-    if settings.api_key or settings.allow_no_auth or not server:
+    if settings.security.api_key or settings.security.allow_no_auth or not server:
         return False
     try:
         return not ipaddress.ip_address(str(server[0]).strip("[]")).is_loopback
@@ -274,7 +275,8 @@ def _request_id(scope: Scope) -> str:
 def too_large_message(request: Request) -> str:
     limit = request.scope.get(BODY_LIMIT_SCOPE_KEY)
     return (f"request body over the {limit} bytes {request.method} {request.url.path} takes: send less per request "
-            "(the limits are WEBRL_MAX_REQUEST_BYTES and, for batches of pages, WEBRL_MAX_BATCH_REQUEST_BYTES)")
+            "(the limits are WEBRL_LIMITS__MAX_REQUEST_BYTES and, for batches of pages, "
+            "WEBRL_LIMITS__MAX_BATCH_REQUEST_BYTES)")
 
 
 def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None = None,
@@ -285,21 +287,21 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
 
     ``key_cookie``: a cookie that may carry the API key instead of the bearer header (an app people open in a
     browser sets it at its login); ``open_paths``: more paths that need no key (that login page);
-    ``batch_routes`` (paths) carry batches of pages and take ``settings.max_batch_request_bytes``, every other
-    route ``settings.max_request_bytes``."""
+    ``batch_routes`` (paths) carry batches of pages and take ``settings.limits.max_batch_request_bytes``, every other
+    route ``settings.limits.max_request_bytes``."""
     settings = settings or get_settings()
     unguarded = OPEN_PATHS | open_paths
     app = FastAPI(title=f"webrl {name}", version=version, description=description, responses=ERROR_RESPONSES)
     batch = frozenset(batch_routes)
-    app.add_middleware(RequestBodyGuard, limit_for=lambda path: settings.max_batch_request_bytes if path in batch
-                       else settings.max_request_bytes)
+    app.add_middleware(RequestBodyGuard, limit_for=lambda path: settings.limits.max_batch_request_bytes if path in batch
+                       else settings.limits.max_request_bytes)
     app.add_middleware(InternalErrorGuard)
     app.state.settings = settings
     registry = CollectorRegistry()
     requests_total = Counter("webrl_http_requests_total", "HTTP requests", ["route", "method", "status"],
                              registry=registry)
     latency = Histogram("webrl_http_request_seconds", "Request latency", ["route"], registry=registry)
-    registry.register(QueueDepthCollector(settings.broker_url))
+    registry.register(QueueDepthCollector(settings.jobs.broker_url))
     app.state.metrics_registry = registry  # a service adds its own series (webrl.service_metrics.register_value)
 
     @app.middleware("http")
@@ -309,8 +311,8 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
         if request.url.path not in unguarded and _unauthenticated_remote(request, settings):
             return JSONResponse(error_body("unauthorized", f"no API key on a non-loopback address: {NO_AUTH_FIX}",
                                            request_id), status_code=401, headers={"x-request-id": request_id})
-        guarded = settings.api_key and request.url.path not in unguarded
-        if guarded and not key_matches(presented_key(request, key_cookie), settings.api_key):
+        guarded = settings.security.api_key and request.url.path not in unguarded
+        if guarded and not key_matches(presented_key(request, key_cookie), settings.security.api_key):
             return JSONResponse(error_body("unauthorized", "unauthorized", request_id), status_code=401,
                                 headers={"WWW-Authenticate": "Bearer", "x-request-id": request_id})
         start = time.perf_counter()
@@ -376,23 +378,24 @@ def invalid(field: str, message: str) -> RequestValidationError:
 
 
 def _timed_out(settings: Settings, what: str) -> HTTPException:
-    return HTTPException(status_code=504, detail=f"{what} took longer than {settings.model_request_timeout_s:g} s "
-                                                 "(WEBRL_MODEL_REQUEST_TIMEOUT_S)")
+    limit = settings.limits.model_request_timeout_s
+    return HTTPException(status_code=504, detail=f"{what} took longer than {limit:g} s "
+                                                 "(WEBRL_LIMITS__MODEL_REQUEST_TIMEOUT_S)")
 
 
 async def within(settings: Settings, work: Awaitable[T], what: str) -> T:
-    """``await work``, or a 504 naming ``what`` after ``settings.model_request_timeout_s``."""
+    """``await work``, or a 504 naming ``what`` after ``settings.limits.model_request_timeout_s``."""
     try:
-        return await asyncio.wait_for(work, settings.model_request_timeout_s)
+        return await asyncio.wait_for(work, settings.limits.model_request_timeout_s)
     except TimeoutError:
         raise _timed_out(settings, what) from None
 
 
 async def model_work(settings: Settings, lock: threading.Lock, work: Callable[[], T], what: str) -> T:
     """Blocking model work off the event loop: ``work()`` in a thread, under ``lock`` (one forward pass at a
-    time per model), all within ``settings.model_request_timeout_s`` (waiting for the lock included), else a
+    time per model), all within ``settings.limits.model_request_timeout_s`` (waiting for the lock included), else a
     504 naming ``what``. The event loop stays free for health checks and other routes meanwhile."""
-    timeout = settings.model_request_timeout_s
+    timeout = settings.limits.model_request_timeout_s
     started = threading.Event()
 
     def locked() -> T:

@@ -94,8 +94,8 @@ class RemoteEpisode:
         import httpx
 
         self.task = task
-        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
-        self.http = httpx.AsyncClient(base_url=settings.browser_pool_url, timeout=POOL_TIMEOUT_S, headers=headers)
+        headers = {"Authorization": f"Bearer {settings.security.api_key}"} if settings.security.api_key else {}
+        self.http = httpx.AsyncClient(base_url=settings.browser.pool_url, timeout=POOL_TIMEOUT_S, headers=headers)
         self.id: str | None = None
 
     async def _post(self, path: str, body: dict) -> dict:

@@ -1,5 +1,6 @@
-"""The actor service's routes. ``uvicorn services.actor.app:app`` serves ``WEBRL_ACTOR_MODEL`` with
-``WEBRL_ACTOR_BACKEND``; with ``WEBRL_REDIS_URL`` set it hot-reloads actors published on ``webrl:checkpoints``."""
+"""The actor service's routes. ``uvicorn services.actor.app:app`` serves ``WEBRL_ACTOR__MODEL`` with
+``WEBRL_ACTOR__BACKEND``; with ``WEBRL_JOBS__REDIS_URL`` set it hot-reloads actors published on
+``webrl:checkpoints``."""
 
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def _lifespan(settings: Settings, engine: ActorEngine | None, channel: str
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.engine = engine or await asyncio.to_thread(ActorEngine.from_settings, settings)
         subscriber = None
-        if settings.redis_url:
-            subscriber = CheckpointSubscriber(settings.redis_url, app.state.engine.reload,
+        if settings.jobs.redis_url:
+            subscriber = CheckpointSubscriber(settings.jobs.redis_url, app.state.engine.reload,
                                               lambda: app.state.engine.version, channel=channel)
             subscriber.start()
         app.state.subscriber = subscriber

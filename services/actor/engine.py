@@ -63,10 +63,10 @@ class ActorEngine:
         backend = make_backend(settings)
         if isinstance(backend, LocalBackend):
             return cls(settings, backend, backend.tokenizer, path=backend.path)
-        if not settings.actor_model or not Path(settings.actor_model).is_dir():
+        if not settings.actor.model or not Path(settings.actor.model).is_dir():
             raise EngineUnavailableError("a remote backend still renders prompts with the model's chat template: "
-                                         "WEBRL_ACTOR_MODEL must be the local folder of the served model")
-        return cls(settings, backend, load_tokenizer(settings.actor_model, settings), path=settings.actor_model)
+                                         "WEBRL_ACTOR__MODEL must be the local folder of the served model")
+        return cls(settings, backend, load_tokenizer(settings.actor.model, settings), path=settings.actor.model)
 
     # Leases and swaps
     @property
@@ -147,8 +147,8 @@ class ActorEngine:
     async def act(self, request: ActRequest) -> ActResponse:
         """One action per item: prompt through the chat template, generate, parse."""
         settings = self.settings
-        max_new = request.max_new_tokens or settings.actor_max_new_tokens
-        temperature = settings.actor_temperature if request.temperature is None else request.temperature
+        max_new = request.max_new_tokens or settings.actor.max_new_tokens
+        temperature = settings.actor.temperature if request.temperature is None else request.temperature
         max_positions = getattr(self._backend, "max_positions", None)
         budget = prompt_budget(settings, max_positions, max_new)
         tokenizer = self.tokenizer

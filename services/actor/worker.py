@@ -1,5 +1,5 @@
 """Celery tasks of the actor (queue ``actor``): ``actor.act``, a batch of observations to actions with the
-checkpoint ``WEBRL_ACTOR_MODEL`` (or the job's ``model``) loaded in the worker process. Tasks only; the logic is
+checkpoint ``WEBRL_ACTOR__MODEL`` (or the job's ``model``) loaded in the worker process. Tasks only; the logic is
 :class:`services.actor.engine.ActorEngine`, as behind ``POST /v1/act``."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ def act(payload: dict[str, Any]) -> dict[str, Any]:
     """
     settings = get_settings()
     job = ActJob.model_validate(payload)
-    model = job.model or settings.actor_model
+    model = job.model or settings.actor.model
     if not model:
-        raise InvalidRequest("model", "actor.act needs a model: give 'model' or set WEBRL_ACTOR_MODEL")
+        raise InvalidRequest("model", "actor.act needs a model: give 'model' or set WEBRL_ACTOR__MODEL")
     backend = shared_backend(model, settings)
     engine = ActorEngine(settings, backend, backend.tokenizer, path=str(model))
     return asyncio.run(engine.act(job)).model_dump(mode="json")  # an ActJob is an ActRequest

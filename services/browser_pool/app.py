@@ -94,7 +94,7 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = BrowserPool(settings, settings.browser_pool_size)
+        pool = BrowserPool(settings, settings.browser.pool_size)
         app.state.manager = EpisodeManager(settings, pool)
         warming = asyncio.ensure_future(pool.warm_up())  # browsers and spare contexts before the first request
         yield

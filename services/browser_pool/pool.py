@@ -8,7 +8,7 @@ A browser that died (crash, killed process) is noticed through its ``disconnecte
 the next lease; the episode that was using it ends with an error (see ``episode.py``) instead of hanging
 the pool.
 
-With ``WEBRL_BROWSER_CDP_URL`` the browsers are not launched here: each slot connects to a fresh Chromium on a
+With ``WEBRL_BROWSER__CDP_URL`` the browsers are not launched here: each slot connects to a fresh Chromium on a
 browser server (``webrl browser serve``, :mod:`webrl.browser_server`), so Chromium can run in a pod without the
 pool's secrets and network; a lost connection is a dead browser, and the server kills the browser when the
 connection goes.
@@ -101,15 +101,15 @@ class BrowserPool:
         await self.close()
 
     async def _launch(self, slot: BrowserSlot) -> None:
-        """Launch the slot's Chromium, or, with ``browser_cdp_url``, connect to a fresh one on a browser server
+        """Launch the slot's Chromium, or, with ``browser.cdp_url``, connect to a fresh one on a browser server
         (``webrl.browser_server``: Chromium in a pod of its own, which ends when the connection does)."""
         assert self._playwright is not None
-        if self.settings.browser_cdp_url:
-            browser = await self._playwright.chromium.connect_over_cdp(self.settings.browser_cdp_url,
+        if self.settings.browser.cdp_url:
+            browser = await self._playwright.chromium.connect_over_cdp(self.settings.browser.cdp_url,
                                                                        timeout=LAUNCH_TIMEOUT_MS)
         else:
             browser = await self._playwright.chromium.launch(
-                executable_path=self.settings.chromium_path,
+                executable_path=self.settings.browser.chromium_path,
                 args=[*CHROMIUM_ARGS, slot.marker],
                 headless=self.headless,
                 timeout=LAUNCH_TIMEOUT_MS,

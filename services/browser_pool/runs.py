@@ -70,8 +70,8 @@ async def _run(task: TaskConfig, decide: Decide, pool: BrowserPool, settings: Se
                stop_rules: StopRules, screenshots: bool = False) -> Trajectory:
     env = LeasedEpisode(pool, task, settings, screenshots)
     traj = await loop.run_episode(env, task, decide, max_steps=max_steps,
-                                  step_timeout_s=settings.browser_step_timeout_s,
-                                  episode_timeout_s=settings.browser_episode_timeout_s, stop_rules=stop_rules)
+                                  step_timeout_s=settings.browser.step_timeout_s,
+                                  episode_timeout_s=settings.browser.episode_timeout_s, stop_rules=stop_rules)
     for step, shot in zip(traj.steps, env.shots, strict=False):  # step t saw observation t
         step.screenshot = shot
     return traj

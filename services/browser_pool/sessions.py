@@ -1,7 +1,7 @@
 """What the REST service holds between requests: live episodes (each on a leased browser) and rollout jobs.
 
 An episode is a lease on a browser: one that gets no request (step, evaluate, delete) for
-``WEBRL_BROWSER_EPISODE_IDLE_S`` is closed and its browser freed (a client that went away would otherwise hold it
+``WEBRL_BROWSER__EPISODE_IDLE_S`` is closed and its browser freed (a client that went away would otherwise hold it
 for good); its id then answers 404 saying it expired.
 
 Embedded mode runs a rollout job as an asyncio task on the service's own pool; distributed mode (a broker
@@ -79,9 +79,9 @@ class EpisodeManager:
         await self.reap_idle()  # an abandoned episode's browser is free before this one waits for one
         try:
             episode = await asyncio.wait_for(BrowserEpisode.open(self.pool, task, self.settings),
-                                             self.settings.browser_step_timeout_s)
+                                             self.settings.browser.step_timeout_s)
         except TimeoutError:
-            raise PoolBusy(f"no browser free within {self.settings.browser_step_timeout_s:.0f} s") from None
+            raise PoolBusy(f"no browser free within {self.settings.browser.step_timeout_s:.0f} s") from None
         self._episodes[episode.id] = _Live(episode)
         return episode
 
@@ -89,7 +89,7 @@ class EpisodeManager:
         if episode_id not in self._episodes:
             if episode_id in self._expired:
                 raise EpisodeNotFound(f"episode {episode_id!r} expired: no request for "
-                                      f"{self.settings.browser_episode_idle_s:g} s (WEBRL_BROWSER_EPISODE_IDLE_S)")
+                                      f"{self.settings.browser.episode_idle_s:g} s (WEBRL_BROWSER__EPISODE_IDLE_S)")
             raise EpisodeNotFound(f"episode {episode_id!r} not found")
         return self._episodes[episode_id]
 
@@ -99,7 +99,7 @@ class EpisodeManager:
             self._reaper = asyncio.ensure_future(self._reap_forever())
 
     async def _reap_forever(self) -> None:
-        period = min(self.settings.browser_episode_idle_s * REAP_EVERY, MAX_REAP_PERIOD_S)
+        period = min(self.settings.browser.episode_idle_s * REAP_EVERY, MAX_REAP_PERIOD_S)
         while True:
             await asyncio.sleep(period)
             try:
@@ -108,9 +108,9 @@ class EpisodeManager:
                 log.exception("closing idle episodes failed")
 
     async def reap_idle(self) -> list[str]:
-        """Close the episodes idle longer than ``browser_episode_idle_s`` (their browsers go back to the pool);
+        """Close the episodes idle longer than ``browser.episode_idle_s`` (their browsers go back to the pool);
         returns their ids."""
-        now, limit = time.monotonic(), self.settings.browser_episode_idle_s
+        now, limit = time.monotonic(), self.settings.browser.episode_idle_s
         idle = [eid for eid, live in self._episodes.items() if live.idle_for(now) > limit]
         for episode_id in idle:
             live = self._episodes.pop(episode_id)
@@ -128,9 +128,9 @@ class EpisodeManager:
         async with live.lock:
             live.steps += 1
             try:
-                return await asyncio.wait_for(live.episode.step(text), self.settings.browser_step_timeout_s)
+                return await asyncio.wait_for(live.episode.step(text), self.settings.browser.step_timeout_s)
             except (EpisodeCrashed, TimeoutError) as exc:
-                message = str(exc) or f"step took longer than {self.settings.browser_step_timeout_s:.0f} s"
+                message = str(exc) or f"step took longer than {self.settings.browser.step_timeout_s:.0f} s"
                 await self.delete(episode_id)
                 assert live.episode.observation is not None
                 obs = live.episode.observation.model_copy(update={"error": message})

@@ -1,6 +1,6 @@
 """Critic service: ``POST /v1/critic/value``. Routes only; the operation is :func:`services.critic.values.value`.
 
-``uvicorn services.critic.app:app`` serves the critic folder named by ``WEBRL_CRITIC_MODEL`` (loaded on the
+``uvicorn services.critic.app:app`` serves the critic folder named by ``WEBRL_CRITIC__MODEL`` (loaded on the
 first request) or a request's ``critic``.
 """
 

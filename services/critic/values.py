@@ -46,13 +46,13 @@ class CriticScorer:
 
         dtype = torch_dtype(settings)
         self.model = CriticModel.from_pretrained(path, dtype=None if dtype == "auto" else dtype)
-        self.model.to(settings.device)
+        self.model.to(settings.models.device)
         self.model.eval()
         self.tokenizer = load_tokenizer(path, settings)
         self.version = checkpoint_version(path)
-        self.batch_size = settings.critic_batch_size
-        context = getattr(self.model.config, "max_position_embeddings", None) or settings.critic_max_prompt_tokens
-        self.max_tokens = min(settings.critic_max_prompt_tokens, int(context))
+        self.batch_size = settings.critic.batch_size
+        context = getattr(self.model.config, "max_position_embeddings", None) or settings.critic.max_prompt_tokens
+        self.max_tokens = min(settings.critic.max_prompt_tokens, int(context))
 
     def prompts(self, states: Sequence[State]) -> list[str]:
         return [critic_prompt(self.tokenizer, s.intent, s.observation, list(s.history), max_tokens=self.max_tokens)
@@ -110,13 +110,13 @@ def start_observations(session: Session, tasks: Sequence[m.Task], given: dict[st
 
 # ---- the operation: ``critic.value`` and ``POST /v1/critic/value`` ---------------------------------------
 def critic_path(settings: Settings, request: ValueRequest) -> str:
-    """The critic folder a request is valued with: its own, else ``WEBRL_CRITIC_MODEL``."""
+    """The critic folder a request is valued with: its own, else ``WEBRL_CRITIC__MODEL``."""
     if request.critic is not None:
-        requested_model_folder(settings, request.critic, "critic", configured=settings.critic_model)
+        requested_model_folder(settings, request.critic, "critic", configured=settings.critic.model)
         return request.critic
-    if not settings.critic_model:
-        raise NotServing("no critic model: set WEBRL_CRITIC_MODEL to a saved critic folder or give 'critic'")
-    return str(settings.critic_model)
+    if not settings.critic.model:
+        raise NotServing("no critic model: set WEBRL_CRITIC__MODEL to a saved critic folder or give 'critic'")
+    return str(settings.critic.model)
 
 
 def _states(session: Session, request: ValueRequest) -> tuple[list[State], list[str | None]]:

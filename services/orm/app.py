@@ -1,6 +1,6 @@
 """ORM service: ``POST /v1/orm/score``. Routes only; the operation is :func:`services.orm.scoring.score`.
 
-``uvicorn services.orm.app:app`` serves the ORM named by ``WEBRL_ORM_MODEL`` (loaded on the first request) or
+``uvicorn services.orm.app:app`` serves the ORM named by ``WEBRL_ORM__MODEL`` (loaded on the first request) or
 a request's ``orm``.
 """
 

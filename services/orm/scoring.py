@@ -1,8 +1,8 @@
 """ORM scoring: trajectories -> p = P(YES) and reward = 1[p >= threshold], with two backends.
 
 - :class:`LocalOrm`: a Hugging Face causal LM (or a LoRA adapter on its base) run here, prompts batched
-  (``settings.orm_batch_size``), each prompt cut by shortening the observation only
-  (:func:`webrl.prompts.orm.build_orm_prompt`) to ``settings.orm_max_prompt_tokens`` and to what the folder
+  (``settings.orm.batch_size``), each prompt cut by shortening the observation only
+  (:func:`webrl.prompts.orm.build_orm_prompt`) to ``settings.orm.max_prompt_tokens`` and to what the folder
   reads (:func:`webrl.prompts.orm.orm_context_tokens`: a small ORM's tokenizer declares the length it was trained
   on), so it judges prompts cut where its training examples were.
 - :class:`OpenAIOrm`: an OpenAI-compatible server (vLLM, SGLang) serving the ORM; one ``/v1/completions`` call
@@ -83,11 +83,11 @@ class LocalOrm:
 
         self.model, self.tokenizer = load_causal_lm(path, settings)
         self.version = checkpoint_version(path)
-        self.batch_size = settings.orm_batch_size
-        self.layout = settings.orm_layout
+        self.batch_size = settings.orm.batch_size
+        self.layout = settings.orm.layout
         context = orm_context_tokens(self.model.config, self.tokenizer)
-        self.max_tokens = orm_prompt_budget(context, settings.orm_max_prompt_tokens) if context else \
-            settings.orm_max_prompt_tokens
+        self.max_tokens = orm_prompt_budget(context, settings.orm.max_prompt_tokens) if context else \
+            settings.orm.max_prompt_tokens
 
     def prompts(self, trajectories: Sequence[Trajectory]) -> list[str]:
         return [build_orm_prompt(self.tokenizer, t, max_tokens=self.max_tokens, layout=self.layout)
@@ -117,7 +117,7 @@ class OpenAIOrm:
     """The ORM behind an OpenAI-compatible completions endpoint (e.g. vLLM serving webrl-orm-llama-3.1-8b).
 
     Prompts are rendered here, as text: through ``tokenizer`` when one is given (so the observation is cut
-    to ``settings.orm_max_prompt_tokens``), else in WebRL's exact Llama-3 layout, uncut. The answers are read
+    to ``settings.orm.max_prompt_tokens``), else in WebRL's exact Llama-3 layout, uncut. The answers are read
     as the served model's token texts: the text of the first token of YES and NO under ``tokenizer`` (just
     ``YES`` and ``NO`` for Llama-3), so a model whose tokenizer splits them is judged by the same tokens the
     local backend reads.
@@ -127,19 +127,19 @@ class OpenAIOrm:
                  timeout_s: float = 120.0) -> None:
         from openai import OpenAI
 
-        self.client = OpenAI(base_url=endpoint.rstrip("/"), api_key=settings.orm_api_key or "none",
+        self.client = OpenAI(base_url=endpoint.rstrip("/"), api_key=settings.orm.api_key or "none",
                              timeout=timeout_s, max_retries=2)
         self.model = model
         self.version = model
         self.tokenizer = tokenizer
-        self.layout = settings.orm_layout
-        self.max_tokens = settings.orm_max_prompt_tokens
-        self.batch_size = settings.orm_batch_size
+        self.layout = settings.orm.layout
+        self.max_tokens = settings.orm.max_prompt_tokens
+        self.batch_size = settings.orm.batch_size
         self.answers = (YES, NO)
         if tokenizer is not None:
             context = orm_context_tokens(None, tokenizer)  # a folder that declares its length is cut there too
             if context:
-                self.max_tokens = orm_prompt_budget(context, settings.orm_max_prompt_tokens)
+                self.max_tokens = orm_prompt_budget(context, settings.orm.max_prompt_tokens)
             yes_id, no_id = yes_no_token_ids(tokenizer)
             self.answers = (tokenizer.decode([yes_id]), tokenizer.decode([no_id]))
 
@@ -166,28 +166,28 @@ class OpenAIOrm:
 def _is_allowed_folder(settings: Settings, name: str) -> bool:
     """True when a served model's name is also a model folder a request may name (its tokenizer is read)."""
     try:
-        requested_model_folder(settings, name, "orm", configured=settings.orm_model)
+        requested_model_folder(settings, name, "orm", configured=settings.orm.model)
     except InvalidRequest:
         return False
     return True
 
 
 def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBackend:
-    """The configured ORM: ``path`` (or ``settings.orm_model``) locally, or the OpenAI-compatible endpoint."""
-    model = path or settings.orm_model
-    if settings.orm_backend == "openai":
-        if not settings.orm_endpoint or not model:
-            raise NotServing("the openai ORM backend needs WEBRL_ORM_ENDPOINT and WEBRL_ORM_MODEL")
+    """The configured ORM: ``path`` (or ``settings.orm.model``) locally, or the OpenAI-compatible endpoint."""
+    model = path or settings.orm.model
+    if settings.orm.backend == "openai":
+        if not settings.orm.endpoint or not model:
+            raise NotServing("the openai ORM backend needs WEBRL_ORM__ENDPOINT and WEBRL_ORM__MODEL")
         tokenizer = None
         if _is_allowed_folder(settings, model):
             from webrl.models.loading import load_tokenizer
 
             tokenizer = load_tokenizer(model, settings)
-        return OpenAIOrm(settings.orm_endpoint, model, settings, tokenizer=tokenizer)
+        return OpenAIOrm(settings.orm.endpoint, model, settings, tokenizer=tokenizer)
     if not model:
-        raise NotServing("no ORM model: set WEBRL_ORM_MODEL to a model folder")
+        raise NotServing("no ORM model: set WEBRL_ORM__MODEL to a model folder")
     if path:
-        requested_model_folder(settings, path, "orm", configured=settings.orm_model)
+        requested_model_folder(settings, path, "orm", configured=settings.orm.model)
     return LocalOrm(model, settings)
 
 

@@ -154,11 +154,11 @@ def generate(settings: Settings, request: GenerateRequest) -> GenerateResult:
     common = (settings, request.phase, request.parent_keys, request.n, request.seed)
     try:
         if request.generator == "llm":
-            endpoint = request.endpoint or settings.llm_judge_endpoint
-            model = request.model or settings.llm_judge_model
+            endpoint = request.endpoint or settings.llm_judge.endpoint
+            model = request.model or settings.llm_judge.model
             if not (endpoint and model):
                 raise InvalidRequest("endpoint", "the llm generator needs endpoint and model (in the request or as "
-                                     "WEBRL_LLM_JUDGE_ENDPOINT and WEBRL_LLM_JUDGE_MODEL)")
+                                     "WEBRL_LLM_JUDGE__ENDPOINT and WEBRL_LLM_JUDGE__MODEL)")
             result = generate_llm(*common, endpoint=endpoint, model=model, mode=request.mode,
                                   feasibility=request.feasibility)
         else:

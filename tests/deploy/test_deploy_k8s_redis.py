@@ -15,7 +15,7 @@ from kustomize_lite import build
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 OVERLAYS = ["dev", "prod"]
-REDIS_URL_VARS = ("WEBRL_BROKER_URL", "WEBRL_RESULT_BACKEND", "WEBRL_REDIS_URL")
+REDIS_URL_VARS = ("WEBRL_JOBS__BROKER_URL", "WEBRL_JOBS__RESULT_BACKEND", "WEBRL_JOBS__REDIS_URL")
 PASSWORD_REF = {"secretKeyRef": {"name": "webrl-secrets", "key": "REDIS_PASSWORD"}}
 WITH_PASSWORD = re.compile(r"^redis://:\$\(REDIS_PASSWORD\)@redis:6379/\d+$")
 

@@ -6,7 +6,7 @@ on the sandbox sites.
 
 What differs from compose, and only that: compose DNS names and ports become 127.0.0.1 and free ports,
 container paths move under a temporary home (where a freshly built tiny model stands in for the SFT actor
-that ``webrl bootstrap`` writes), and the sandbox sites move to free ports through their ``WEBRL_<SITE>_URL``.
+that ``webrl bootstrap`` writes), and the sandbox sites move to free ports through their ``WEBRL_SITES__<SITE>_URL``.
 """
 
 from __future__ import annotations
@@ -127,11 +127,12 @@ class Stack:
 
 
 def _site_urls(plan: LocalPlan) -> dict[str, str]:
-    """The sandbox site URLs every process was given (``WEBRL_<SITE>_URL``)."""
-    from webrl.config import SITE_PLACEHOLDERS
+    """The sandbox site URLs every process was given (``WEBRL_SITES__<SITE>_URL``)."""
+    from webrl.config import SITE_PLACEHOLDERS, env_name
 
     env = next(p.env for p in plan.processes if p.name == "sites")
-    return {s: env[f"WEBRL_{s.upper()}_URL"] for s in SITE_PLACEHOLDERS if f"WEBRL_{s.upper()}_URL" in env}
+    names = {s: env_name("sites", f"{s}_url") for s in SITE_PLACEHOLDERS}
+    return {s: env[name] for s, name in names.items() if name in env}
 
 
 def _wait_ready(stack: Stack, broker_url: str) -> None:
@@ -176,7 +177,7 @@ def stack(postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[S
 
     from webrl.models.tiny import build_tiny_folder
 
-    actor_model = next(p for p in plan.processes if p.name == "actor").env["WEBRL_ACTOR_MODEL"]
+    actor_model = next(p for p in plan.processes if p.name == "actor").env["WEBRL_ACTOR__MODEL"]
     assert actor_model.startswith(str(home)), actor_model  # compose's path, moved under this run's home
     # What `webrl bootstrap` would leave there; random weights are enough to drive an episode.
     build_tiny_folder(["Show me the products", 'do(action="Click", element="3")'] * 20, actor_model,
@@ -196,10 +197,10 @@ def stack(postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[S
 def test_compose_stack_runs_an_agent_episode_through_rest(stack: tuple[Stack, LocalPlan]) -> None:
     running, plan = stack
     actor = next(p for p in plan.processes if p.name == "actor")
-    shopping = actor.env["WEBRL_SHOPPING_URL"]
+    shopping = actor.env["WEBRL_SITES__SHOPPING_URL"]
     body = {"intent": "Show me the products in the Electronics category", "start_url": f"{shopping}/",
             "max_steps": MAX_STEPS, "evaluate": False}
-    auth = {"Authorization": f"Bearer {actor.env['WEBRL_API_KEY']}"}
+    auth = {"Authorization": f"Bearer {actor.env['WEBRL_SECURITY__API_KEY']}"}
     response = httpx.post(f"http://127.0.0.1:{actor.port}/v1/agent/run", json=body, headers=auth,
                           timeout=RUN_TIMEOUT_S)
     assert response.status_code == 200, f"{response.text}\n--- actor log\n{running.tail('actor')}"

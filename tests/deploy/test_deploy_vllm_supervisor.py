@@ -92,7 +92,7 @@ def test_supervisor_reloads_vllm_on_a_published_actor(settings: Settings, traine
     fake, log = tmp_path / "fake_vllm.py", tmp_path / "serve.log"
     fake.write_text(FAKE_SERVE)
     env = {**os.environ, "WEBRL_TRAINER_URL": trainer_url}
-    env.pop("WEBRL_API_KEY", None)
+    env.pop("WEBRL_SECURITY__API_KEY", None)
     proc = subprocess.Popen(
         [sys.executable, str(SUPERVISOR), "--port", "18000", "--initial-model", str(initial), "--poll-s", "0.3",
          "--stop-timeout-s", "5", "--serve-cmd", f"{sys.executable} {fake} {log}", "--", "--dtype", "bfloat16"],

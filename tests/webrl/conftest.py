@@ -25,7 +25,7 @@ def free_port() -> int:
 def site_env() -> dict[str, str]:
     from webrl.sandbox.sites import SITES
 
-    return {f"WEBRL_{site.upper()}_URL": f"http://127.0.0.1:{free_port()}" for site in SITES}
+    return {f"WEBRL_SITES__{site.upper()}_URL": f"http://127.0.0.1:{free_port()}" for site in SITES}
 
 
 @contextlib.contextmanager
@@ -34,7 +34,7 @@ def embedded_home(home: Path, env: dict[str, str]) -> Iterator[Settings]:
     fixture (monkeypatch is per test); restored afterwards."""
     saved = dict(os.environ)
     os.environ.update({"WEBRL_HOME": str(home), **env})
-    for var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL", "WEBRL_API_KEY"):
+    for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY"):
         os.environ.pop(var, None)
     get_settings.cache_clear()
     try:
@@ -93,7 +93,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]
     monkeypatch.setenv("WEBRL_HOME", str(tmp_path / "home"))
     for var, value in site_env().items():
         monkeypatch.setenv(var, value)
-    for var in ("WEBRL_DATABASE_URL", "WEBRL_BROKER_URL", "WEBRL_API_KEY"):
+    for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY"):
         monkeypatch.delenv(var, raising=False)
     get_settings.cache_clear()
     from webrl.queue import configure

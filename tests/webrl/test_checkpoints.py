@@ -103,7 +103,7 @@ publish_folder(write, Path({str(tmp_path / 'v1')!r}), role="actor", version="v1"
 def test_publish_announces_on_redis(db: Settings, redis_url: str, tmp_path: Path) -> None:
     import redis
 
-    db.redis_url = redis_url
+    db.jobs.redis_url = redis_url
     client = redis.Redis.from_url(redis_url)
     pubsub = client.pubsub()
     pubsub.subscribe(ck.CHANNEL)

@@ -46,20 +46,20 @@ def busy_port() -> Iterator[int]:
 
 def test_sites_serve_on_a_busy_port_names_it_and_how_to_move(settings: Settings, busy_port: int) -> None:
     done = _run(settings, "sites", "serve", "--site", "shopping",
-                env={"WEBRL_SHOPPING_URL": f"http://127.0.0.1:{busy_port}"})
+                env={"WEBRL_SITES__SHOPPING_URL": f"http://127.0.0.1:{busy_port}"})
     line = _one_line_error(done)
     assert f"port {busy_port}" in line and "sandbox site shopping" in line and "in use" in line
-    assert "WEBRL_SHOPPING_URL" in line and "--port-offset" in line
+    assert "WEBRL_SITES__SHOPPING_URL" in line and "--port-offset" in line
 
 
 def test_eval_with_the_sites_already_served_names_the_port(free_sites: Settings, busy_port: int) -> None:
     """What `make demo` met when `webrl sites serve` ran in another terminal: the embedded run serves the sites.
     The other sites get free ports, so only reddit's is busy whatever else runs on this machine."""
-    sites = {k: v for k, v in os.environ.items() if k.startswith("WEBRL_") and k.endswith("_URL")}
+    sites = {k: v for k, v in os.environ.items() if k.startswith("WEBRL_SITES__")}
     done = _run(free_sites, "eval", "--actor", str(TINY_ACTOR), "--limit", "1",
-                env={**sites, "WEBRL_REDDIT_URL": f"http://127.0.0.1:{busy_port}"})
+                env={**sites, "WEBRL_SITES__REDDIT_URL": f"http://127.0.0.1:{busy_port}"})
     line = _one_line_error(done)
-    assert f"port {busy_port}" in line and "sandbox site reddit" in line and "WEBRL_REDDIT_URL" in line
+    assert f"port {busy_port}" in line and "sandbox site reddit" in line and "WEBRL_SITES__REDDIT_URL" in line
 
 
 def test_serve_on_a_busy_port_names_it(settings: Settings, busy_port: int) -> None:
@@ -87,19 +87,25 @@ def test_eval_names_the_entry_and_field_of_a_bad_task(settings: Settings, tmp_pa
 
 def test_an_invalid_setting_is_named_by_its_variable(settings: Settings) -> None:
     for module, args in (("webrl.cli", ("db", "upgrade")), ("webrl.demo", ())):
-        line = _one_line_error(_run(settings, *args, module=module, env={"WEBRL_DTYPE": "float64"}))
-        assert "invalid settings: WEBRL_DTYPE:" in line, module
+        line = _one_line_error(_run(settings, *args, module=module, env={"WEBRL_MODELS__DTYPE": "float64"}))
+        assert "invalid settings: WEBRL_MODELS__DTYPE:" in line, module
+
+
+def test_a_flat_setting_of_before_the_groups_is_named_with_its_new_name(settings: Settings) -> None:
+    for module, args in (("webrl.cli", ("db", "upgrade")), ("webrl.demo", ())):
+        line = _one_line_error(_run(settings, *args, module=module, env={"WEBRL_ACTOR_BACKEND": "openai"}))
+        assert "WEBRL_ACTOR_BACKEND is now WEBRL_ACTOR__BACKEND" in line, module
 
 
 @pytest.mark.postgres
 def test_db_upgrade_never_prints_the_password(settings: Settings, postgres_url: str) -> None:
     secret = "s3cr%et-Pw"
     with_password = postgres_url.replace("postgres@", "postgres:s3cr%25et-Pw@")  # trust auth ignores it
-    done = _run(settings, "db", "upgrade", env={"WEBRL_DATABASE_URL": with_password})
+    done = _run(settings, "db", "upgrade", env={"WEBRL_DATABASE__URL": with_password})
     assert done.returncode == 0, done.stderr
     assert "postgres:***@" in done.stdout and secret not in done.stdout + done.stderr
     assert "s3cr" not in done.stdout + done.stderr
     unreachable = with_password.replace("127.0.0.1:5432", "127.0.0.1:1")
-    line = _one_line_error(_run(settings, "db", "upgrade", env={"WEBRL_DATABASE_URL": unreachable}))
+    line = _one_line_error(_run(settings, "db", "upgrade", env={"WEBRL_DATABASE__URL": unreachable}))
     assert "cannot reach the database at postgresql+psycopg://postgres:***@127.0.0.1:1/" in line
     assert "s3cr" not in line

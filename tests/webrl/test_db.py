@@ -27,7 +27,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
         url = f"sqlite:///{tmp_path / 'webrl.db'}"
     else:
         url = request.getfixturevalue("postgres_url")
-    s = Settings(home=tmp_path, database_url=url, _env_file=None)
+    s = Settings(home=tmp_path, database={"url": url}, _env_file=None)
     upgrade(s)
     yield s
     downgrade(s)  # leaves the per-session Postgres database empty for the next test

@@ -13,7 +13,8 @@ from webrl.paths import confined_path, requested_model_folder
 
 @pytest.fixture
 def store(tmp_path: Path) -> Settings:
-    settings = Settings(home=tmp_path / "home", database_url="sqlite://", model_dirs=[])  # not the session's
+    settings = Settings(home=tmp_path / "home", database={"url": "sqlite://"},
+                        security={"model_dirs": []})  # not the session's
     settings.ensure_dirs()
     return settings
 
@@ -48,11 +49,11 @@ def test_a_requested_model_folder_must_be_in_the_store_a_model_dir_or_the_config
     assert requested_model_folder(store, str(inside), "orm") == inside.resolve()
     released = tmp_path / "released" / "webrl-orm"
     released.mkdir(parents=True)
-    with pytest.raises(InvalidRequest, match="WEBRL_MODEL_DIRS") as refused:
+    with pytest.raises(InvalidRequest, match="WEBRL_SECURITY__MODEL_DIRS") as refused:
         requested_model_folder(store, str(released), "orm")
     assert refused.value.field == "orm"
     assert requested_model_folder(store, str(released), "orm", configured=str(released)) == released.resolve()
-    store.model_dirs = [str(tmp_path / "released")]
+    store.security.model_dirs = [str(tmp_path / "released")]
     assert requested_model_folder(store, str(released), "orm") == released.resolve()
 
 
@@ -69,5 +70,5 @@ def test_a_missing_folder_inside_the_store_is_named(store: Settings) -> None:
 
 
 def test_model_dirs_come_comma_separated_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WEBRL_MODEL_DIRS", "/models/a, /models/b")
-    assert Settings().model_dirs == ["/models/a", "/models/b"]
+    monkeypatch.setenv("WEBRL_SECURITY__MODEL_DIRS", "/models/a, /models/b")
+    assert Settings().security.model_dirs == ["/models/a", "/models/b"]

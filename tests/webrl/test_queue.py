@@ -44,14 +44,14 @@ def test_eager_dispatch_runs_in_process(settings: Settings) -> None:
 @pytest.fixture
 def worker(redis_url: str, postgres_url: str, tmp_path: Path) -> Iterator[Settings]:
     broker = redis_url
-    env = {**os.environ, "WEBRL_BROKER_URL": broker, "WEBRL_DATABASE_URL": postgres_url,
+    env = {**os.environ, "WEBRL_JOBS__BROKER_URL": broker, "WEBRL_DATABASE__URL": postgres_url,
            "WEBRL_HOME": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "webrl.queue", "worker", "-Q", "default", "--pool", "solo",
          "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
-    s = Settings(home=tmp_path, broker_url=broker, database_url=postgres_url, _env_file=None)
+    s = Settings(home=tmp_path, jobs={"broker_url": broker}, database={"url": postgres_url}, _env_file=None)
     configure(s)
     try:
         yield s
@@ -75,11 +75,11 @@ def test_a_task_goes_through_a_real_worker_via_redis(worker: Settings) -> None:
 
 
 def test_limits_are_set_explicitly() -> None:
-    settings = Settings(job_time_limit_s=100.0, _env_file=None)
-    assert settings.broker_visibility_timeout_s == 700.0 and settings.dispatch_timeout_s == 800.0
-    with pytest.raises(ValueError, match=r"broker_visibility_timeout_s .* must exceed job_time_limit_s"):
-        Settings(job_time_limit_s=100.0, broker_visibility_timeout_s=50.0, _env_file=None)
-    configure(Settings(job_time_limit_s=100.0, _env_file=None))
+    settings = Settings(jobs={"time_limit_s": 100.0}, _env_file=None)
+    assert settings.jobs.visibility_timeout_s == 700.0 and settings.jobs.dispatch_timeout_s == 800.0
+    with pytest.raises(ValueError, match=r"visibility_timeout_s .* must exceed time_limit_s"):
+        Settings(jobs={"time_limit_s": 100.0, "visibility_timeout_s": 50.0}, _env_file=None)
+    configure(Settings(jobs={"time_limit_s": 100.0}, _env_file=None))
     try:
         conf = celery_app.conf
         assert conf.broker_transport_options["visibility_timeout"] == 700.0
@@ -128,12 +128,13 @@ def test_a_job_of_a_killed_worker_is_redelivered(redis_url: str, postgres_url: s
     started, ready = tmp_path / "started", tmp_path / "ready"
     started.mkdir()
     ready.mkdir()
-    env = {**os.environ, "WEBRL_BROKER_URL": broker, "WEBRL_DATABASE_URL": postgres_url, "WEBRL_HOME": str(tmp_path),
-           "WEBRL_JOB_TIME_LIMIT_S": str(TIME_LIMIT_S), "WEBRL_BROKER_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
-           "KILLTEST_READY_DIR": str(ready),
+    env = {**os.environ, "WEBRL_JOBS__BROKER_URL": broker, "WEBRL_DATABASE__URL": postgres_url,
+           "WEBRL_HOME": str(tmp_path), "WEBRL_JOBS__TIME_LIMIT_S": str(TIME_LIMIT_S),
+           "WEBRL_JOBS__VISIBILITY_TIMEOUT_S": str(VISIBILITY_S), "KILLTEST_READY_DIR": str(ready),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    configure(Settings(home=tmp_path, broker_url=broker, database_url=postgres_url, job_time_limit_s=TIME_LIMIT_S,
-                       broker_visibility_timeout_s=VISIBILITY_S, dispatch_timeout_s=600.0, _env_file=None))
+    configure(Settings(home=tmp_path, database={"url": postgres_url}, _env_file=None,
+                       jobs={"broker_url": broker, "time_limit_s": TIME_LIMIT_S, "visibility_timeout_s": VISIBILITY_S,
+                             "dispatch_timeout_s": 600.0}))
     first = _start_worker(env, queue, "first")
     second = _start_worker(env, f"{queue}-idle", "second")  # takes the queue over once the first is dead
     outcome: dict = {}
@@ -161,7 +162,7 @@ def test_dispatch_without_a_worker_times_out_clearly(redis_url: str, tmp_path: P
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     queue = f"nobody-{uuid.uuid4().hex[:8]}"
     monkeypatch.setitem(QUEUES, "nobody", queue)
-    configure(Settings(home=tmp_path, broker_url=redis_url, dispatch_timeout_s=1.0, _env_file=None))
+    configure(Settings(home=tmp_path, jobs={"broker_url": redis_url, "dispatch_timeout_s": 1.0}, _env_file=None))
     try:
         start = time.monotonic()
         with pytest.raises(DispatchTimeout, match=f"no result within 1 s: is a worker consuming queue '{queue}'"):

@@ -22,7 +22,7 @@ def test_unknown_fields_are_kept() -> None:
 
 
 def test_placeholders_resolve_from_settings() -> None:
-    s = Settings(shopping_admin_url="http://admin.example:7780/admin", _env_file=None)
+    s = Settings(sites={"shopping_admin_url": "http://admin.example:7780/admin"}, _env_file=None)
     text = "__SHOPPING_ADMIN__/sales |AND| __SHOPPING__/cart"
     out = resolve_placeholders(text, s)
     assert out == f"http://admin.example:7780/admin/sales |AND| {s.site_url('shopping')}/cart"

@@ -52,7 +52,7 @@ def _free_port() -> int:
 @pytest.fixture
 def served(settings: Settings) -> Iterator[tuple[str, Settings]]:
     """Serve the app with uvicorn on a free port; yields its base URL."""
-    secured = settings.model_copy(update={"api_key": "s3cret-key"})
+    secured = settings.replace(security={"api_key": "s3cret-key"})
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(_app(secured), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -97,7 +97,7 @@ def test_bad_input_is_a_422_naming_the_field(served: tuple[str, Settings]) -> No
 def test_readyz_reports_an_unreachable_database(tmp_path) -> None:
     from fastapi.testclient import TestClient
 
-    broken = Settings(home=tmp_path, database_url="postgresql+psycopg://nobody@127.0.0.1:1/none", _env_file=None)
+    broken = Settings(home=tmp_path, database={"url": "postgresql+psycopg://nobody@127.0.0.1:1/none"}, _env_file=None)
     resp = TestClient(create_app("x", settings=broken)).get("/readyz")
     assert resp.status_code == 503
     assert resp.json()["checks"]["database"].startswith("error")
@@ -106,15 +106,15 @@ def test_readyz_reports_an_unreachable_database(tmp_path) -> None:
 @pytest.mark.parametrize("server, allowed", [("127.0.0.1", True), ("[::1]", True), ("10.1.2.3", False)])
 async def test_without_a_key_only_loopback_is_served(tmp_path, server: str, allowed: bool) -> None:
     """No API key: a request that came in on a network address gets a 401 saying how to fix it (health
-    checks stay open); loopback is served; WEBRL_ALLOW_NO_AUTH=1 serves both; a key serves both with auth."""
-    base = Settings(home=tmp_path, database_url="sqlite://", _env_file=None)
-    for settings, served in ((base, allowed), (base.model_copy(update={"allow_no_auth": True}), True)):
+    checks stay open); loopback is served; WEBRL_SECURITY__ALLOW_NO_AUTH=1 serves both; a key serves both with auth."""
+    base = Settings(home=tmp_path, database={"url": "sqlite://"}, _env_file=None)
+    for settings, served in ((base, allowed), (base.replace(security={"allow_no_auth": True}), True)):
         transport = httpx.ASGITransport(app=_app(settings))
         async with httpx.AsyncClient(transport=transport, base_url=f"http://{server}:8101") as client:
             reply = await client.post("/v1/echo", json={"text": "x"})
             assert (reply.status_code == 200) is served, reply.text
             if not served:
-                assert reply.status_code == 401 and "WEBRL_API_KEY" in reply.json()["error"]["message"]
+                assert reply.status_code == 401 and "WEBRL_SECURITY__API_KEY" in reply.json()["error"]["message"]
             assert (await client.get("/healthz")).status_code == 200
 
 
@@ -125,12 +125,12 @@ def test_serve_refuses_an_open_network_bind(monkeypatch: pytest.MonkeyPatch) -> 
     from webrl.config import get_settings
     from webrl.service import unauthenticated_bind_problem
 
-    monkeypatch.delenv("WEBRL_API_KEY", raising=False)
-    monkeypatch.delenv("WEBRL_ALLOW_NO_AUTH", raising=False)
+    monkeypatch.delenv("WEBRL_SECURITY__API_KEY", raising=False)
+    monkeypatch.delenv("WEBRL_SECURITY__ALLOW_NO_AUTH", raising=False)
     get_settings.cache_clear()
     try:
         result = CliRunner().invoke(app, ["serve", "actor", "--host", "0.0.0.0"])
-        assert result.exit_code == 2 and "WEBRL_API_KEY" in result.output
+        assert result.exit_code == 2 and "WEBRL_SECURITY__API_KEY" in result.output
         unknown = CliRunner().invoke(app, ["serve", "nothing"])
         assert unknown.exit_code == 2 and "unknown service 'nothing'" in unknown.output
     finally:
@@ -139,8 +139,8 @@ def test_serve_refuses_an_open_network_bind(monkeypatch: pytest.MonkeyPatch) -> 
     for host in ("127.0.0.1", "::1", "[::1]", "localhost"):
         assert unauthenticated_bind_problem(host, open_settings) is None, host
     assert "0.0.0.0" in (unauthenticated_bind_problem("0.0.0.0", open_settings) or "")
-    assert unauthenticated_bind_problem("0.0.0.0", Settings(api_key="k", _env_file=None)) is None
-    assert unauthenticated_bind_problem("0.0.0.0", Settings(allow_no_auth=True, _env_file=None)) is None
+    assert unauthenticated_bind_problem("0.0.0.0", Settings(security={"api_key": "k"}, _env_file=None)) is None
+    assert unauthenticated_bind_problem("0.0.0.0", Settings(security={"allow_no_auth": True}, _env_file=None)) is None
 
 
 def _exchange(sock: socket.socket, path: str) -> bytes:
@@ -174,12 +174,13 @@ def test_a_500_is_the_error_shape_and_keeps_the_connection(served: tuple[str, Se
 def test_model_work_runs_off_the_loop_one_at_a_time_within_the_timeout(settings: Settings) -> None:
     from fastapi.testclient import TestClient
 
-    hurried = settings.model_copy(update={"model_request_timeout_s": 0.5})
+    hurried = settings.replace(limits={"model_request_timeout_s": 0.5})
     with TestClient(_app(hurried)) as client:
         assert client.post("/v1/slow", params={"seconds": 0.01}).json() == {"slept": 0.01}
         late = client.post("/v1/slow", params={"seconds": 5})
         assert late.status_code == 504 and late.json()["error"]["type"] == "timeout"
-        assert "sleeping took longer than 0.5 s (WEBRL_MODEL_REQUEST_TIMEOUT_S)" in late.json()["error"]["message"]
+        message = late.json()["error"]["message"]
+        assert "sleeping took longer than 0.5 s (WEBRL_LIMITS__MODEL_REQUEST_TIMEOUT_S)" in message
         busy = client.post("/v1/slow", params={"seconds": 0.01})  # the 5 s sleep still holds the model
         assert busy.status_code == 504 and "sleeping (waiting for the model, busy with other requests) took" \
             in busy.json()["error"]["message"]

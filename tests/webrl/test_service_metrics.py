@@ -43,7 +43,7 @@ def test_queue_depth_counts_the_jobs_waiting_on_the_redis_broker(settings: Setti
     from webrl.queue import make_celery
 
     broker = redis_url.rsplit("/", 1)[0] + "/13"  # a database of its own: no worker consumes these queues
-    broker_settings = settings.model_copy(update={"broker_url": broker, "result_backend": broker})
+    broker_settings = settings.replace(jobs={"broker_url": broker, "result_backend": broker})
     server = redis.Redis.from_url(broker)
     keys = [*QUEUE_NAMES, *(f"_kombu.binding.{q}" for q in QUEUE_NAMES)]
     server.delete(*keys)
@@ -63,7 +63,7 @@ def test_queue_depth_counts_the_jobs_waiting_on_the_redis_broker(settings: Setti
 
 
 def test_an_unreachable_broker_leaves_the_queue_series_empty_and_metrics_answering(settings: Settings) -> None:
-    client = _probe_app(settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"}))
+    client = _probe_app(settings.replace(jobs={"broker_url": "redis://127.0.0.1:1/0"}))
     reply = client.get("/metrics")
     assert reply.status_code == 200 and "# TYPE webrl_queue_depth gauge" in reply.text
     assert not any(key.startswith("webrl_queue_depth") for key in read_samples(reply.text))

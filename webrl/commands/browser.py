@@ -1,5 +1,5 @@
 """``webrl browser``: Chromium as a server of its own (:mod:`webrl.browser_server`), for a browser pool that
-connects to it over CDP (``WEBRL_BROWSER_CDP_URL``)."""
+connects to it over CDP (``WEBRL_BROWSER__CDP_URL``)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(BROWSER_SERVER_PORT, min=0, max=65535, help="Port."),
         max_browsers: int = typer.Option(16, min=1, help="Most browsers running at once (one per connection)."),
     ) -> None:
-        """A fresh Chromium (WEBRL_CHROMIUM_PATH, Playwright's switches) for each WebSocket connection, relayed
-        over CDP, gone with its profile when the connection closes; point WEBRL_BROWSER_CDP_URL at ws://HOST:PORT/."""
+        """A fresh Chromium (WEBRL_BROWSER__CHROMIUM_PATH, Playwright's switches) for each WebSocket connection, relayed
+        over CDP, gone with its profile when the connection closes; point WEBRL_BROWSER__CDP_URL at ws://HOST:PORT/."""
         import asyncio
 
         from webrl.browser_server import run
 
-        asyncio.run(run(host, port, get_settings().chromium_path, max_browsers))
+        asyncio.run(run(host, port, get_settings().browser.chromium_path, max_browsers))
 
     app.add_typer(browser, name="browser")

@@ -12,7 +12,7 @@ def register(app: typer.Typer) -> None:
 
     @db.command("upgrade")
     def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upgrade to.")) -> None:
-        """Create or migrate the database at WEBRL_DATABASE_URL (SQLite under WEBRL_HOME by default)."""
+        """Create or migrate the database at WEBRL_DATABASE__URL (SQLite under WEBRL_HOME by default)."""
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import OperationalError
 
@@ -21,15 +21,15 @@ def register(app: typer.Typer) -> None:
         from webrl.errors import UserError
 
         settings = get_settings()
-        assert settings.database_url is not None
-        where = shown_url(settings.database_url)  # never the password
+        assert settings.database.url is not None
+        where = shown_url(settings.database.url)  # never the password
         try:
             run_upgrade(settings, revision)
         except OperationalError as exc:
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-            password = make_url(settings.database_url).password
+            password = make_url(settings.database.url).password
             reason = reason.replace(str(password), "***") if password else reason
-            raise UserError(f"cannot reach the database at {where}: {reason} (WEBRL_DATABASE_URL)") from None
+            raise UserError(f"cannot reach the database at {where}: {reason} (WEBRL_DATABASE__URL)") from None
         typer.echo(f"database at {where} is at {revision}")
 
     app.add_typer(db, name="db")

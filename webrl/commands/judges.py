@@ -254,7 +254,7 @@ def check_start(base: str, lora_rank: int | None, max_prompt_tokens: int | None)
                                  "leave --lora-rank out", param_hint="--lora-rank")
     if not is_adapter(base) and lora_rank is None and max_prompt_tokens is not None:
         raise typer.BadParameter("applies to a LoRA ORM (its folder records the budget); a fully fine-tuned ORM "
-                                 "uses WEBRL_ORM_MAX_PROMPT_TOKENS, or add --lora-rank",
+                                 "uses WEBRL_ORM__MAX_PROMPT_TOKENS, or add --lora-rank",
                                  param_hint="--max-prompt-tokens")
 
 
@@ -277,13 +277,13 @@ def model_context(settings: Settings, folder: Path) -> int | None:
 def default_prompt_tokens(settings: Settings, folder: Path) -> int:
     """A LoRA ORM's prompt budget when ``--max-prompt-tokens`` is not given: :data:`SMALL_ORM_MAX_PROMPT_TOKENS`
     on a registered pretrained base (every one is a small CPU model today), else the setting; never above
-    ``WEBRL_ORM_MAX_PROMPT_TOKENS``."""
+    ``WEBRL_ORM__MAX_PROMPT_TOKENS``."""
     from webrl.models.adapters import base_identity
     from webrl.models.base import BASES
 
     if base_identity(folder).get("name") in BASES:
-        return min(settings.orm_max_prompt_tokens, SMALL_ORM_MAX_PROMPT_TOKENS)
-    return settings.orm_max_prompt_tokens
+        return min(settings.orm.max_prompt_tokens, SMALL_ORM_MAX_PROMPT_TOKENS)
+    return settings.orm.max_prompt_tokens
 
 
 def prepare_start(settings: Settings, options: TrainOrmOptions) -> OrmStart:
@@ -297,7 +297,7 @@ def prepare_start(settings: Settings, options: TrainOrmOptions) -> OrmStart:
     rank = options.lora_rank or (DEFAULT_LORA_RANK if options.base in BASES else None)
     if not is_adapter(folder) and rank is None:  # full fine-tuning: the setting is what training and scoring use
         trainer_length = min(context or MAX_TRAIN_LENGTH, MAX_TRAIN_LENGTH)  # train.sft's default
-        wanted = settings.orm_max_prompt_tokens + ORM_CONTEXT_RESERVE
+        wanted = settings.orm.max_prompt_tokens + ORM_CONTEXT_RESERVE
         max_length = wanted if wanted < trainer_length else None
         return OrmStart(path=str(folder), lora=False, max_length=max_length,
                         max_prompt_tokens=orm_prompt_budget(max_length or trainer_length))
@@ -409,8 +409,8 @@ def register(app: typer.Typer) -> None:
                                       f"{DEFAULT_LORA_RANK} on a pretrained base; a model folder is fully fine-tuned."),
         max_prompt_tokens: int = typer.Option(None, min=64, help="Prompt budget of a LoRA ORM (the last page is cut "
                                               "to fit; the ORM folder records it). Default: "
-                                              f"{SMALL_ORM_MAX_PROMPT_TOKENS} on a pretrained "
-                                              "base (examples under ~1,000 tokens), else WEBRL_ORM_MAX_PROMPT_TOKENS."),
+                                              f"{SMALL_ORM_MAX_PROMPT_TOKENS} on a pretrained base (examples "
+                                              "under ~1,000 tokens), else WEBRL_ORM__MAX_PROMPT_TOKENS."),
         epochs: int = typer.Option(2, min=1),
         lr: float = typer.Option(None, min=0.0, help=f"Default {FULL_LR:g} (full fine-tuning), {LORA_LR:g} (LoRA)."),
         batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step."),

@@ -25,13 +25,14 @@ def register(app: typer.Typer) -> None:
 def bootstrap(
     base: str = typer.Option(None, help="Pretrained base to train a LoRA adapter on (smollm2-135m); default: the tiny"
                                         " model of --size, from scratch. Each has its own recipe of defaults."),
-    size: str = typer.Option(None, help="Tiny model preset: test, small, base, large (default WEBRL_TINY_SIZE)."),
+    size: str = typer.Option(None, help="Tiny model preset: test, small, base, large "
+                                        "(default WEBRL_MODELS__TINY_SIZE)."),
     seed: int = typer.Option(None, help="Seed of suite, sample, init and SFT (default WEBRL_SEED)."),
     lora_rank: int = typer.Option(None, min=1, help="Rank of the actor's LoRA adapter on --base (default 16)."),
     demos_per_template: int = typer.Option(None, min=1, help="Train tasks per template the oracle demonstrates"
                                                              " (default 3 tiny, 4 pretrained)."),
-    sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default: WEBRL_BOOTSTRAP_MINUTES"
-                                                          " / 2 tiny, 100 pretrained)."),
+    sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default: "
+                                                          "WEBRL_MODELS__BOOTSTRAP_MINUTES / 2 tiny, 100 pretrained)."),
     epochs: int = typer.Option(None, min=1, help="SFT epochs (the cosine schedule spans all of them; the time"
                                                  " budget stops training earlier if it must)."),
     lr: float = typer.Option(None, min=0.0, help="SFT peak learning rate (default 2e-3 tiny, 5e-4 LoRA)."),
@@ -63,7 +64,7 @@ def bootstrap(
     from webrl.models.tiny import SIZES, pretokenize_pattern
 
     settings = get_settings()
-    size = size or settings.tiny_size
+    size = size or settings.models.tiny_size
     if base is not None and base not in BASES:
         raise typer.BadParameter(f"unknown base {base!r}; expected one of {sorted(BASES)}", param_hint="--base")
     if size not in SIZES:
@@ -75,13 +76,13 @@ def bootstrap(
     given = {"lora_rank": lora_rank, "demos_per_template": demos_per_template, "epochs": epochs, "lr": lr,
              "warmup_steps": warmup_steps, "batch_size": batch_size, "sft_minutes": sft_minutes}
     overrides = {k: v for k, v in given.items() if v is not None}
-    common = dict(seed=settings.seed if seed is None else seed, size=size, vocab_size=settings.tiny_vocab_size,
+    common = dict(seed=settings.seed if seed is None else seed, size=size, vocab_size=settings.models.tiny_vocab_size,
                   words=words, task_reminder=task_reminder, cosine=cosine, prompt_loss_weight=prompt_loss_weight,
                   relabelled_copies=relabelled_copies, concurrency=concurrency, evaluate=evaluate, output=output)
     if base is not None:
         config = BootstrapConfig.pretrained(base, **common, **overrides)
     else:
-        config = BootstrapConfig(**{"sft_minutes": settings.bootstrap_minutes / 2, **common, **overrides})
+        config = BootstrapConfig(**{"sft_minutes": settings.models.bootstrap_minutes / 2, **common, **overrides})
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
     quiet_model_loading()

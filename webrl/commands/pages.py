@@ -18,7 +18,7 @@ from webrl.allow_list import first_refused
 from webrl.config import get_settings
 from webrl.contracts import CheckedPage, PageCheckRequest, PageCheckResult
 
-ALLOW_LIST_HINT = "WEBRL_ALLOWED_HOSTS sets the allow-list"
+ALLOW_LIST_HINT = "WEBRL_SECURITY__ALLOWED_HOSTS sets the allow-list"
 
 
 def render(result: PageCheckResult) -> Group:

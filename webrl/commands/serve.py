@@ -9,7 +9,7 @@ import typer
 from webrl.config import get_settings
 
 #: Services with a REST API (``services/<name>/app.py``) and the port each listens on by default (the ports of
-#: docker-compose.yml and k8s/); a service with a URL setting (``browser_pool_url``, ``actor_url``) listens on
+#: docker-compose.yml and k8s/); a service with a URL setting (``browser.pool_url``, ``actor.url``) listens on
 #: that URL's port instead.
 SERVICE_PORTS = {"browser_pool": 8101, "actor": 8102, "orm": 8103, "critic": 8104, "taskgen": 8105, "trainer": 8106}
 SERVICES = tuple(SERVICE_PORTS)
@@ -20,9 +20,10 @@ def register(app: typer.Typer) -> None:
     def serve(
         service: str = typer.Argument(..., help=f"One of {', '.join(SERVICES)}."),
         host: str = typer.Option("127.0.0.1", help="Address to listen on. Off loopback an API key is required "
-                                 "(WEBRL_API_KEY) unless WEBRL_ALLOW_NO_AUTH=1."),
-        port: int | None = typer.Option(None, help="Port (default: the port of WEBRL_<SERVICE>_URL where that "
-                                        "setting exists, else the service's own: 8101 .. 8106)."),
+                                 "(WEBRL_SECURITY__API_KEY) unless WEBRL_SECURITY__ALLOW_NO_AUTH=1."),
+        port: int | None = typer.Option(None, help="Port (default: the port of the service's URL setting where "
+                                        "it has one, WEBRL_ACTOR__URL or WEBRL_BROWSER__POOL_URL, else the "
+                                        "service's own: 8101 .. 8106)."),
     ) -> None:
         """Serve SERVICE's REST API (what the containers run)."""
         from webrl.service import unauthenticated_bind_problem
@@ -38,8 +39,8 @@ def register(app: typer.Typer) -> None:
 
         from webrl.errors import bind_or_explain
 
-        configured = getattr(settings, f"{service}_url", None)
+        configured = settings.service_url(service)
         chosen = port or (urlsplit(configured).port if configured else None) or SERVICE_PORTS[service]
         bind_or_explain(host, chosen, f"the {service} service", "is it already served? Stop it, or give --port N "
-                        "(and point its callers at it, e.g. WEBRL_ACTOR_URL)").close()  # taken: one line, no traceback
+                        "(and point its callers at it, e.g. WEBRL_ACTOR__URL)").close()  # taken: one line, no traceback
         uvicorn.run(f"services.{service}.app:app", host=host, port=chosen)

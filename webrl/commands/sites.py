@@ -12,11 +12,11 @@ def register(app: typer.Typer) -> None:
 
     @sites.command("serve")
     def serve(
-        port_offset: int = typer.Option(0, help="Added to every site's port (from WEBRL_<SITE>_URL, else "
+        port_offset: int = typer.Option(0, help="Added to every site's port (from WEBRL_SITES__<SITE>_URL, else "
                                         "config.SANDBOX_PORTS)."),
         only: list[str] = typer.Option(None, "--site", help="Serve only these sites (repeatable)."),
     ) -> None:
-        """Serve every sandbox site on the port its WEBRL_<SITE>_URL names (default config.SANDBOX_PORTS), so the
+        """Serve every sandbox site on the port its WEBRL_SITES__<SITE>_URL names (default config.SANDBOX_PORTS), so the
         workers that read the same settings find it; print the URLs the placeholders resolve to."""
         from webrl.config import SITE_PLACEHOLDERS
         from webrl.sandbox.server import running_sandbox, sandbox_ports

@@ -187,7 +187,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
         if orm_path is not None:  # the ORM service loads only folders a request may name (webrl.paths)
             try:
-                requested_model_folder(settings, str(orm_path), "orm", configured=settings.orm_model)
+                requested_model_folder(settings, str(orm_path), "orm", configured=settings.orm.model)
             except InvalidRequest as refused:
                 raise typer.BadParameter(str(refused).removeprefix("orm: "), param_hint="--orm") from None
         hyperparams = hyperparams_for(preset, {

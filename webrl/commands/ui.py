@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
     @app.command("ui")
     def ui(
         host: str = typer.Option("127.0.0.1", help="Address to listen on. Off loopback an API key is required "
-                                 "(WEBRL_API_KEY) unless WEBRL_ALLOW_NO_AUTH=1."),
+                                 "(WEBRL_SECURITY__API_KEY) unless WEBRL_SECURITY__ALLOW_NO_AUTH=1."),
         port: int = typer.Option(VIEWER_PORT, min=1, max=65535, help="Port."),
     ) -> None:
         """Browse runs, phases, generated tasks and trajectories step by step (read-only, in a browser)."""

@@ -30,15 +30,15 @@ def shown_url(url: str) -> str:
 
 
 def upgrade(settings: Settings | None = None, revision: str = "head") -> None:
-    """Bring the database at ``settings.database_url`` to ``revision`` (idempotent)."""
+    """Bring the database at ``settings.database.url`` to ``revision`` (idempotent)."""
     settings = settings or get_settings()
-    assert settings.database_url is not None
-    if settings.database_url.startswith("sqlite"):
+    assert settings.database.url is not None
+    if settings.database.url.startswith("sqlite"):
         settings.ensure_dirs()
-    command.upgrade(alembic_config(settings.database_url), revision)
+    command.upgrade(alembic_config(settings.database.url), revision)
 
 
 def downgrade(settings: Settings | None = None, revision: str = "base") -> None:
     settings = settings or get_settings()
-    assert settings.database_url is not None
-    command.downgrade(alembic_config(settings.database_url), revision)
+    assert settings.database.url is not None
+    command.downgrade(alembic_config(settings.database.url), revision)

@@ -56,8 +56,8 @@ def read_only_engine_for(url: str) -> Engine:
 
 def get_engine(settings: Settings | None = None) -> Engine:
     settings = settings or get_settings()
-    assert settings.database_url is not None
-    return engine_for(settings.database_url)
+    assert settings.database.url is not None
+    return engine_for(settings.database.url)
 
 
 def session_factory(settings: Settings | None = None) -> sessionmaker[Session]:
@@ -83,8 +83,8 @@ def read_only_scope(settings: Settings | None = None) -> Iterator[Session]:
     """A session on :func:`read_only_engine_for` (what the viewer reads with): nothing it does can write, and it
     always ends with a rollback."""
     settings = settings or get_settings()
-    assert settings.database_url is not None
-    session = Session(read_only_engine_for(settings.database_url))
+    assert settings.database.url is not None
+    session = Session(read_only_engine_for(settings.database.url))
     try:
         yield session
     finally:

@@ -33,8 +33,8 @@ class LLMJudgeNotConfiguredError(EvaluationError):
 
     def __init__(self, what: str) -> None:
         super().__init__(
-            f"{what} needs an LLM judge: set WEBRL_LLM_JUDGE_ENDPOINT (an OpenAI-compatible base URL such as "
-            f"http://host:8000/v1) and WEBRL_LLM_JUDGE_MODEL (settings.llm_judge_endpoint / llm_judge_model)."
+            f"{what} needs an LLM judge: set WEBRL_LLM_JUDGE__ENDPOINT (an OpenAI-compatible base URL such as "
+            f"http://host:8000/v1) and WEBRL_LLM_JUDGE__MODEL (settings.llm_judge.endpoint / .model)."
         )
 
 

@@ -4,7 +4,7 @@ WebArena asks GPT-4 (``gpt-4-1106-preview``, temperature 0) two kinds of questio
 (``evaluation_harness/helper_functions.py``): whether a student answer is semantically equivalent to a
 reference (``llm_fuzzy_match``), and whether a report of failure names the reason a task is unachievable
 (``llm_ua_match``). The verdict words and how they are read are WebArena's; the endpoint and model come
-from ``settings.llm_judge_endpoint`` / ``llm_judge_model`` (vLLM, SGLang, TGI or OpenAI itself).
+from ``settings.llm_judge.endpoint`` / ``.model`` (vLLM, SGLang, TGI or OpenAI itself).
 """
 
 from __future__ import annotations
@@ -83,14 +83,14 @@ class LLMJudge:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LLMJudge | None:
-        """The configured judge, or None when ``llm_judge_endpoint`` or ``llm_judge_model`` is unset."""
-        if not settings.llm_judge_endpoint or not settings.llm_judge_model:
+        """The configured judge, or None when ``llm_judge.endpoint`` or ``llm_judge.model`` is unset."""
+        if not settings.llm_judge.endpoint or not settings.llm_judge.model:
             return None
         return cls(
-            endpoint=settings.llm_judge_endpoint.rstrip("/"),
-            model=settings.llm_judge_model,
-            api_key=settings.llm_judge_api_key,
-            timeout_s=settings.llm_judge_timeout_s,
+            endpoint=settings.llm_judge.endpoint.rstrip("/"),
+            model=settings.llm_judge.model,
+            api_key=settings.llm_judge.api_key,
+            timeout_s=settings.llm_judge.timeout_s,
         )
 
     async def fuzzy_match(self, pred: str, reference: str, question: str) -> float:

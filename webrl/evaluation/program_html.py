@@ -143,14 +143,14 @@ class _Pages:
             self.own = await self.end.context.new_page()
             await NavigationGuard.on_page(self.own, allowed, self.blocked.append)
         try:
-            await self.own.goto(url, wait_until="load", timeout=settings.evaluation_nav_timeout_s * 1000)
+            await self.own.goto(url, wait_until="load", timeout=settings.evaluation.nav_timeout_s * 1000)
         except PlaywrightError as exc:
             if self.blocked:
                 raise EvaluationError(f"program_html: {url} redirected to {self.blocked[-1]}, whose host is not "
                                       f"on the allow-list {allowed}") from None
             raise EvaluationError(f"program_html could not open {url}: {exc.message}") from exc
-        if settings.evaluation_settle_s:
-            await asyncio.sleep(settings.evaluation_settle_s)
+        if settings.evaluation.settle_s:
+            await asyncio.sleep(settings.evaluation.settle_s)
         self.current = self.own
         return self.own
 

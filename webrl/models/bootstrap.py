@@ -206,10 +206,10 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         raise ValueError(f"unknown size {config.size!r}; expected one of {list(SIZES)}")
     pretokenize_pattern(config.words)
     settings.ensure_dirs()
-    if settings.torch_threads:  # the embedded SFT runs in this process
+    if settings.models.torch_threads:  # the embedded SFT runs in this process
         import torch
 
-        torch.set_num_threads(settings.torch_threads)
+        torch.set_num_threads(settings.models.torch_threads)
     assert settings.artifacts_dir is not None
     models_dir = settings.artifacts_dir / "models"
     output = (config.output or models_dir / "actor-sft").resolve()  # the trainer reads relative paths in the store
@@ -251,7 +251,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
             warmup_steps=config.warmup_steps, cosine=config.cosine,
             prompt_loss_weight=config.prompt_loss_weight, relabelled_copies=config.relabelled_copies,
             lora_rank=config.lora_rank if config.base is not None else None,
-            max_length=settings.actor_max_prompt_tokens + COMPLETION_BUDGET))
+            max_length=settings.actor.max_prompt_tokens + COMPLETION_BUDGET))
         done("sft")
         evaluation = (evaluate_checkpoint(settings, sft.path, concurrency=config.concurrency, seed=config.seed)
                       if config.evaluate else None)

@@ -48,14 +48,14 @@ def resolve_model_dir(path: str | Path) -> Path:
 
 
 def torch_dtype(settings: Settings) -> torch.dtype | str:
-    return _DTYPES[settings.dtype]
+    return _DTYPES[settings.models.dtype]
 
 
 def load_tokenizer(path: str | Path, settings: Settings) -> PreTrainedTokenizerBase:
     """The folder's tokenizer, set up for batched generation: left padding, a pad token."""
     folder = resolve_model_dir(path)
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True,
-                                              trust_remote_code=settings.trust_remote_code)
+                                              trust_remote_code=settings.models.trust_remote_code)
     tokenizer.padding_side = "left"  # generation appends on the right; prompts line up on the left pad
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -98,18 +98,18 @@ def load_causal_lm(path: str | Path, settings: Settings, *, train: bool = False
     The model is in eval mode unless ``train``.
     """
     folder = resolve_model_dir(path)
-    if settings.torch_threads:
-        torch.set_num_threads(settings.torch_threads)  # process-wide: CPU inference and training share it
+    if settings.models.torch_threads:
+        torch.set_num_threads(settings.models.torch_threads)  # process-wide: CPU inference and training share it
     tokenizer = load_tokenizer(folder, settings)
     if is_adapter(folder):  # base (cached in this process) + adapter, merged
         model = load_merged(folder, settings, _concrete_dtype(settings))
     else:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(settings), local_files_only=True,
-                                                     trust_remote_code=settings.trust_remote_code)
-    model.to(settings.device)
+                                                     trust_remote_code=settings.models.trust_remote_code)
+    model.to(settings.models.device)
     model.train(train)
     log.info("loaded %s (%s parameters, %s on %s)", folder, f"{model.num_parameters():,}", model.dtype,
-             settings.device)
+             settings.models.device)
     return model, tokenizer
 
 

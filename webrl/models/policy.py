@@ -24,7 +24,7 @@ from webrl.prompts.actor import render_actor_prompt
 
 def prompt_budget(settings: Settings, max_positions: int | None, max_new_tokens: int) -> int:
     """Prompt tokens allowed: the configured budget, within the model's context after the generation."""
-    budget = settings.actor_max_prompt_tokens
+    budget = settings.actor.max_prompt_tokens
     if max_positions:
         budget = min(budget, max_positions - max_new_tokens)
     return max(1, budget)
@@ -45,7 +45,7 @@ def shared_backend(path: str | Path, settings: Settings) -> LocalBackend:
     """A loaded backend for ``path``, reused while the folder is unchanged (keyed by its config's mtime; an adapter
     folder's adapter config)."""
     folder = Path(path).resolve()
-    key = (str(folder), model_config_file(folder).stat().st_mtime_ns, settings.dtype, settings.device)
+    key = (str(folder), model_config_file(folder).stat().st_mtime_ns, settings.models.dtype, settings.models.device)
     with _SHARED_LOCK:
         if key in _SHARED:
             _SHARED.move_to_end(key)
@@ -64,8 +64,8 @@ class LocalModelPolicy:
                  max_new_tokens: int | None = None, backend: LocalBackend | None = None) -> None:
         self.settings = settings
         self.backend = backend or shared_backend(path, settings)
-        self.temperature = settings.actor_temperature if temperature is None else temperature
-        self.max_new_tokens = max_new_tokens or settings.actor_max_new_tokens
+        self.temperature = settings.actor.temperature if temperature is None else temperature
+        self.max_new_tokens = max_new_tokens or settings.actor.max_new_tokens
         self.budget = prompt_budget(settings, self.backend.max_positions, self.max_new_tokens)
 
     @property
@@ -82,8 +82,8 @@ class LocalModelPolicy:
 
 class ActorEndpointPolicy:
     """The actor behind an actor service (``{"kind": "endpoint", "url": ...}``): one ``/v1/act`` per batch.
-    The bearer key (``actor_api_key``, else the services' ``api_key``) goes only to the configured
-    ``actor_url``, never to another endpoint."""
+    The bearer key (``actor.api_key``, else the services' ``security.api_key``) goes only to the
+    configured ``actor.url``, never to another endpoint."""
 
     def __init__(self, url: str, settings: Settings, *, temperature: float | None = None,
                  max_new_tokens: int | None = None, timeout: float = 300.0) -> None:

@@ -79,7 +79,7 @@ class TinySize:
     heads: int
     kv_heads: int  # grouped-query attention as in Llama-3
     intermediate_size: int  # SwiGLU width, ~2.7 x d as in Llama
-    max_positions: int = 2048  # the actor prompt budget (settings.actor_max_prompt_tokens) + generation
+    max_positions: int = 2048  # the actor prompt budget (settings.actor.max_prompt_tokens) + generation
 
 
 #: Presets. Throughputs on the 2-core dev CPU (NOTES.md): ~7k tok/s fwd+bwd at 2.5M params, ~2k at 5M.

@@ -47,8 +47,8 @@ class _Running:
 def _bind(host: str, site: str, port: int) -> socket.socket:
     """A listening socket for ``site``; :class:`webrl.errors.PortBusy` saying how to serve it elsewhere."""
     fix = (f"is `webrl sites serve` or another demo running? Stop it, or serve the sites elsewhere: "
-           f"WEBRL_{site.upper()}_URL=http://{host}:<free port> (one such setting per site), or `webrl sites serve "
-           "--port-offset N`")
+           f"WEBRL_SITES__{site.upper()}_URL=http://{host}:<free port> (one such setting per site), or "
+           "`webrl sites serve --port-offset N`")
     sock = bind_or_explain(host, port, f"sandbox site {site}", fix)
     sock.set_inheritable(True)
     return sock
@@ -111,10 +111,10 @@ def running_sandbox(settings: Settings, ports: dict[str, int] | None = None,
     unknown = sorted(set(names) - set(SITES))
     if unknown:
         raise ValueError(f"unknown sandbox sites {unknown}; present: {list(SITES)}")
-    host = settings.sandbox_host
+    host = settings.sites.sandbox_host
     socks = _bind_all(host, {site: (ports or {}).get(site, 0) for site in names})
     urls = {f"{site}_url": f"http://{host}:{sock.getsockname()[1]}" for site, sock in socks.items()}
-    served = settings.model_copy(update=urls)
+    served = settings.replace(sites=urls)
     store = make_store(served)
     running = [_start(site, sock, store, served) for site, sock in socks.items()]
     try:

@@ -2,7 +2,7 @@
 step by step, a task's attempts across phases, screenshots and plots. Each route reads through
 :mod:`webrl.viewer.queries` in a read-only session and renders a template; nothing here writes.
 
-Auth is every service's (:func:`webrl.service.create_app`): with ``WEBRL_API_KEY`` set every page wants the
+Auth is every service's (:func:`webrl.service.create_app`): with ``WEBRL_SECURITY__API_KEY`` set every page wants the
 key, as a bearer header or, for a browser, the cookie ``/login`` sets; without one only loopback is served.
 Every response carries a Content-Security-Policy that allows no script at all and nothing from elsewhere.
 """
@@ -57,7 +57,7 @@ def _secure_headers(app: FastAPI, settings: Settings) -> None:
     async def _headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         response = await call_next(request)
         wants_page = request.method == "GET" and "text/html" in request.headers.get("accept", "")
-        if response.status_code == 401 and settings.api_key and wants_page:
+        if response.status_code == 401 and settings.security.api_key and wants_page:
             response = RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
         response.headers.update(SECURITY_HEADERS)
         return response
@@ -137,7 +137,7 @@ def _routes(app: FastAPI) -> None:
     @app.post("/login", tags=["viewer"])
     def login(request: Request, key: Annotated[str, Form(max_length=512)],
               next: Annotated[str, Form(max_length=2000)] = "/") -> Response:
-        api_key = app.state.settings.api_key
+        api_key = app.state.settings.security.api_key
         if not api_key or not key_matches(key, api_key):
             return pages.TemplateResponse(request, "login.html", {"next": _local(next), "failed": True},
                                           status_code=401)

@@ -25,9 +25,9 @@ def stack(actor_model_dir: Path, settings: Settings, serve):
 
     upgrade(settings)
     load_suite(settings, 0)
-    with running_sandbox(settings.model_copy(update={"browser_pool_size": 1})) as live:
+    with running_sandbox(settings.replace(browser={"pool_size": 1})) as live:
         pool = serve(create_app_for_service(live))
-        live = live.model_copy(update={"browser_pool_url": pool.url, "actor_max_new_tokens": 16})
+        live = live.replace(browser={"pool_url": pool.url}, actor={"max_new_tokens": 16})
         backend = LocalBackend.from_path(actor_model_dir, live)
         actor = serve(create_actor_app(live, engine=ActorEngine(live, backend, backend.tokenizer)))
         yield live, actor

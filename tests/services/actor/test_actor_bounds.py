@@ -46,14 +46,14 @@ def test_a_history_longer_than_an_episode_is_a_422(actor_model_dir: Path, settin
 
 
 def test_bodies_over_the_limit_are_413_and_batch_routes_take_more(actor_model_dir: Path, settings: Settings) -> None:
-    small = settings.model_copy(update={"max_request_bytes": 64 * 1024, "max_batch_request_bytes": 512 * 1024})
+    small = settings.replace(limits={"max_request_bytes": 64 * 1024, "max_batch_request_bytes": 512 * 1024})
     page = HTML * 2000  # ~130 KB
     with TestClient(_app(actor_model_dir, small)) as client:
         reply = client.post("/generate", json={"inputs": page, "parameters": {"max_new_tokens": 1}})
         assert reply.status_code == 413, reply.text
         error = reply.json()["error"]
         assert error["type"] == "payload_too_large" and "65536 bytes POST /generate takes" in error["message"]
-        assert "WEBRL_MAX_REQUEST_BYTES" in error["message"]
+        assert "WEBRL_LIMITS__MAX_REQUEST_BYTES" in error["message"]
 
         def chunks():  # no Content-Length: the limit counts what arrives
             for _ in range(100):
@@ -68,12 +68,12 @@ def test_bodies_over_the_limit_are_413_and_batch_routes_take_more(actor_model_di
 
 
 def test_model_work_over_the_timeout_is_a_504(actor_model_dir: Path, settings: Settings) -> None:
-    hurried = settings.model_copy(update={"model_request_timeout_s": 0.05})
+    hurried = settings.replace(limits={"model_request_timeout_s": 0.05})
     with TestClient(_app(actor_model_dir, hurried)) as client:
         reply = client.post("/v1/act", json={"batch": [_item([])] * 16, "max_new_tokens": 512})
         assert reply.status_code == 504, reply.text
         error = reply.json()["error"]
-        assert error["type"] == "timeout" and "WEBRL_MODEL_REQUEST_TIMEOUT_S" in error["message"]
+        assert error["type"] == "timeout" and "WEBRL_LIMITS__MODEL_REQUEST_TIMEOUT_S" in error["message"]
         assert client.get("/healthz").status_code == 200
 
 

@@ -28,7 +28,7 @@ def _acts_served(url: str) -> int:
 
 def test_episodes_of_a_batch_share_one_act_request_and_match_the_local_checkpoint(actor_model_dir: Path,
                                                                                   settings: Settings, serve) -> None:
-    live = settings.model_copy(update={"actor_model": str(actor_model_dir), "actor_max_new_tokens": 8})
+    live = settings.replace(actor={"model": str(actor_model_dir), "max_new_tokens": 8})
     intents = ["Show me the products in the Electronics category", "Show me the Books", "Add it to the cart"]
     requests = [PolicyRequest(task=TaskConfig(task_id=i, sites=["shopping"], intent=intent, start_url="u"),
                               intent=intent, observation=Observation(html=PAGE, url="http://s/"))
@@ -36,7 +36,7 @@ def test_episodes_of_a_batch_share_one_act_request_and_match_the_local_checkpoin
     local = asyncio.run(policy_from_spec(CheckpointSpec(path=str(actor_model_dir)), live).act(requests))
     served = serve(create_actor_app(live))  # a real uvicorn server on a free port
     before = _acts_served(served.url)
-    configured = live.model_copy(update={"actor_url": served.url})  # only a configured endpoint may be named
+    configured = live.replace(actor={"url": served.url})  # only a configured endpoint may be named
     remote = asyncio.run(policy_from_spec(EndpointSpec(url=served.url), configured).act(requests))
     assert _acts_served(served.url) == before + 1  # three episodes' steps, one request
     assert [r.token_ids for r in remote] == [r.token_ids for r in local]  # greedy: the same tokens

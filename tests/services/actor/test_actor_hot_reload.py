@@ -39,7 +39,7 @@ def _wait(predicate, timeout: float = 60.0) -> None:
 def test_checkpoint_event_swaps_the_actor_without_dropping_requests(
         actor_model_dir: Path, second_model_dir: Path, tmp_path: Path, settings: Settings, redis_url: str,
         serve) -> None:
-    settings = settings.model_copy(update={"redis_url": redis_url})
+    settings = settings.replace(jobs={"redis_url": redis_url})
     channel = f"webrl:checkpoints:test-{uuid.uuid4().hex[:8]}"  # this test's own channel
     v1 = _publish(actor_model_dir, tmp_path / "ckpt" / "v1", "phase0-a")
     v2 = _publish(second_model_dir, tmp_path / "ckpt" / "v2", "phase1-b")

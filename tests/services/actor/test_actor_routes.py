@@ -117,7 +117,7 @@ def test_agent_run_without_a_browser_pool_is_a_503_naming_it(actor_model_dir: Pa
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    live = settings.model_copy(update={"browser_pool_url": dead})
+    live = settings.replace(browser={"pool_url": dead})
     backend = LocalBackend.from_path(actor_model_dir, live)
     with TestClient(create_actor_app(live, engine=ActorEngine(live, backend, backend.tokenizer))) as client:
         reply = client.post("/v1/agent/run", json={"intent": "Show me Electronics",

@@ -32,9 +32,9 @@ def test_the_service_reloads_the_announced_checkpoint_and_reports_it(
         actor_model_dir: Path, second_model_dir: Path, tmp_path: Path, settings: Settings, redis_url: str,
         serve) -> None:
     channel = f"webrl:checkpoints:test-{uuid.uuid4().hex[:8]}"  # this test's own channel
-    served = serve(create_actor_app(settings.model_copy(update={"actor_model": str(actor_model_dir),
-                                                                "redis_url": redis_url}), channel=channel))
-    client = settings.model_copy(update={"actor_url": served.url, "redis_url": redis_url})
+    live = settings.replace(actor={"model": str(actor_model_dir)}, jobs={"redis_url": redis_url})
+    served = serve(create_actor_app(live, channel=channel))
+    client = settings.replace(actor={"url": served.url}, jobs={"redis_url": redis_url})
     assert serve_checkpoint(client, str(actor_model_dir), timeout_s=1, channel=channel) == "actor-v1"  # as is
     assert httpx.get(f"{served.url}/v1/model").json()["reloads"] == 0
 
@@ -55,13 +55,13 @@ def test_the_service_reloads_the_announced_checkpoint_and_reports_it(
 
 def test_an_unreachable_service_or_no_redis_is_a_clear_error(actor_model_dir: Path, settings: Settings,
                                                              serve) -> None:
-    nowhere = settings.model_copy(update={"actor_url": "http://127.0.0.1:9"})
+    nowhere = settings.replace(actor={"url": "http://127.0.0.1:9"})
     with pytest.raises(ActorNotServing, match=r"cannot ask the actor service what it serves \(GET "
-                                              r"http://127.0.0.1:9/v1/model, WEBRL_ACTOR_URL\)"):
+                                              r"http://127.0.0.1:9/v1/model, WEBRL_ACTOR__URL\)"):
         serve_checkpoint(nowhere, str(actor_model_dir), timeout_s=1)
-    served = serve(create_actor_app(settings.model_copy(update={"actor_model": str(actor_model_dir)})))
-    unannounced = settings.model_copy(update={"actor_url": served.url, "redis_url": None})
-    with pytest.raises(ActorNotServing, match="without WEBRL_REDIS_URL the reload cannot be announced"):
+    served = serve(create_actor_app(settings.replace(actor={"model": str(actor_model_dir)})))
+    unannounced = settings.replace(actor={"url": served.url}, jobs={"redis_url": None})
+    with pytest.raises(ActorNotServing, match="without WEBRL_JOBS__REDIS_URL the reload cannot be announced"):
         serve_checkpoint(unannounced, str(actor_model_dir.parent / "missing-actor"), timeout_s=1)
 
 
@@ -75,9 +75,9 @@ def test_a_remote_backend_reports_the_checkpoint_its_server_holds(
     upstream_backend = LocalBackend.from_path(actor_model_dir, settings)
     upstream = ActorEngine(settings, upstream_backend, upstream_backend.tokenizer, path=str(actor_model_dir))
     server = serve(create_actor_app(settings, engine=upstream))
-    front = serve(create_actor_app(settings.model_copy(update={
-        "actor_backend": backend, "actor_endpoint": server.url, "actor_model": str(actor_model_dir)})))
-    client = settings.model_copy(update={"actor_url": front.url, "redis_url": None})
+    front = serve(create_actor_app(settings.replace(actor={"backend": backend, "endpoint": server.url,
+                                                           "model": str(actor_model_dir)})))
+    client = settings.replace(actor={"url": front.url}, jobs={"redis_url": None})
     model = httpx.get(f"{front.url}/v1/model").json()
     assert (model["backend"], model["version"], model["server_error"]) == (backend, "actor-v1", None)
 

@@ -30,7 +30,7 @@ def test_typed_client_gives_what_the_act_route_gives(actor_model_dir: Path, sett
     item = ActItem(intent="Show me Electronics", observation=Observation(html='<a id="3"> Electronics </a>', url="u"))
     job = ActJob(model=str(actor_model_dir), batch=[item], max_new_tokens=6)
     by_task = actor_act(job)
-    live = settings.model_copy(update={"actor_model": str(actor_model_dir)})
+    live = settings.replace(actor={"model": str(actor_model_dir)})
     with TestClient(create_actor_app(live)) as client:
         by_route = client.post("/v1/act", json=job.model_dump(mode="json", exclude={"model"}))
         assert by_route.status_code == 200, by_route.text

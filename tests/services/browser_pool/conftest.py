@@ -92,8 +92,8 @@ def outside_url(outside: Served) -> str:
 @pytest.fixture(scope="session")
 def pool_settings(fixture_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     host = fixture_url.split("//", 1)[1]
-    return Settings(home=tmp_path_factory.mktemp("bp-home"), allowed_hosts=[host], database_url="sqlite://",
-                    browser_step_timeout_s=20.0, browser_episode_timeout_s=120.0)
+    return Settings(home=tmp_path_factory.mktemp("bp-home"), security={"allowed_hosts": [host]},
+                    database={"url": "sqlite://"}, browser={"step_timeout_s": 20.0, "episode_timeout_s": 120.0})
 
 
 @pytest.fixture(scope="session")
@@ -120,8 +120,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     from webrl.sandbox.server import running_sandbox
 
     home = tmp_path_factory.mktemp("bp-sandbox")
-    base = Settings(home=home, database_url=f"sqlite:///{home / 'webrl.db'}", browser_pool_size=2,
-                    browser_step_timeout_s=30.0, browser_episode_timeout_s=300.0)
+    base = Settings(home=home, database={"url": f"sqlite:///{home / 'webrl.db'}"},
+                    browser={"pool_size": 2, "step_timeout_s": 30.0, "episode_timeout_s": 300.0})
     upgrade(base)
     with running_sandbox(base) as running:
         yield running

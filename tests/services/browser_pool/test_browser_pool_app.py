@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.browser]
 
 @pytest.fixture(scope="module")
 def client(pool_settings):
-    settings = pool_settings.model_copy(update={"browser_pool_size": 1})
+    settings = pool_settings.replace(browser={"pool_size": 1})
     with TestClient(create_app_for_service(settings)) as c:
         yield c
 
@@ -108,7 +108,7 @@ def test_sandbox_round_trip_and_rollout_job(sandbox, sandbox_tasks, stored_keys)
 
     keys = stored_keys(sandbox, sandbox_tasks[:2], prefix="rest/test")
     oracle = OraclePolicy()
-    with TestClient(create_app_for_service(sandbox.model_copy(update={"browser_pool_size": 1}))) as c:
+    with TestClient(create_app_for_service(sandbox.replace(browser={"pool_size": 1}))) as c:
         created = c.post("/v1/episodes", json={"task_key": keys[0]}).json()
         episode_id, obs = created["episode_id"], Observation.model_validate(created["observation"])
         task = sandbox_tasks[0].resolved(sandbox)
@@ -162,7 +162,7 @@ def test_storage_state_is_read_from_the_artifacts_store_only(client, pool_settin
 def test_an_abandoned_episode_expires_and_frees_its_browser(pool_settings, fixture_url, make_task):
     """Pool of one: a client opens an episode and goes away; after the idle limit the next client gets the
     browser (it used to wait, then 503), and the abandoned id answers 404 saying it expired."""
-    settings = pool_settings.model_copy(update={"browser_pool_size": 1, "browser_episode_idle_s": 1.0})
+    settings = pool_settings.replace(browser={"pool_size": 1, "episode_idle_s": 1.0})
     task = {"task": make_task(f"{fixture_url}/next.html").to_json()}
     with TestClient(create_app_for_service(settings)) as client:
         abandoned = client.post("/v1/episodes", json=task)
@@ -172,7 +172,7 @@ def test_an_abandoned_episode_expires_and_frees_its_browser(pool_settings, fixtu
         gone = client.post(f"/v1/episodes/{abandoned.json()['episode_id']}/step",
                            json={"action": 'do(action="Scroll Down")'})
         assert gone.status_code == 404 and "expired" in gone.json()["error"]["message"]
-        assert "WEBRL_BROWSER_EPISODE_IDLE_S" in gone.json()["error"]["message"]
+        assert "WEBRL_BROWSER__EPISODE_IDLE_S" in gone.json()["error"]["message"]
         live = second.json()["episode_id"]
         for _ in range(3):  # an episode in use is not reaped
             stepped = client.post(f"/v1/episodes/{live}/step", json={"action": 'do(action="Scroll Down")'})

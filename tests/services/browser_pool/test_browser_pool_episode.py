@@ -77,12 +77,12 @@ async def test_run_batch_batches_requests(pool_settings, fixture_url, make_task)
 
 async def test_step_and_episode_timeouts(pool, pool_settings, fixture_url, make_task):
     task = make_task(f"{fixture_url}/actions.html")
-    quick = pool_settings.model_copy(update={"browser_step_timeout_s": 1.0})
+    quick = pool_settings.replace(browser={"step_timeout_s": 1.0})
     hang = Scripted(['do(action="Click", element="7")'])  # "Hanging page": the server answers after 4 s
     traj = await run_episode(task, hang, pool, quick)
     assert "Hanging page" in traj.steps[0].observation.html and 'id="7"> Hanging page' in traj.steps[0].observation.html
     assert traj.stop_reason == "step_timeout" and traj.steps[-1].error == "step timed out"
-    short = pool_settings.model_copy(update={"browser_episode_timeout_s": 1.5})
+    short = pool_settings.replace(browser={"episode_timeout_s": 1.5})
     scrolling = Scripted(['do(action="Scroll Down")', 'do(action="Scroll Up")'] * 15, delay_s=0.1)
     traj = await run_episode(task, scrolling, pool, short)
     assert traj.stop_reason == "episode_timeout" and len(traj.steps) < 15  # 15 policy calls alone take 1.5 s

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.browser]
 def allowed_fixtures(monkeypatch: pytest.MonkeyPatch, tmp_path, fixture_url: str):
     """The CLI's settings (read from the environment): a temporary home, the fixture host allowed."""
     monkeypatch.setenv("WEBRL_HOME", str(tmp_path))
-    monkeypatch.setenv("WEBRL_ALLOWED_HOSTS", fixture_url.split("//", 1)[1])
+    monkeypatch.setenv("WEBRL_SECURITY__ALLOWED_HOSTS", fixture_url.split("//", 1)[1])
     get_settings.cache_clear()
     yield fixture_url
     get_settings.cache_clear()

@@ -33,7 +33,8 @@ def test_bad_specs_name_the_problem(spec, message):
 
 def test_endpoint_urls_must_be_configured():
     """A request may not send the pool to any server: only the configured actor or allowed endpoints."""
-    settings = Settings(actor_url="http://actor:8102", allowed_endpoints=["http://other:9000/v1"], _env_file=None)
+    settings = Settings(actor={"url": "http://actor:8102"}, security={"allowed_endpoints": ["http://other:9000/v1"]},
+                        _env_file=None)
     for url in ("http://actor:8102", "http://ACTOR:8102/", "http://other:9000"):
         check_policy_spec(EndpointSpec(url=url), settings)
     for url in ("http://actor:8103", "http://127.0.0.1:1", "https://actor:8102", "file:///etc/passwd"):
@@ -47,7 +48,7 @@ def test_endpoint_urls_must_be_configured():
 @pytest.mark.slow  # imports torch and transformers through webrl.models
 def test_endpoint_spec_builds_the_http_policy():
     pytest.importorskip("webrl.models.policy")
-    settings = Settings(actor_url="http://127.0.0.1:1", api_key="the-key", allowed_endpoints=["http://127.0.0.1:2"])
+    settings = Settings(actor={"url": "http://127.0.0.1:1"}, security={"api_key": "the-key", "allowed_endpoints": ["http://127.0.0.1:2"]})
     policy = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:1"}, settings)
     assert type(policy).__name__ == "ActorEndpointPolicy" and isinstance(policy, Policy)
     assert policy.temperature is None  # the actor service's own default

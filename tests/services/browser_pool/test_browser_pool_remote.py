@@ -1,4 +1,4 @@
-"""The pool on a browser server (``WEBRL_BROWSER_CDP_URL``, :mod:`webrl.browser_server`): Chromium in another
+"""The pool on a browser server (``WEBRL_BROWSER__CDP_URL``, :mod:`webrl.browser_server`): Chromium in another
 process, reached over CDP, observes as a launched one does, keeps the allow-list's every-hop guard, is replaced
 when it dies, and ends with its connection; the server starts no more than ``max_browsers``."""
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 @pytest.fixture(scope="session")
 async def browser_server(pool_settings: Settings) -> AsyncIterator[tuple[str, BrowserServer]]:
-    server, browsers = await start("127.0.0.1", 0, pool_settings.chromium_path, max_browsers=4)
+    server, browsers = await start("127.0.0.1", 0, pool_settings.browser.chromium_path, max_browsers=4)
     port = server.sockets[0].getsockname()[1]
     async with server:
         yield f"ws://127.0.0.1:{port}/", browsers
@@ -31,7 +31,7 @@ async def browser_server(pool_settings: Settings) -> AsyncIterator[tuple[str, Br
 
 @pytest.fixture(scope="session")
 def remote_settings(pool_settings: Settings, browser_server: tuple[str, BrowserServer]) -> Settings:
-    return pool_settings.model_copy(update={"browser_cdp_url": browser_server[0]})
+    return pool_settings.replace(browser={"cdp_url": browser_server[0]})
 
 
 async def _until(condition: object, timeout_s: float = 10.0) -> None:
@@ -120,7 +120,7 @@ async def test_webrl_browser_serve_drains_on_sigterm(pool_settings, fixture_url,
     proc = subprocess.Popen([sys.executable, "-m", "webrl.cli", "browser", "serve", "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
-        settings = pool_settings.model_copy(update={"browser_cdp_url": f"ws://127.0.0.1:{port}/"})
+        settings = pool_settings.replace(browser={"cdp_url": f"ws://127.0.0.1:{port}/"})
         for _ in range(600):
             with socket.socket() as client:
                 if client.connect_ex(("127.0.0.1", port)) == 0:

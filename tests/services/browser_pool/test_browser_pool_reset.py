@@ -31,7 +31,7 @@ async def test_storage_state_geolocation_and_tabs(pool, pool_settings, fixture_u
 
 
 async def test_placeholders_resolve_to_site_urls(pool, pool_settings, fixture_url, make_task):
-    settings = pool_settings.model_copy(update={"wikipedia_url": fixture_url})
+    settings = pool_settings.replace(sites={"wikipedia_url": fixture_url})
     episode = await BrowserEpisode.open(pool, make_task("__WIKIPEDIA__/next.html"), settings)
     try:
         assert episode.observation.url == f"{fixture_url}/next.html"
@@ -41,7 +41,8 @@ async def test_placeholders_resolve_to_site_urls(pool, pool_settings, fixture_ur
 
 
 async def test_unreachable_start_url_is_reported(pool, pool_settings, make_task):
-    listed = pool_settings.model_copy(update={"allowed_hosts": [*pool_settings.allowed_hosts, "example.invalid"]})
+    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
+                                                               "example.invalid"]})
     episode = await BrowserEpisode.open(pool, make_task("http://example.invalid/"), listed)
     try:
         assert episode.observation.error and "could not open http://example.invalid/" in episode.observation.error

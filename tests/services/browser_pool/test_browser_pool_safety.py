@@ -53,7 +53,7 @@ async def test_outside_host_is_blocked(pool, pool_settings, fixture_url, outside
 async def test_outside_host_reachable_when_allowed(pool, pool_settings, fixture_url, outside_url, make_task):
     """The control for the test above: the same page reaches the host once it is on the list."""
     target = f"{outside_url}/outside.html"
-    settings = pool_settings.model_copy(update={"allowed_hosts": [*pool_settings.allowed_hosts,
+    settings = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
                                                                   outside_url.split("//")[1]]})
     episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/safety.html?to={target}"), settings)
     try:
@@ -85,7 +85,7 @@ async def test_redirect_off_the_allow_list_is_blocked(pool, pool_settings, fixtu
     finally:
         await episode.close()
     assert outside.paths == []
-    listed = pool_settings.model_copy(update={"allowed_hosts": [*pool_settings.allowed_hosts,
+    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
                                                                 outside.url.split("//")[1]]})
     episode = await BrowserEpisode.open(pool, make_task(away), listed)
     try:

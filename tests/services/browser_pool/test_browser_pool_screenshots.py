@@ -51,7 +51,7 @@ async def test_recorded_beside_the_trajectory_and_served_only_from_there(pool, p
                                                                          make_task, tmp_path: Path):
     (traj,) = await run_batch([make_task(f"{fixture_url}/actions.html")], Script(), pool, pool_settings,
                               concurrency=1, screenshots=True)
-    settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'webrl.db'}", _env_file=None)
+    settings = Settings(home=tmp_path, database={"url": f"sqlite:///{tmp_path / 'webrl.db'}"}, _env_file=None)
     upgrade(settings)
     with session_scope(settings) as s:
         task = repository.upsert_task(s, "fixture/1", make_task(f"{fixture_url}/actions.html"), origin="test",

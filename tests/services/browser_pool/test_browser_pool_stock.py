@@ -60,7 +60,7 @@ async def test_nothing_leaks_into_the_next_episode_on_a_reused_page(pool, pool_s
 async def test_a_context_that_visited_two_origins_is_not_reused(pool, pool_settings, fixture_url, outside_url,
                                                                 make_task):
     hosts = [url.split("//", 1)[1] for url in (fixture_url, outside_url)]
-    settings = pool_settings.model_copy(update={"allowed_hosts": hosts})
+    settings = pool_settings.replace(security={"allowed_hosts": hosts})
     task = make_task(f"{fixture_url}/redirect?to={outside_url}/leak.html")
     first = await BrowserEpisode.open(pool, task, settings)
     stage = first.stage

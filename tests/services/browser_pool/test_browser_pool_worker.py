@@ -38,10 +38,10 @@ async def test_oracle_end_to_end(sandbox, sandbox_tasks):
 
 def _worker_env(sandbox: Settings, database_url: str, broker: str, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEBRL_")}
-    env.update({"WEBRL_BROKER_URL": broker, "WEBRL_DATABASE_URL": database_url, "WEBRL_HOME": str(home),
+    env.update({"WEBRL_JOBS__BROKER_URL": broker, "WEBRL_DATABASE__URL": database_url, "WEBRL_HOME": str(home),
                 "PYTHONPATH": str(REPO)})
     for site in SITE_PLACEHOLDERS:
-        env[f"WEBRL_{site.upper()}_URL"] = sandbox.site_url(site)
+        env[f"WEBRL_SITES__{site.upper()}_URL"] = sandbox.site_url(site)
     return env
 
 
@@ -58,7 +58,7 @@ def test_celery_rollout_writes_postgres(sandbox, sandbox_tasks, stored_keys, pos
     from webrl.db.session import session_scope
 
     broker = redis_url.rsplit("/", 1)[0] + f"/{CELERY_REDIS_DB}"
-    pg = Settings(home=tmp_path, database_url=postgres_url)
+    pg = Settings(home=tmp_path, database={"url": postgres_url})
     upgrade(pg)
     prefix = f"celery-{uuid.uuid4().hex[:6]}"
     keys = stored_keys(pg, sandbox_tasks[:2], prefix=prefix)

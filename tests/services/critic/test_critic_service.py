@@ -115,7 +115,7 @@ def test_critic_value_task_takes_keyed_states_as_the_pipeline_sends_them(tiny_cr
 def test_an_unconfigured_critic_answers_503(db_settings) -> None:
     client = TestClient(create_critic_app(db_settings))
     resp = client.post("/v1/critic/value", json={"states": [{"intent": "x", "observation": "<p/>"}]})
-    assert resp.status_code == 503 and "WEBRL_CRITIC_MODEL" in resp.json()["error"]["message"]
+    assert resp.status_code == 503 and "WEBRL_CRITIC__MODEL" in resp.json()["error"]["message"]
 
 
 def test_rest_route_and_celery_task_give_the_same_values_and_store_them(client, tiny_critic_dir, db_settings,

@@ -1,4 +1,4 @@
-"""The ORM's prompt budget: ``WEBRL_ORM_MAX_PROMPT_TOKENS``, the model's context, and the sequence length the
+"""The ORM's prompt budget: ``WEBRL_ORM__MAX_PROMPT_TOKENS``, the model's context, and the sequence length the
 ORM folder's tokenizer declares (what a small ORM was trained on), whichever is smallest."""
 
 from __future__ import annotations
@@ -39,5 +39,5 @@ def test_local_orm_cuts_prompts_to_the_length_its_folder_declares(tiny_orm_dir: 
     long.steps[-1].observation.html = "<html>" + "<div>Order placed</div>" * 200 + "</html>"
     page_tokens = n_tokens(orm.tokenizer, long.steps[-1].observation.html)
     assert n_tokens(orm.tokenizer, orm.prompts([long])[0]) <= orm.max_tokens < page_tokens  # the page was cut
-    low = settings.model_copy(update={"orm_max_prompt_tokens": 48})  # the setting still caps it
+    low = settings.replace(orm={"max_prompt_tokens": 48})  # the setting still caps it
     assert LocalOrm(folder, low).max_tokens == 48

@@ -78,9 +78,9 @@ def test_unknown_ids_get_404(client) -> None:
 
 
 def test_an_unconfigured_orm_answers_503(db_settings, make_trajectory) -> None:
-    client = TestClient(create_orm_app(db_settings))  # no WEBRL_ORM_MODEL, no backend
+    client = TestClient(create_orm_app(db_settings))  # no WEBRL_ORM__MODEL, no backend
     resp = client.post("/v1/orm/score", json={"trajectories": [make_trajectory(0).model_dump(mode="json")]})
-    assert resp.status_code == 503 and "WEBRL_ORM_MODEL" in resp.json()["error"]["message"]
+    assert resp.status_code == 503 and "WEBRL_ORM__MODEL" in resp.json()["error"]["message"]
 
 
 def test_rest_route_and_celery_task_label_a_phase_alike(tiny_orm_dir, db_settings, make_trajectory, store) -> None:

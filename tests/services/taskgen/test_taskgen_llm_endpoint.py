@@ -35,8 +35,8 @@ def actor_endpoint(settings: Settings, tmp_path, monkeypatch: pytest.MonkeyPatch
     model = build_tiny_folder(["Find the cheapest red mug", "`List my orders`", "do(action=\"Click\")"] * 10,
                               tmp_path / "model", size="test", vocab_size=300, seed=0)
     port = _free_port()
-    monkeypatch.setenv("WEBRL_ACTOR_MODEL", str(model))
-    monkeypatch.setenv("WEBRL_ALLOWED_ENDPOINTS", f"http://127.0.0.1:{port}")  # taskgen sends only there
+    monkeypatch.setenv("WEBRL_ACTOR__MODEL", str(model))
+    monkeypatch.setenv("WEBRL_SECURITY__ALLOWED_ENDPOINTS", f"http://127.0.0.1:{port}")  # taskgen sends only there
     get_settings.cache_clear()
     server = uvicorn.Server(uvicorn.Config(create_actor_app(get_settings()), host="127.0.0.1", port=port,
                                            log_level="warning"))

@@ -89,10 +89,10 @@ def test_training_runs_on_its_own_thread_count_then_restores_the_policy_calls(se
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # an embedded run's policy calls
-        with training_threads(settings.model_copy(update={"train_threads": 2})):
+        with training_threads(settings.replace(trainer={"threads": 2})):
             assert torch.get_num_threads() == 2
         assert torch.get_num_threads() == 1
-        with pytest.raises(RuntimeError), training_threads(settings.model_copy(update={"train_threads": 3})):
+        with pytest.raises(RuntimeError), training_threads(settings.replace(trainer={"threads": 3})):
             raise RuntimeError("a failed job")
         assert torch.get_num_threads() == 1
     finally:

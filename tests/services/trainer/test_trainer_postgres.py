@@ -18,7 +18,7 @@ def test_phase_data_and_checkpoint_rows_on_postgres(settings: Settings, postgres
                                                     write_trajectory) -> None:
     from webrl.db.migrate import upgrade
 
-    pg = settings.model_copy(update={"database_url": postgres_url})
+    pg = settings.replace(database={"url": postgres_url})
     upgrade(pg)
     write_trajectory(pg, "pg-a", 1, 0, ['do(action="Click", element="3")', 'exit(message="ok")'], reward=1.0)
     write_trajectory(pg, "pg-b", 2, 0, ['exit(message="no")'], reward=0.0)

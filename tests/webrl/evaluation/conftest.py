@@ -135,20 +135,15 @@ def outside_site() -> Iterator[LocalSite]:
 def eval_settings(settings: Settings, local_site: LocalSite) -> Settings:
     """Settings whose sites all point at the local test server, no judge configured."""
     urls = {f"{site}_url": local_site.url for site in ("shopping", "shopping_admin", "reddit", "gitlab")}
-    return settings.model_copy(update=urls)
+    return settings.replace(sites=urls)
 
 
 @pytest.fixture
 def judge_settings(eval_settings: Settings, local_site: LocalSite) -> Settings:
     """:func:`eval_settings` plus the local judge."""
     local_site.judge_requests.clear()
-    return eval_settings.model_copy(
-        update={
-            "llm_judge_endpoint": f"{local_site.url}/v1",
-            "llm_judge_model": "judge-test",
-            "llm_judge_api_key": "secret",
-        }
-    )
+    return eval_settings.replace(llm_judge={"endpoint": f"{local_site.url}/v1", "model": "judge-test",
+                                            "api_key": "secret"})
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,7 @@ async def test_page_content_must_include_and_exclude(eval_settings: Settings, co
 async def test_last_reads_the_live_agent_page_without_moving_it(
     eval_settings: Settings, context: BrowserContext
 ) -> None:
-    form_url = f"{eval_settings.shopping_url}/form"
+    form_url = f"{eval_settings.sites.shopping_url}/form"
     agent = await agent_at(context, form_url)
     await agent.fill("[name='title']", "Refund for order 5")  # typed, never submitted
     config = html_task([
@@ -84,7 +84,7 @@ async def test_last_reads_the_live_agent_page_without_moving_it(
 
 
 async def test_last_without_agent_page_opens_its_own(eval_settings: Settings, context: BrowserContext) -> None:
-    page_url = f"{eval_settings.shopping_url}/order/view/5/"
+    page_url = f"{eval_settings.sites.shopping_url}/order/view/5/"
     config = html_task([target("last", "", {"must_include": ["$27.00"]})])
     assert await score(config, eval_settings, context, page_url) == 1.0
     assert context.pages == []
@@ -122,7 +122,7 @@ async def test_lambda_locator_is_page_javascript(eval_settings: Settings, contex
 
 
 async def test_func_url_reddit_post_from_last_url(eval_settings: Settings, context: BrowserContext) -> None:
-    comment_url = f"{eval_settings.reddit_url}/f/books/12/best-fantasy/comment/3"
+    comment_url = f"{eval_settings.sites.reddit_url}/f/books/12/best-fantasy/comment/3"
     agent = await agent_at(context, comment_url)
     links = ("[...document.querySelector('.submission__inner').querySelectorAll('[href],[src]')]"
              ".map(elem => elem.getAttribute('href') || elem.getAttribute('src')).join(' ')")
@@ -158,11 +158,11 @@ async def test_site_helpers_build_but_raise_when_called(eval_settings: Settings,
 
 
 async def test_url_and_html_scores_multiply(eval_settings: Settings, context: BrowserContext) -> None:
-    order_url = f"{eval_settings.shopping_url}/order/view/5/"
+    order_url = f"{eval_settings.sites.shopping_url}/order/view/5/"
     config = html_task([target("last", "", {"must_include": ["Canceled"]})], ("url_match", "program_html"),
                        reference_url="__SHOPPING__/order/view/5/")
     assert await score(config, eval_settings, context, order_url) == 1.0
-    wrong_page = f"{eval_settings.shopping_url}/form"
+    wrong_page = f"{eval_settings.sites.shopping_url}/form"
     result = await build_evaluator(config, eval_settings).evaluate("", wrong_page, context)
     assert result.score == 0.0 and result.parts == {"url_match": 0.0}
 
@@ -177,7 +177,7 @@ async def test_program_html_fuzzy_match(judge_settings: Settings, context: Brows
 
 async def test_unreachable_page_is_an_error(eval_settings: Settings, context: BrowserContext) -> None:
     config = html_task([target("http://127.0.0.1:9/nowhere", "", {"must_include": ["x"]})])
-    settings = eval_settings.model_copy(update={"allowed_hosts": [*eval_settings.host_allow_list(), "127.0.0.1:9"]})
+    settings = eval_settings.replace(security={"allowed_hosts": [*eval_settings.host_allow_list(), "127.0.0.1:9"]})
     with pytest.raises(EvaluationError, match="could not open"):
         await score(config, settings, context, "about:blank")
 
@@ -197,6 +197,6 @@ async def test_no_page_off_the_allow_list_is_opened(eval_settings: Settings, con
         await score(redirected, eval_settings, context, "about:blank")
     assert outside_site.paths == []
     listed = [*eval_settings.host_allow_list(), outside_site.url.split("//", 1)[1]]
-    assert await score(redirected, eval_settings.model_copy(update={"allowed_hosts": listed}), context,
+    assert await score(redirected, eval_settings.replace(security={"allowed_hosts": listed}), context,
                        "about:blank") == 1.0
     assert "/form" in outside_site.paths

@@ -58,7 +58,7 @@ async def test_fuzzy_match_asks_the_configured_judge(judge_settings: Settings, l
 
 async def test_fuzzy_match_without_judge_is_a_clear_error(eval_settings: Settings) -> None:
     config = string_task({"fuzzy_match": ["Pittsburgh"]})
-    with pytest.raises(LLMJudgeNotConfiguredError, match="WEBRL_LLM_JUDGE_ENDPOINT"):
+    with pytest.raises(LLMJudgeNotConfiguredError, match="WEBRL_LLM_JUDGE__ENDPOINT"):
         await score(config, eval_settings, "Pittsburgh")
 
 
@@ -73,11 +73,12 @@ async def test_scores_multiply(eval_settings: Settings) -> None:
     block = {"eval_types": ["string_match", "url_match"], "reference_answers": {"must_include": ["5"]},
              "reference_url": "__SHOPPING__/sales/order/view/order_id/5/", "program_html": [], "url_note": None}
     config = task(block)
-    good_url = f"{eval_settings.shopping_url}/sales/order/view/order_id/5/"
+    good_url = f"{eval_settings.sites.shopping_url}/sales/order/view/order_id/5/"
     evaluator = build_evaluator(config, eval_settings)
     assert evaluator.eval_types == ["string_match", "url_match"]
     assert await evaluator.score("order 5", good_url, None) == 1.0
-    result = await evaluator.evaluate("order 5", f"{eval_settings.shopping_url}/sales/order/view/order_id/6/", None)
+    other_order = f"{eval_settings.sites.shopping_url}/sales/order/view/order_id/6/"
+    result = await evaluator.evaluate("order 5", other_order, None)
     assert result.score == 0.0 and result.parts == {"string_match": 1.0, "url_match": 0.0}
     assert await evaluator.score("order 6", good_url, None) == 0.0
 
@@ -107,5 +108,5 @@ async def test_url_placeholders_resolve_to_settings(eval_settings: Settings) -> 
     block = {"eval_types": ["url_match"], "reference_url": "__GITLAB__/dashboard/todos", "url_note": "GOLD in PRED",
              "program_html": []}
     config = task(block)
-    assert await score(config, eval_settings, None, f"{eval_settings.gitlab_url}/dashboard/todos/") == 1.0
+    assert await score(config, eval_settings, None, f"{eval_settings.sites.gitlab_url}/dashboard/todos/") == 1.0
     assert await score(config, eval_settings, None, "http://elsewhere:1/dashboard/todos") == 0.0

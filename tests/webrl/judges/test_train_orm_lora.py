@@ -80,7 +80,7 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
     assert set(report["metrics"]) == {"untrained", "trained"} and report["metrics"]["trained"]["n"] == 4
 
     judge = LocalOrm(orm, with_smollm2)
-    assert judge.max_tokens == 256  # the budget it trained with, from its folder (WEBRL_ORM_MAX_PROMPT_TOKENS: 16384)
+    assert judge.max_tokens == 256  # the budget it trained with, from its folder (WEBRL_ORM__MAX_PROMPT_TOKENS: 16384)
     p = judge.probabilities(test)
     assert all(0.0 < x < 1.0 for x in p)
     stored = _stored_p(with_smollm2, ids["test"])  # what train-orm's measurement (orm.score) recorded
@@ -136,7 +136,7 @@ def test_base_and_actor_are_told_apart(tmp_path: Path) -> None:
     (["--base", "smollm2-135m", "--policy", "oracle", "--policy", "sft"], "--policy", "--actor"),
     (["--base", "smollm2-135m", "--actor", "/no/such/actor"], "--actor", "not a model"),
     (["--base", "ADAPTER", "--lora-rank", "8"], "--lora-rank", "already a LoRA adapter"),
-    (["--base", "FULL", "--max-prompt-tokens", "512"], "--max-prompt-tokens", "WEBRL_ORM_MAX_PROMPT_TOKENS"),
+    (["--base", "FULL", "--max-prompt-tokens", "512"], "--max-prompt-tokens", "WEBRL_ORM__MAX_PROMPT_TOKENS"),
 ])
 def test_bad_options_are_named(settings: Settings, tmp_path: Path, args: list[str], option: str, words: str) -> None:
     from webrl.cli import app

@@ -31,7 +31,7 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     from webrl.models.policy import LocalModelPolicy
     from webrl.schemas import Observation, TaskConfig
 
-    assert sandbox_ports(free_sites)["shopping"] == int(free_sites.shopping_url.rsplit(":", 1)[1])
+    assert sandbox_ports(free_sites)["shopping"] == int(free_sites.sites.shopping_url.rsplit(":", 1)[1])
     stages: list[str] = []
     config = BootstrapConfig(size="test", vocab_size=1024, demos_per_template=1, max_demos=3, epochs=1,
                              sft_minutes=0.5, concurrency=2, prompt_loss_weight=0.5, words="trailing-space",

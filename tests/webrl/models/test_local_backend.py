@@ -79,7 +79,7 @@ def test_stops_at_end_of_turn_and_reports_length(backend: LocalBackend) -> None:
 
 
 def test_make_backend_names_the_missing_setting(settings: Settings) -> None:
-    with pytest.raises(BackendConfigError, match="WEBRL_ACTOR_MODEL"):
-        make_backend(settings.model_copy(update={"actor_model": None}))
-    with pytest.raises(BackendConfigError, match="WEBRL_ACTOR_ENDPOINT"):
+    with pytest.raises(BackendConfigError, match="WEBRL_ACTOR__MODEL"):
+        make_backend(settings.replace(actor={"model": None}))
+    with pytest.raises(BackendConfigError, match="WEBRL_ACTOR__ENDPOINT"):
         make_backend(settings, kind="openai", model="m")

@@ -39,7 +39,7 @@ def model(tiny_dir: Path) -> Iterator[tuple]:
     or a misplaced key would change no log-prob by 1e-4.
     """
     threads = torch.get_num_threads()
-    model, tokenizer = load_causal_lm(tiny_dir, Settings(home=tiny_dir.parent / "home", torch_threads=1))
+    model, tokenizer = load_causal_lm(tiny_dir, Settings(home=tiny_dir.parent / "home", models={"torch_threads": 1}))
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.q_proj.weight.mul_(SHARPEN)

@@ -88,7 +88,7 @@ def test_adapters_hot_reload_in_the_actor_engine_on_one_base(with_smollm2: Setti
         folders.append(folder)
         assert sum(f.stat().st_size for f in folder.iterdir()) < 12e6  # MBs, not the 540 MB base
     adapters._BASES.clear()
-    engine = ActorEngine.from_settings(with_smollm2.model_copy(update={"actor_model": str(folders[0])}))
+    engine = ActorEngine.from_settings(with_smollm2.replace(actor={"model": str(folders[0])}))
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Say hi"}], tokenize=False,
                                            add_generation_prompt=True)
     first = engine.backend.generate_batch([prompt], 6, 0.0)[0]
@@ -105,7 +105,7 @@ def test_adapters_hot_reload_in_the_actor_engine_on_one_base(with_smollm2: Setti
     result = CliRunner().invoke(app, ["models", "merge", str(folders[1]), str(merged), "--dtype", "float32"])
     assert result.exit_code == 0, result.output
     assert not (merged / "adapter_config.json").exists() and verify(merged)
-    plain = ActorEngine.from_settings(with_smollm2.model_copy(update={"actor_model": str(merged)}))
+    plain = ActorEngine.from_settings(with_smollm2.replace(actor={"model": str(merged)}))
     assert plain.backend.generate_batch([prompt], 6, 0.0)[0].token_ids == second.token_ids
     bad = CliRunner().invoke(app, ["models", "merge", str(merged), str(tmp_path / "again")])
     assert bad.exit_code != 0 and "not an adapter folder" in bad.output

@@ -88,7 +88,7 @@ def test_folder_loads_with_dtype_and_never_downloads(tiny_dir: Path, settings: S
     model, tokenizer = load_causal_lm(tiny_dir, settings)
     assert model.dtype == torch.float32 and not model.training
     assert tokenizer.padding_side == "left" and tokenizer.pad_token == "<|pad|>"
-    bf16 = settings.model_copy(update={"dtype": "bfloat16"})
+    bf16 = settings.replace(models={"dtype": "bfloat16"})
     assert load_causal_lm(tiny_dir, bf16)[0].dtype == torch.bfloat16
     with pytest.raises(ModelNotFoundError, match="local folders only"):
         load_causal_lm("meta-llama/Llama-3.1-8B-Instruct", settings)

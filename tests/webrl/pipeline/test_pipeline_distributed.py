@@ -48,10 +48,10 @@ def _free_port() -> int:
 def actor_service(world: Settings, tiny_actor: Path, redis_url: str, tmp_path: Path,
                   monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """``uvicorn services.actor.app:app`` serving the tiny SFT actor, subscribed to the checkpoint events on Redis;
-    ``WEBRL_ACTOR_URL`` names it for the pipeline and the workers. Yields its base URL."""
+    ``WEBRL_ACTOR__URL`` names it for the pipeline and the workers. Yields its base URL."""
     url = f"http://127.0.0.1:{_free_port()}"
-    monkeypatch.setenv("WEBRL_ACTOR_URL", url)
-    env = {**os.environ, "WEBRL_ACTOR_MODEL": str(tiny_actor), "WEBRL_REDIS_URL": redis_url}
+    monkeypatch.setenv("WEBRL_ACTOR__URL", url)
+    env = {**os.environ, "WEBRL_ACTOR__MODEL": str(tiny_actor), "WEBRL_JOBS__REDIS_URL": redis_url}
     log = (tmp_path / "actor.log").open("w")
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", "services.actor.app:app", "--host", "127.0.0.1",
                                "--port", url.rsplit(":", 1)[1], "--log-level", "warning"],
@@ -78,8 +78,8 @@ def _answers(url: str) -> bool:
 def distributed(world: Settings, postgres_url: str, redis_url: str, actor_service: str, tmp_path: Path,
                 monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     broker = redis_url.rsplit("/", 1)[0] + "/14"
-    monkeypatch.setenv("WEBRL_DATABASE_URL", postgres_url)
-    monkeypatch.setenv("WEBRL_BROKER_URL", broker)
+    monkeypatch.setenv("WEBRL_DATABASE__URL", postgres_url)
+    monkeypatch.setenv("WEBRL_JOBS__BROKER_URL", broker)
     get_settings.cache_clear()
     settings = get_settings()
     from webrl.db.migrate import downgrade, upgrade
@@ -103,7 +103,7 @@ def distributed(world: Settings, postgres_url: str, redis_url: str, actor_servic
     finally:
         _stop(worker)
         worker_log.close()
-        monkeypatch.delenv("WEBRL_BROKER_URL")
+        monkeypatch.delenv("WEBRL_JOBS__BROKER_URL")
         get_settings.cache_clear()
         configure(get_settings())
 
@@ -137,7 +137,7 @@ def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, ti
     Pipeline(distributed, PipelineOptions(run="dist", actor=str(tiny_actor), orm=str(tiny_actor),
                                           hyperparams=record)).run()
     with session_scope(distributed) as s:
-        assert distributed.database_url.startswith("postgresql")
+        assert distributed.database.url.startswith("postgresql")
         phases = s.scalars(select(m.Phase).order_by(m.Phase.index)).all()
         assert [(p.index, p.status) for p in phases] == [(0, "done"), (1, "done"), (2, "done")]
         assert s.scalar(select(func.count()).select_from(m.Checkpoint)) == 4  # an actor and a critic a phase

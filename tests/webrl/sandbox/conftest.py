@@ -14,5 +14,5 @@ from webrl.sandbox.server import running_sandbox
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """Settings whose site URLs point at the running sandbox (free ports, fresh template databases)."""
     home = tmp_path_factory.mktemp("sandbox-home")
-    with running_sandbox(Settings(home=home, database_url=f"sqlite:///{home}/webrl.db")) as served:
+    with running_sandbox(Settings(home=home, database={"url": f"sqlite:///{home}/webrl.db"})) as served:
         yield served

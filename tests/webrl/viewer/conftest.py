@@ -66,7 +66,7 @@ def chromium() -> Iterator[object]:
     from webrl.config import Settings
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=Settings(_env_file=None).chromium_path)
+        browser = p.chromium.launch(executable_path=Settings(_env_file=None).browser.chromium_path)
         yield browser
         browser.close()
 

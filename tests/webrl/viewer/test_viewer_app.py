@@ -28,7 +28,7 @@ KEY = "k" * 32
 @pytest.fixture
 def db(tmp_path: Path) -> Settings:
     """A migrated SQLite home with a run stopped inside phase 1 (after its filter stage)."""
-    settings = Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'webrl.db'}", _env_file=None)
+    settings = Settings(home=tmp_path, database={"url": f"sqlite:///{tmp_path / 'webrl.db'}"}, _env_file=None)
     upgrade(settings)
     with session_scope(settings) as s:
         run = m.Run(name="live", options=PipelineOptions(run="live").to_json())
@@ -114,7 +114,7 @@ def test_bad_filters_are_422_naming_the_field(client: TestClient) -> None:
 
 
 def test_the_api_key_guards_every_page_and_a_browser_logs_in(db: Settings) -> None:
-    keyed = db.model_copy(update={"api_key": KEY})
+    keyed = db.replace(security={"api_key": KEY})
     with TestClient(build_app(keyed)) as c:
         assert c.get("/runs/live").status_code == 401  # an API client: the JSON 401 every service answers
         page = c.get("/runs/live", headers={"accept": "text/html"}, follow_redirects=False)
@@ -147,7 +147,7 @@ def test_viewer_reads_cannot_write_on_postgres(postgres_url: str, tmp_path: Path
 
     from webrl.db.migrate import downgrade
 
-    settings = Settings(home=tmp_path, database_url=postgres_url, _env_file=None)
+    settings = Settings(home=tmp_path, database={"url": postgres_url}, _env_file=None)
     upgrade(settings)
     try:
         with read_only_scope(settings) as s, pytest.raises(InternalError, match="read-only transaction"):
@@ -160,7 +160,7 @@ def test_webrl_ui_refuses_an_open_bind_without_a_key(monkeypatch: pytest.MonkeyP
     from webrl.cli import app
     from webrl.config import get_settings
 
-    for var in ("WEBRL_API_KEY", "WEBRL_ALLOW_NO_AUTH"):
+    for var in ("WEBRL_SECURITY__API_KEY", "WEBRL_SECURITY__ALLOW_NO_AUTH"):
         monkeypatch.delenv(var, raising=False)
     get_settings.cache_clear()
     try:

@@ -20,25 +20,25 @@ __all__ = ["Backend", "BackendConfigError", "Generation", "make_backend"]
 def make_backend(settings: Settings, *, kind: str | None = None, model: str | None = None,
                  endpoint: str | None = None) -> Backend:
     """The backend that ``settings`` (or the explicit arguments) describe."""
-    kind = kind or settings.actor_backend
-    model = model or settings.actor_model
-    endpoint = endpoint or settings.actor_endpoint
+    kind = kind or settings.actor.backend
+    model = model or settings.actor.model
+    endpoint = endpoint or settings.actor.endpoint
     if kind == "local":
         if not model:
-            raise BackendConfigError("the local backend needs a model folder: set WEBRL_ACTOR_MODEL")
+            raise BackendConfigError("the local backend needs a model folder: set WEBRL_ACTOR__MODEL")
         from webrl.models.backends.local import LocalBackend
 
         return LocalBackend.from_path(model, settings)
     if not endpoint:
-        raise BackendConfigError(f"the {kind} backend needs a server: set WEBRL_ACTOR_ENDPOINT")
+        raise BackendConfigError(f"the {kind} backend needs a server: set WEBRL_ACTOR__ENDPOINT")
     if kind == "openai":
         if not model:
-            raise BackendConfigError("the openai backend needs the served model name: set WEBRL_ACTOR_MODEL")
+            raise BackendConfigError("the openai backend needs the served model name: set WEBRL_ACTOR__MODEL")
         from webrl.models.backends.openai_compat import OpenAIBackend
 
-        return OpenAIBackend(endpoint, model, api_key=settings.actor_api_key)
+        return OpenAIBackend(endpoint, model, api_key=settings.actor.api_key)
     if kind == "tgi":
         from webrl.models.backends.tgi import TGIBackend
 
-        return TGIBackend(endpoint, api_key=settings.actor_api_key)
+        return TGIBackend(endpoint, api_key=settings.actor.api_key)
     raise BackendConfigError(f"unknown backend {kind!r}; expected local, openai or tgi")

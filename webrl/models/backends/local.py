@@ -99,7 +99,7 @@ class LocalBackend:
     def from_path(cls, path: str | Path, settings: Settings, *, version: str | None = None) -> LocalBackend:
         model, tokenizer = load_causal_lm(path, settings)
         return cls(model, tokenizer, version=version or checkpoint_version(path), path=str(path),
-                   max_batch=settings.actor_max_batch, batch_wait_s=settings.actor_batch_wait_ms / 1000)
+                   max_batch=settings.actor.max_batch, batch_wait_s=settings.actor.batch_wait_ms / 1000)
 
     # The interface
     def submit(self, prompt: str, max_new_tokens: int, temperature: float, seed: int | None = None
