@@ -5,6 +5,7 @@ The network as a whole and Redis's password: test_deploy_k8s_network.py, test_de
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import yaml
 from kustomize_lite import build, config_map_hash, strategic_merge
 
+from webrl.config import Settings, setting_variables
 from webrl.queue import QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +23,8 @@ K8S = ROOT / "k8s"
 OVERLAYS = ["dev", "prod"]
 K8S_VERSION = "1.30.0"  # the oldest Kubernetes minor still supported upstream when this was written
 SERVICE_DIRS = sorted(p.name for p in (ROOT / "services").iterdir() if p.is_dir() and not p.name.startswith("_"))
+#: WEBRL_ variables that are no setting, by container: docker/vllm_supervisor.py reads the trainer's URL.
+OWN_VARS = {"vllm": {"WEBRL_TRAINER_URL"}}
 
 
 def _rendered(overlay: str) -> list[dict]:
@@ -78,8 +82,8 @@ def test_every_service_has_api_and_worker_running_its_entry_point(overlay: str) 
         api = objects[("Deployment", name)]
         command = _containers(api)[0]["command"]
         assert command[:2] == ["uvicorn", f"services.{svc}.app:app"], command
-        key = {e["name"]: e for e in _containers(api)[0]["env"]}["WEBRL_API_KEY"]  # required: no key, no pod
-        assert key["valueFrom"]["secretKeyRef"] == {"name": "webrl-secrets", "key": "WEBRL_API_KEY"}, name
+        key = {e["name"]: e for e in _containers(api)[0]["env"]}["WEBRL_SECURITY__API_KEY"]  # required: no key, no pod
+        assert key["valueFrom"]["secretKeyRef"] == {"name": "webrl-secrets", "key": "WEBRL_SECURITY__API_KEY"}, name
         port = int(command[command.index("--port") + 1])
         assert objects[("Service", name)]["spec"]["ports"][0]["port"] == port
         worker = _containers(objects[("Deployment", f"{name}-worker")])[0]["command"]
@@ -128,6 +132,35 @@ def test_workloads_run_as_non_root_and_read_config(overlay: str) -> None:
                     assert source["configMapRef"]["name"] in config_names
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_webrl_variable_is_a_setting_and_settings_accept_them(overlay: str, monkeypatch: pytest.MonkeyPatch,
+                                                                      ) -> None:
+    """The ConfigMap, the Secret and each container's env name only Settings' variables (an old flat name or a
+    misspelt one would be refused at start), and Settings loads what each container gets."""
+    known = set(setting_variables())
+    resources = _rendered(overlay)
+    config = next(r for r in resources if r["kind"] == "ConfigMap")["data"]
+    secrets = [r for r in resources if r["kind"] == "Secret"]
+    for name in [*config, *(key for s in secrets for key in {**s.get("stringData", {}), **s.get("data", {})})]:
+        assert not name.startswith("WEBRL_") or name in known, f"{overlay}: {name} is not a setting"
+    for resource in resources:
+        if resource["kind"] not in {"Deployment", "StatefulSet", "Job"}:
+            continue
+        for container in resource["spec"]["template"]["spec"]["containers"]:
+            env = {e["name"]: e.get("value", "x") for e in container.get("env", []) if e["name"].startswith("WEBRL_")}
+            where = f"{overlay}/{resource['metadata']['name']}/{container['name']}"
+            unknown = set(env) - known - OWN_VARS.get(container["name"], set())
+            assert not unknown, f"{where}: {sorted(unknown)} are no settings"
+            if not any("configMapRef" in source for source in container.get("envFrom", [])) and not env:
+                continue
+            with monkeypatch.context() as mp:
+                for name in [n for n in os.environ if n.startswith("WEBRL_")]:
+                    mp.delenv(name)
+                for name, value in {**config, **env}.items():
+                    mp.setenv(name, value)
+                Settings(_env_file=None)  # raises on an old flat name, a misspelt group field or a bad value
+
+
 def test_workers_scale_with_an_hpa() -> None:
     objects = _by_key(_rendered("prod"))
     hpas = {name for kind, name in objects if kind == "HorizontalPodAutoscaler"}
@@ -145,7 +178,7 @@ def test_prod_puts_vllm_and_the_trainer_on_gpus_and_uses_a_managed_database() ->
     assert _containers(objects[("Deployment", "trainer-worker")])[0]["image"].startswith("webrl-gpu:")
     assert ("StatefulSet", "postgres") not in objects and ("Secret", "webrl-secrets") not in objects
     config = next(r for (kind, _), r in objects.items() if kind == "ConfigMap")["data"]
-    assert config["WEBRL_ACTOR_BACKEND"] == "openai" and config["WEBRL_ACTOR_ENDPOINT"] == "http://vllm:8000/v1"
+    assert config["WEBRL_ACTOR__BACKEND"] == "openai" and config["WEBRL_ACTOR__ENDPOINT"] == "http://vllm:8000/v1"
     pvc = objects[("PersistentVolumeClaim", "webrl-artifacts")]["spec"]
     assert pvc["accessModes"] == ["ReadWriteMany"] and pvc["storageClassName"]
 
@@ -189,7 +222,7 @@ def test_the_viewer_serves_webrl_ui_with_the_key_and_reads_the_artifacts_read_on
     assert container["command"][:2] == ["webrl", "ui"]
     port = int(container["command"][container["command"].index("--port") + 1])
     assert objects[("Service", "viewer")]["spec"]["ports"][0]["port"] == port
-    assert {e["name"] for e in container["env"]} == {"WEBRL_API_KEY"}
+    assert {e["name"] for e in container["env"]} == {"WEBRL_SECURITY__API_KEY"}
     mount = next(v for v in container["volumeMounts"] if v["name"] == "artifacts")
     claim = next(v for v in pod["volumes"] if v["name"] == "artifacts")["persistentVolumeClaim"]
     assert mount["readOnly"] is True and claim["readOnly"] is True
