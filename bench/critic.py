@@ -2,10 +2,13 @@
 consecutive steps, ``window_sampler``) against the earlier batching (length buckets, s and s' of every
 step forwarded on their own), on the same synthetic trajectories, in the same run.
 
-    .venv/bin/python bench/critic.py [--size small] [--trajectories 12] [--steps 6] [--tokens 400] [--batch-size 4]
+    .venv/bin/python bench/critic.py [--size small] [--backbone FOLDER] [--trajectories 12] [--steps 6]
+                                     [--tokens 400] [--batch-size 4]
 
-A tiny Llama built here (no download) stands in for the backbone: the ratio is about forwards saved (k steps of a
-trajectory share k - 1 states), which does not depend on the backbone's size. Prints a table and one JSON line.
+The backbone is a tiny Llama built here (no download), or ``--backbone`` (a model folder, e.g. the converted
+SmolLM2 base under ``<artifacts>/models/base/smollm2-135m``). A training batch of 4 holds two windows of two
+consecutive steps, which share one state each (6 forwards, not 8); on the tiny model fixed per-batch costs hide
+the saving, on a real backbone the forwards dominate. Prints a table and one JSON line.
 """
 
 from __future__ import annotations
@@ -82,10 +85,17 @@ def measure(folder: Path, items: list[StatePairItem], batch_size: int, windows: 
 def main(args: argparse.Namespace) -> None:
     torch.manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        tokenizer = build_tokenizer([" ".join(WORDS)] * 4, folder, vocab_size=800)
-        save_tiny(build_tiny_llama(tokenizer, args.size, seed=args.seed), tokenizer, folder)
-        items = synthetic_items(len(tokenizer), args.trajectories, args.steps, args.tokens, args.seed)
+        if args.backbone:
+            from transformers import AutoTokenizer
+
+            folder = args.backbone
+            vocab = len(AutoTokenizer.from_pretrained(str(folder), local_files_only=True))
+        else:
+            folder = Path(tmp)
+            tokenizer = build_tokenizer([" ".join(WORDS)] * 4, folder, vocab_size=800)
+            save_tiny(build_tiny_llama(tokenizer, args.size, seed=args.seed), tokenizer, folder)
+            vocab = len(tokenizer)
+        items = synthetic_items(vocab, args.trajectories, args.steps, args.tokens, args.seed)
         separate = measure(folder, items, args.batch_size, windows=False, seed=args.seed)
         windows = measure(folder, items, args.batch_size, windows=True, seed=args.seed)
     ratio = round(windows["steps_per_s"] / separate["steps_per_s"], 2)
@@ -98,13 +108,14 @@ def main(args: argparse.Namespace) -> None:
         table.add_row(name, str(row["steps"]), str(row["seconds"]), f"{row['tokens_forwarded']:,}",
                       str(row["steps_per_s"]))
     Console().print(table)
-    print(json.dumps({"model": args.size, "separate": separate, "windows": windows,
+    print(json.dumps({"model": str(args.backbone or args.size), "separate": separate, "windows": windows,
                       "ratio_windows_vs_separate": ratio}))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="small", help="webrl.models.tiny size preset")
+    parser.add_argument("--backbone", type=Path, help="a model folder to use instead of the tiny Llama")
     parser.add_argument("--trajectories", type=int, default=12)
     parser.add_argument("--steps", type=int, default=6, help="steps per trajectory")
     parser.add_argument("--tokens", type=int, default=400, help="most tokens per state")

@@ -249,31 +249,38 @@ def state_pair_items(tokenizer: Any, examples: Sequence[StepExample], max_length
             for i, ex in enumerate(examples)]
 
 
-def trajectory_windows(items: Sequence[StatePairItem], batch_size: int, *, shuffle: bool = True,
-                       seed: int = 0) -> list[list[int]]:
-    """Batches of up to ``batch_size`` consecutive steps of one trajectory (so :func:`state_pair_collate` shares
-    their states), in shuffled order: each trajectory's steps sorted by step and cut into windows; a trajectory's
-    remainder window is topped up with another trajectory's to keep batches full."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+#: Consecutive steps of one trajectory kept together in a training batch: 2 share one state (3 forwards, not 4)
+#: while a batch of 4 still mixes two trajectories. A batch of one trajectory's steps holds one label
+#: (y = 1[G_t > 0] is the same on every step of a trajectory), and such batches made the demo's critic loss
+#: swing between 0 and 140 from one step to the next.
+TRAIN_WINDOW = 2
+
+
+def trajectory_windows(items: Sequence[StatePairItem], batch_size: int, *, window: int = TRAIN_WINDOW,
+                       shuffle: bool = True, seed: int = 0) -> list[list[int]]:
+    """Batches of ``batch_size`` items (the last may be smaller) made of windows of up to ``window`` consecutive
+    steps of one trajectory, so that :func:`state_pair_collate` forwards a state two steps share once.
+
+    Each trajectory's steps are sorted by step and cut into windows; ``shuffle`` puts the windows in random order
+    (batches mix trajectories); without it every trajectory's steps stay in order and together (evaluation:
+    the most sharing)."""
+    if batch_size < 1 or window < 1:
+        raise ValueError(f"batch_size and window must be >= 1, got {batch_size} and {window}")
     by_trajectory: dict[int, list[int]] = {}
     for position, it in enumerate(items):
         by_trajectory.setdefault(it.trajectory_id, []).append(position)
-    full: list[list[int]] = []
-    rest: list[int] = []
+    windows: list[list[int]] = []
     for positions in by_trajectory.values():
         positions.sort(key=lambda p: items[p].step)
-        cut = len(positions) - len(positions) % batch_size
-        full.extend(positions[i:i + batch_size] for i in range(0, cut, batch_size))
-        rest.extend(positions[cut:])
-    batches = full + [rest[i:i + batch_size] for i in range(0, len(rest), batch_size)]
+        windows.extend(positions[i:i + window] for i in range(0, len(positions), window))
     if shuffle:
-        random.Random(seed).shuffle(batches)
-    return batches
+        random.Random(seed).shuffle(windows)
+    order = [p for w in windows for p in w]
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def window_sampler(items: Sequence[StatePairItem], batch_size: int, *, shuffle: bool = True, seed: int = 0
                    ) -> EpochBatchSampler:
-    """Windows of consecutive steps (:func:`trajectory_windows`), in a new order each epoch."""
+    """Batches of windows of consecutive steps (:func:`trajectory_windows`), in a new order each epoch."""
     items = list(items)
     return EpochBatchSampler(lambda s: trajectory_windows(items, batch_size, shuffle=shuffle, seed=s), seed)

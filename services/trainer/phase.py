@@ -196,8 +196,9 @@ def state_pair_values(model: Any, batch: dict) -> dict[str, torch.Tensor]:
 def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: list[StepExample],
                  max_length: int, version: str, dest: Path) -> tuple[CheckpointInfo | None, list[float], list[float]]:
     """Train and publish the critic; return it (None on non-main processes) with V(s) and V(s') of every
-    experience step. Batches are windows of consecutive steps of one trajectory, so that the state two steps
-    share is forwarded once (k steps: k + 1 forwards instead of 2k)."""
+    experience step. Training batches mix windows of two consecutive steps of a trajectory (their shared state is
+    forwarded once: 3 forwards, not 4); the values pass keeps each trajectory together (k steps: k + 1 forwards,
+    not 2k)."""
     config = _loop_config(job, job.hyperparams.critic.lr, job.hyperparams.critic.epochs)
     accelerator = make_accelerator(config)
     prepared = prepare(accelerator, _load_critic(settings, job), config)

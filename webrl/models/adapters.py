@@ -16,6 +16,7 @@ import copy
 import json
 import logging
 import threading
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,10 @@ from webrl.config import Settings
 from webrl.models.folders import PEFT_CONFIG_FILE, is_adapter
 
 log = logging.getLogger("webrl.models.adapters")
+
+# peft (0.21) still reads transformers' old attribute name when it wraps a model, and transformers 5 warns about it
+# on every adapter loaded; the name is peft's to change, the warning only clutters progress output.
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 #: webrl's record of the base an adapter belongs to.
 ADAPTER_FILE = "webrl_adapter.json"

@@ -30,20 +30,30 @@ def _items() -> list[StatePairItem]:
     return [mixed[i] for i in (6, 0, 3, 5, 1, 4, 2)]  # shuffled, as the experience is
 
 
-def test_windows_are_consecutive_steps_of_one_trajectory_and_cover_every_item() -> None:
-    items = _items()
-    batches = trajectory_windows(items, 2, seed=0)
+def test_training_batches_mix_trajectories_in_windows_of_consecutive_steps() -> None:
+    items = _items()  # trajectory 10: steps 0-4; trajectory 11: steps 0-1
+    batches = trajectory_windows(items, 4, window=2, seed=0)
     assert sorted(i for b in batches for i in b) == list(range(len(items)))
-    assert sorted(len(b) for b in batches) == [1, 2, 2, 2]  # 10: steps 0-1, 2-3, then 4 alone; 11: steps 0-1
-    for b in batches:
-        assert len({items[i].trajectory_id for i in b}) == 1
-        steps = [items[i].step for i in b]
-        assert steps == list(range(steps[0], steps[0] + len(b)))
-    assert sorted(map(sorted, trajectory_windows(items, 2, seed=1))) == sorted(map(sorted, batches))
-    sampler = window_sampler(items, 2, seed=0)
-    assert len(sampler) == len(batches) == len(list(sampler))
+    assert [len(b) for b in batches] == [4, 3]
+    order = [i for b in batches for i in b]
+    windows = [order[k:k + 2] for k in range(0, len(order), 2)]
+    pairs = [w for w in windows if len(w) == 2 and len({items[i].trajectory_id for i in w}) == 1]
+    for w in pairs:  # a window: consecutive steps, in order
+        assert items[w[1]].step == items[w[0]].step + 1
+    assert len(pairs) >= 2
+    assert any(len({items[i].trajectory_id for i in b}) == 2 for b in batches)  # batches mix trajectories
+    assert trajectory_windows(items, 4, seed=0) == batches  # the same seed, the same batches
+    assert window_sampler(items, 4, seed=0).make(0) == batches
+    assert len(window_sampler(items, 4)) == 2
     with pytest.raises(ValueError):
         trajectory_windows(items, 0)
+
+
+def test_values_pass_keeps_each_trajectory_together_in_order() -> None:
+    items = _items()
+    batches = trajectory_windows(items, 4, shuffle=False)
+    order = [(items[i].trajectory_id, items[i].step) for b in batches for i in b]
+    assert order == [(11, 0), (11, 1), (10, 0), (10, 1), (10, 2), (10, 3), (10, 4)]  # first seen first
 
 
 def test_collate_forwards_each_shared_state_once() -> None:
