@@ -171,6 +171,10 @@ class Critic:
     """AdamW learning rate of the critic (published config ``critic_lr``)."""
     epochs: Count = 1
     """Passes over the phase's experience (published code ``critic_epochs``)."""
+    head_init_std: PositiveFloat | None = 0.2
+    """Std of the normal init of a fresh critic's heads' first two layers (published code: 0.2). None:
+    1 / sqrt(hidden), which keeps a small backbone's outputs in scale: SmolLM2-135M's last states have norm ~50, and
+    at 0.2 its heads' logits swung by +-30 from one optimizer step to the next (the demo's critic loss 0 <-> 140)."""
 
 
 @dataclass(frozen=True)

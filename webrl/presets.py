@@ -28,13 +28,13 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
     # training rollouts sample, evaluation is greedy
     rollout=Rollout(chunk=24, concurrency=8, max_steps=8, temperature=0.7),
-    # LoRA moves only the adapters: the SFT's 5e-4 / 2 for the actor. The critic's fresh heads at 5e-4 swung its
-    # loss between 0 and 140 from step to step (logits of +-30: Adam moves every weight of two 576x576 layers by ~lr
-    # a step), so the critic trains at 5e-5.
+    # LoRA moves only the adapters: the SFT's 5e-4 / 2 for the actor. The critic's fresh heads, initialised as
+    # WebRL's (std 0.2) on SmolLM2's last states (norm ~50), swung its loss between 0 and 140 from one step to the
+    # next at 5e-4 and at 5e-5; here they start at the fan-in scale and train at 1e-4.
     # A phase's A > 0 steps are few (the successes of 24 rollouts plus replay: ~10-40 steps, 3-10 optimizer steps
     # an epoch), so the actor makes three passes over them
     actor=ActorLoss(lr=2.5e-4, epochs=3),
-    critic=Critic(lr=5e-5, epochs=1),
+    critic=Critic(lr=1e-4, epochs=1, head_init_std=None),
     batching=Batching(batch_size=4),
 )
 

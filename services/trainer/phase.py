@@ -177,7 +177,8 @@ def _load_critic(settings: Settings, job: PhaseJob) -> Any:
     dtype = lora_base_dtype() if is_adapter(start) else torch.float32
     if job.critic:
         return CriticModel.from_pretrained(job.critic, dtype=dtype, settings=settings, trainable=True)
-    return CriticModel.from_backbone(start, seed=job.seed, dtype=dtype, settings=settings)
+    return CriticModel.from_backbone(start, seed=job.seed, dtype=dtype, settings=settings,
+                                     head_init_std=job.hyperparams.critic.head_init_std)
 
 
 def critic_loss_fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:

@@ -45,6 +45,7 @@ CRITIC_CONFIG_FILE = "critic_config.json"
 
 #: Std of the normal init of the heads' first two Linear layers, biases zero; the last Linear keeps torch's
 #: default init (``initializer_range = 0.2`` in WebRL's VLMDoubleCritic; published code, not in the paper).
+#: ``Critic.head_init_std`` (webrl.hyperparams) may choose another, or None: :func:`fan_in_std`.
 HEAD_INIT_STD = 0.2
 
 #: Classes of each head: index 1 = "the task will succeed" (V = softmax[1]).
@@ -57,12 +58,19 @@ def _settings(settings: Settings | None) -> Settings:
     return settings or get_settings()
 
 
-def value_head(hidden: int) -> nn.Sequential:
-    """Linear-ReLU-Linear-ReLU-Linear(2), initialised as WebRL does."""
+def fan_in_std(hidden: int) -> float:
+    """std = 1 / sqrt(hidden): each layer keeps its input's scale (LeCun's fan-in init)."""
+    return hidden ** -0.5
+
+
+def value_head(hidden: int, init_std: float | None = HEAD_INIT_STD) -> nn.Sequential:
+    """Linear-ReLU-Linear-ReLU-Linear(2), initialised as WebRL does (``init_std`` 0.2), or with ``init_std``
+    (None: :func:`fan_in_std`)."""
+    std = fan_in_std(hidden) if init_std is None else init_std
     head = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                          nn.Linear(hidden, N_CLASSES))
     for layer in (head[0], head[2]):
-        nn.init.normal_(layer.weight, mean=0.0, std=HEAD_INIT_STD)
+        nn.init.normal_(layer.weight, mean=0.0, std=std)
         nn.init.zeros_(layer.bias)
     return head
 
@@ -100,8 +108,10 @@ class CriticModel(nn.Module):
     # Loading and saving
     @classmethod
     def from_backbone(cls, path: str | Path, *, seed: int = 0, dtype: torch.dtype | None = None,
-                      settings: Settings | None = None, lora: LoraSpec | None = None) -> CriticModel:
-        """A fresh critic on the base model of a causal-LM folder (the SFT actor); heads seeded by ``seed``.
+                      settings: Settings | None = None, lora: LoraSpec | None = None,
+                      head_init_std: float | None = HEAD_INIT_STD) -> CriticModel:
+        """A fresh critic on the base model of a causal-LM folder (the SFT actor); heads seeded by ``seed`` and
+        initialised with ``head_init_std`` (:func:`value_head`).
 
         On an adapter folder (or with ``lora``) the backbone is the frozen base with a new LoRA adapter of the
         critic's own (``lora``, default :class:`LoraSpec`), so only the adapter and the heads train."""
@@ -116,7 +126,7 @@ class CriticModel(nn.Module):
         torch.manual_seed(seed)
         try:
             hidden = int(backbone.config.hidden_size)
-            return cls(backbone, value_head(hidden), value_head(hidden))
+            return cls(backbone, value_head(hidden, head_init_std), value_head(hidden, head_init_std))
         finally:
             torch.random.set_rng_state(generator_state)
 

@@ -75,3 +75,20 @@ def test_loading_something_that_is_not_a_critic_fails(tiny_llama3) -> None:
     path, _, _ = tiny_llama3
     with pytest.raises(FileNotFoundError, match="critic_heads"):
         CriticModel.from_pretrained(path)
+
+
+def test_fan_in_heads_keep_a_large_last_state_s_logits_in_scale() -> None:
+    """SmolLM2-135M's last states have norm ~50 (576 dims): WebRL's std 0.2 makes logits of tens at init, the
+    fan-in init (head_init_std None) logits of order 1."""
+    from webrl.models.critic import fan_in_std, value_head
+
+    torch.manual_seed(0)
+    h = torch.randn(64, 576)
+    h = h / h.norm(dim=-1, keepdim=True) * 50.0  # (64, 576), norm 50
+    published = value_head(576, 0.2)
+    fan_in = value_head(576, None)
+    assert float(fan_in[0].weight.std()) == pytest.approx(fan_in_std(576), rel=0.05)
+    with torch.no_grad():
+        big, small = published(h).abs().mean(), fan_in(h).abs().mean()
+    assert big > 5.0
+    assert small < 1.0
