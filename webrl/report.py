@@ -35,7 +35,31 @@ def phase_rows_in(session: Session, run: str) -> list[dict[str, Any]]:
         raise ValueError(f"no run named {run!r}")
     phases = session.scalars(select(m.Phase).where(m.Phase.run_id == run_row.id).order_by(m.Phase.index)).all()
     orm = str((run_row.options or {}).get("orm") or "")
-    return [{"phase": p.index, "status": p.status, "run.orm": orm, **p.metrics} for p in phases]
+    rows = [{"phase": p.index, "status": p.status, "run.orm": orm, **p.metrics} for p in phases]
+    add_subset_success(rows, subset_keys(session, run_row.id, rows))
+    return rows
+
+
+def subset_keys(session: Session, run_id: int, rows: list[dict[str, Any]]) -> set[str]:
+    """The test tasks the run's subset evaluations ran (the phases between the first and the last evaluate one fixed
+    stratified subset); empty when every phase evaluated every task."""
+    phase = next((r["phase"] for r in rows if r.get("evaluate.subset")), None)
+    if phase is None:
+        return set()
+    return set(session.scalars(
+        select(m.Task.key).join(m.Trajectory, m.Trajectory.task_id == m.Task.id)
+        .where(m.Trajectory.run_id == run_id, m.Trajectory.phase == phase, m.Trajectory.purpose == "eval")))
+
+
+def add_subset_success(rows: list[dict[str, Any]], keys: set[str]) -> None:
+    """Give every evaluated phase ``evaluate.success_subset``: its success on the subset ``keys`` (a phase that
+    evaluated every task is counted on those alone), so the phases compare on the same tasks."""
+    if not keys:
+        return
+    for row in rows:
+        if "evaluate.solved" in row:
+            row["evaluate.success_subset"] = len(set(row["evaluate.solved"]) & keys) / len(keys)
+            row["evaluate.subset_size"] = len(keys)
 
 
 def _fmt(value: Any, pct: bool = False) -> str:
@@ -63,8 +87,10 @@ def orm_accuracy_cell(row: dict[str, Any]) -> str:
 
 def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The phase table of ``report.md`` and of the terminal (``webrl train``): header and one row per phase."""
+    subset = any("evaluate.success_subset" in r for r in rows)
     header = ["phase", "generated", "kept", "rollouts", "ORM acc.", "reward rate",
-              *[f"test {s}" for s in SITES], "test overall", "actor loss", "critic loss", "KL", "minutes"]
+              *[f"test {s}" for s in SITES], "test overall", *(["test subset"] if subset else []),
+              "actor loss", "critic loss", "KL", "minutes"]
     body = []
     for r in rows:
         reward = r.get("label.reward_rate", r.get("seed-rollout.reward_rate"))
@@ -74,6 +100,7 @@ def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             orm_accuracy_cell(r), _fmt(reward, pct=True),
             *[_fmt(r.get(f"evaluate.success_{s}"), pct=True) for s in SITES],
             _fmt(r.get("evaluate.success"), pct=True),
+            *([_fmt(r.get("evaluate.success_subset"), pct=True)] if subset else []),
             _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")), _fmt(r.get("train.kl")),
             _fmt(round(phase_seconds(r) / 60, 1)),
         ])
@@ -106,8 +133,14 @@ def plot_success(rows: list[dict[str, Any]], out: Path) -> Path:
     xs = [r["phase"] for r in evaluated]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     overall = [100 * r["evaluate.success"] for r in evaluated]
-    ax.plot(xs, overall, "o-", lw=2.5, color="black", label="overall")
+    ax.plot(xs, overall, "o-", lw=2.5, color="black", label="overall (the tasks each phase evaluated)")
     highest = max(overall, default=0.0)
+    on_subset = [r for r in evaluated if "evaluate.success_subset" in r]
+    if on_subset:  # every phase on the same tasks: the intermediate phases evaluate a subset
+        ys = [100 * r["evaluate.success_subset"] for r in on_subset]
+        ax.plot([r["phase"] for r in on_subset], ys, "s:", lw=2.5, color="tab:red",
+                label=f"overall on the same {on_subset[0]['evaluate.subset_size']} tasks")
+        highest = max([highest, *ys])
     for site in SITES:
         ys = [100 * r.get(f"evaluate.success_{site}", float("nan")) for r in evaluated]
         ax.plot(xs, ys, "o--", lw=1.2, label=site)

@@ -71,3 +71,40 @@ def test_report_md_shows_no_orm_for_an_evaluator_rewarded_run(settings, tmp_path
     row = next(line for line in text.splitlines() if line.startswith("| 0 |"))
     assert f"| {NO_ORM} |" in row and "100.0%" not in row and ORM_COLUMN_NOTE in text
     assert phase_table(phase_rows(settings, "judged"))[1][0][4] == "100.0%"
+
+
+def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(settings, tmp_path) -> None:
+    """Phase 0 and the last phase evaluate all test tasks, the phases between a fixed subset: the report counts
+    each phase on that subset too, so the curve compares the same tasks."""
+    from webrl.db import models as m
+    from webrl.db.migrate import upgrade
+    from webrl.db.repository import save_trajectory, upsert_task
+    from webrl.db.session import session_scope
+    from webrl.report import phase_rows, write_report
+    from webrl.schemas import TaskConfig, Trajectory
+
+    upgrade(settings)
+    keys = [f"t/{i}" for i in range(8)]
+    with session_scope(settings) as s:
+        run = m.Run(name="r", options={"orm": ""})
+        s.add(run)
+        s.flush()
+        tasks = {key: upsert_task(s, key, TaskConfig(task_id=key, sites=["shopping"], intent=f"do {key}",
+                                                      start_url="__SHOPPING__/"), origin="seed", split="test")
+                 for key in keys}
+        for phase, evaluated in ((0, keys), (1, keys[:4]), (2, keys)):
+            for key in evaluated:
+                save_trajectory(s, tasks[key].id, phase, 0, Trajectory(task_id=key, intent=f"do {key}", steps=[]),
+                                purpose="eval", run_id=run.id)
+        for phase, solved, subset in ((0, ["t/0", "t/5", "t/6"], False), (1, ["t/0", "t/1"], True),
+                                      (2, ["t/0", "t/1", "t/2", "t/7"], False)):
+            s.add(m.Phase(run_id=run.id, index=phase, status="done", metrics={
+                "evaluate.success": len(solved) / (4 if subset else 8), "evaluate.solved": solved,
+                "evaluate.subset": subset}))
+    rows = phase_rows(settings, "r")
+    assert [r["evaluate.success_subset"] for r in rows] == [0.25, 0.5, 0.75]  # t/0..t/3 only
+    header, body = phase_table(rows)
+    assert [row[header.index("test subset")] for row in body] == ["25.0%", "50.0%", "75.0%"]
+    assert [row[header.index("test overall")] for row in body] == ["37.5%", "50.0%", "50.0%"]
+    assert "| test subset |" in write_report(settings, "r", tmp_path).read_text()
+    assert "test subset" not in phase_table([PHASE_0, PHASE_1])[0]  # no subset evaluated: no column
