@@ -30,14 +30,24 @@ def phase_rows(settings: Settings, run: str) -> list[dict[str, Any]]:
 
 def phase_rows_in(session: Session, run: str) -> list[dict[str, Any]]:
     """:func:`phase_rows` read in ``session`` (the viewer's is read-only). Raises ValueError for an unknown run."""
-    run_row = session.scalar(select(m.Run).where(m.Run.name == run))
-    if run_row is None:
-        raise ValueError(f"no run named {run!r}")
+    run_row = _run(session, run)
     phases = session.scalars(select(m.Phase).where(m.Phase.run_id == run_row.id).order_by(m.Phase.index)).all()
     orm = str((run_row.options or {}).get("orm") or "")
     rows = [{"phase": p.index, "status": p.status, "run.orm": orm, **p.metrics} for p in phases]
     add_subset_success(rows, subset_keys(session, run_row.id, rows))
     return rows
+
+
+def _run(session: Session, run: str) -> m.Run:
+    run_row = session.scalar(select(m.Run).where(m.Run.name == run))
+    if run_row is None:
+        raise ValueError(f"no run named {run!r}")
+    return run_row
+
+
+def run_id_of(session: Session, run: str) -> int:
+    """The id of the run named ``run`` (ValueError when there is none)."""
+    return _run(session, run).id
 
 
 def subset_keys(session: Session, run_id: int, rows: list[dict[str, Any]]) -> set[str]:
@@ -181,8 +191,10 @@ def plot_calibration(points: list[tuple[float, float]], out: Path) -> Path | Non
     return out
 
 
-def solved_table(rows: list[dict[str, Any]], intents: dict[str, str]) -> tuple[list[str], list[list[str]]]:
-    """Which test tasks each phase's actor solved: one row per task solved in any phase, a mark per phase.
+def solved_table(rows: list[dict[str, Any]], intents: dict[str, str],
+                 subset: set[str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """Which test tasks each phase's actor solved: one row per task solved in any phase, a mark per phase ("-": a
+    phase that evaluated only ``subset`` did not evaluate the task).
 
     ``rows`` are :func:`phase_rows` (``evaluate.solved`` lists task keys); ``intents`` maps keys to intents. Rows
     are ordered by the first phase that solved the task, so tasks the training gained come after the SFT actor's.
@@ -192,7 +204,12 @@ def solved_table(rows: list[dict[str, Any]], intents: dict[str, str]) -> tuple[l
     keys = {key for phase_keys in solved.values() for key in phase_keys}
     first = {key: min(p for p, phase_keys in solved.items() if key in phase_keys) for key in keys}
     header = ["task", "intent", *[f"phase {r['phase']}" for r in evaluated]]
-    body = [[key, intents.get(key, "?"), *["solved" if key in solved[r["phase"]] else "" for r in evaluated]]
+    def mark(key: str, row: dict[str, Any]) -> str:
+        if key in solved[row["phase"]]:
+            return "solved"
+        return "-" if row.get("evaluate.subset") and subset and key not in subset else ""
+
+    body = [[key, intents.get(key, "?"), *[mark(key, r) for r in evaluated]]
             for key in sorted(keys, key=lambda k: (first[k], k))]
     return header, body
 
@@ -225,10 +242,14 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     parts = [f"# webrl run `{run}`", "", "## Phases", "", markdown_table(header, body), "", ORM_COLUMN_NOTE, "",
              f"![test success per phase]({success_png.name})", ""]
     solved_keys = {key for r in rows for key in r.get("evaluate.solved", [])}
-    solved_header, solved_body = solved_table(rows, task_intents(settings, solved_keys))
+    with session_scope(settings) as s:
+        subset = subset_keys(s, run_id_of(s, run), rows)
+    solved_header, solved_body = solved_table(rows, task_intents(settings, solved_keys), subset)
     none_solved = "No test task was solved in any phase."
     parts += ["## Test tasks solved per phase", "",
               markdown_table(solved_header, solved_body) if solved_body else none_solved, ""]
+    if subset:
+        parts += [f'"-": the phase evaluated only the stratified {len(subset)} tasks, not this one.', ""]
     if calibration_png is not None:
         parts += ["## ORM calibration", "", f"![ORM calibration]({calibration_png.name})", ""]
     parts += ["## Checkpoint lineage", "",

@@ -106,5 +106,7 @@ def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(se
     header, body = phase_table(rows)
     assert [row[header.index("test subset")] for row in body] == ["25.0%", "50.0%", "75.0%"]
     assert [row[header.index("test overall")] for row in body] == ["37.5%", "50.0%", "50.0%"]
-    assert "| test subset |" in write_report(settings, "r", tmp_path).read_text()
+    text = write_report(settings, "r", tmp_path).read_text()
+    assert "| test subset |" in text
+    assert "| t/5 | do t/5 | solved | - |  |" in text  # phase 1 did not evaluate t/5; phase 2 did, and failed it
     assert "test subset" not in phase_table([PHASE_0, PHASE_1])[0]  # no subset evaluated: no column
