@@ -90,3 +90,22 @@ def test_the_tiny_default_model_renders_through_its_own_template(tmp_path) -> No
     assert text == tokenizer.apply_chat_template(build_orm_messages(INTENT, HISTORY, HTML), tokenize=False,
                                                  add_generation_prompt=True)
     assert "The User Intent:\nAdd the blue kettle to the cart\n\nAction History:\n" in text
+
+
+def test_the_layout_question_reads_the_vocabulary_once_per_tokenizer(chatml_tokenizer, tiny_llama3,
+                                                                      monkeypatch) -> None:
+    from webrl.prompts.orm import is_llama3_tokenizer
+
+    llama3 = tiny_llama3[2]
+    for tokenizer, expected in ((chatml_tokenizer, False), (llama3, True)):
+        monkeypatch.delattr(tokenizer, "webrl_is_llama3", raising=False)  # asked by an earlier test: ask anew
+        reads: list[int] = []
+
+        def counted(original=tokenizer.get_vocab, reads=reads):
+            reads.append(1)
+            return original()
+
+        monkeypatch.setattr(tokenizer, "get_vocab", counted)
+        assert [is_llama3_tokenizer(tokenizer) for _ in range(3)] == [expected] * 3
+        render_orm_prompt(tokenizer, INTENT, HISTORY, HTML)
+        assert len(reads) == 1
