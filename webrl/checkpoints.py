@@ -73,6 +73,34 @@ def folder_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+#: Keys a library writes into a folder's JSON files about itself (the version that wrote them), not about the model:
+#: ``save_pretrained`` stamps ``transformers_version`` into config.json and generation_config.json, so the same
+#: weights converted under transformers 5.23 and 5.24 differ in those bytes only.
+WRITER_STAMPS = frozenset({"transformers_version"})
+
+
+def content_sha256(path: str | Path) -> str:
+    """The folder's identity as a model: :func:`folder_sha256` with every JSON file read as data, its top-level
+    :data:`WRITER_STAMPS` dropped and the rest written canonically (sorted keys, no whitespace). Two folders
+    with the same weights, tokenizer and configuration have the same content sha256 whichever library version
+    (or JSON layout) wrote them; any other change to a file changes it."""
+    root = Path(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
+        digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+        if file.suffix == ".json":
+            data = json.loads(file.read_text())
+            if isinstance(data, dict):
+                data = {k: v for k, v in data.items() if k not in WRITER_STAMPS}
+            digest.update(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+        else:
+            with file.open("rb") as handle:
+                while chunk := handle.read(_CHUNK):
+                    digest.update(chunk)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def _fsync_tree(root: Path) -> None:
     """fsync every file, then every folder (deepest first) so names and contents are both durable."""
     folders = [root]

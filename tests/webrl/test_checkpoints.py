@@ -57,6 +57,24 @@ def test_digest_depends_on_names_and_bytes(tmp_path: Path) -> None:
     assert ck.folder_sha256(a) != ck.folder_sha256(b)
 
 
+def test_content_digest_ignores_the_writers_version_stamp_and_nothing_else(tmp_path: Path) -> None:
+    """The same weights converted under transformers 5.23 and 5.24 differ only in the ``transformers_version``
+    that save_pretrained stamps into config.json: one model, one content sha256; two folder sha256s."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, version in ((a, "5.23.0"), (b, "5.24.0")):
+        folder.mkdir()
+        _write_files(folder)
+        (folder / "config.json").write_text(json.dumps({"hidden_size": 576, "transformers_version": version}))
+    (b / "config.json").write_text(json.dumps({"transformers_version": "5.24.0", "hidden_size": 576}, indent=2))
+    assert ck.folder_sha256(a) != ck.folder_sha256(b)
+    assert ck.content_sha256(a) == ck.content_sha256(b)
+    (b / "config.json").write_text(json.dumps({"hidden_size": 577, "transformers_version": "5.24.0"}))
+    assert ck.content_sha256(a) != ck.content_sha256(b)
+    (b / "config.json").write_text((a / "config.json").read_text())
+    (b / "sub" / "weights.bin").write_bytes(b"\x00\x02" * 1000)
+    assert ck.content_sha256(a) != ck.content_sha256(b)
+
+
 def test_existing_destination_needs_replace(tmp_path: Path) -> None:
     dest = tmp_path / "v"
     ck.publish_folder(_write_files, dest, role="actor", version="v")

@@ -65,13 +65,15 @@ class AdapterError(RuntimeError):
 
 def base_identity(folder: str | Path) -> dict[str, Any]:
     """What an adapter trained on the full model at ``folder`` records about it: a registered base's name, version
-    and sha256 (``webrl.models.base``); any other folder by its absolute path."""
-    from webrl.models.base import read_provenance
+    and content sha256 (``webrl.models.base.base_content_sha256``: the weights, tokenizer and configuration, not
+    the transformers version that wrote them); any other folder by its absolute path."""
+    from webrl.models.base import base_content_sha256, read_provenance
 
     folder = Path(folder)
     manifest = read_provenance(folder)
     if manifest is not None:
-        return {"name": manifest["metrics"]["name"], "version": manifest["version"], "sha256": manifest["sha256"]}
+        return {"name": manifest["metrics"]["name"], "version": manifest["version"],
+                "content_sha256": base_content_sha256(folder)}
     return {"path": str(folder.resolve())}
 
 
@@ -81,8 +83,10 @@ def write_adapter_record(folder: Path, base: dict[str, Any], lora: dict[str, Any
 
 
 def resolve_base(adapter: str | Path, settings: Settings) -> Path:
-    """The base folder an adapter folder was trained on, converted from its wheel if needed, sha256 checked."""
-    from webrl.models.base import BASES, ensure_base, read_provenance
+    """The base folder an adapter folder was trained on, converted from its wheel if needed, and checked to be
+    that base: by content sha256, or, in a record written before content sha256 existed, by folder sha256 (which
+    also changes with the transformers version that converted the base)."""
+    from webrl.models.base import BASES, base_content_sha256, ensure_base, read_provenance
 
     record_file = Path(adapter) / ADAPTER_FILE
     if not record_file.is_file():
@@ -93,10 +97,13 @@ def resolve_base(adapter: str | Path, settings: Settings) -> Path:
     if base.get("name") not in BASES:
         raise AdapterError(f"{adapter} was trained on base {base.get('name')!r}, which webrl does not know")
     folder = ensure_base(settings, base["name"])
-    found = (read_provenance(folder) or {}).get("sha256")
-    if base.get("sha256") and found != base["sha256"]:
-        raise AdapterError(f"{adapter} was trained on {base['name']} with sha256 {base['sha256'][:12]}, but {folder}"
-                           f" has {str(found)[:12]}: rebuild the base (`webrl models base {base['name']}`)")
+    if base.get("content_sha256"):
+        kind, wanted, found = "content sha256", base["content_sha256"], base_content_sha256(folder)
+    else:
+        kind, wanted, found = "sha256", base.get("sha256"), (read_provenance(folder) or {}).get("sha256")
+    if wanted and found != wanted:
+        raise AdapterError(f"{adapter} was trained on {base['name']} with {kind} {wanted[:12]}, but {folder} has "
+                           f"{str(found)[:12]}: rebuild the base (`webrl models base {base['name']}`)")
     return folder
 
 

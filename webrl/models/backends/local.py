@@ -89,7 +89,11 @@ class LocalBackend:
         self._prefixes: OrderedDict[tuple[int, ...], Cache] = OrderedDict()  # token ids -> batch-1 cache
         self._prefix_lock = threading.Lock()
         self._last_row: list[int] = []  # the previous batch's last prompt: what the next one may share
-        self._last_logits_only = "logits_to_keep" in inspect.signature(model.forward).parameters
+        forward_args = inspect.signature(model.forward).parameters
+        self._last_logits_only = "logits_to_keep" in forward_args
+        # transformers 5.24 renamed the cache argument and output ``past_key_values`` -> ``cache`` (the old name
+        # warns, and goes in 5.40); earlier 5.x releases know only the old one
+        self._cache_name = "cache" if "cache" in forward_args else "past_key_values"
         self._closed = False
         self._queue: queue.Queue = queue.Queue()
         self._worker = threading.Thread(target=self._loop, name="local-backend", daemon=True)
@@ -197,9 +201,10 @@ class LocalBackend:
                  past: Cache | None) -> tuple[Cache, torch.Tensor]:
         """One forward pass; returns the grown cache and the last position's logits ``(B, V)`` in fp32."""
         extra = {"logits_to_keep": 1} if self._last_logits_only else {}  # skip the LM head on every other position
+        extra[self._cache_name] = past
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past, use_cache=True, **extra)
-        return out.past_key_values, out.logits[:, -1, :].float()
+                         use_cache=True, **extra)
+        return getattr(out, self._cache_name), out.logits[:, -1, :].float()
 
     @torch.no_grad()
     def generate_batch(self, prompts: list[str], max_new_tokens: int, temperature: float, *,
