@@ -1,16 +1,20 @@
-"""What the settle rule of issue 22 costs per step, against the rule before it, in the same run.
+"""What the settle rule costs per step: three rules in the same run, alternating so machine load hits all alike.
 
-The new rule (``SETTLE``) also waits for short page timers, images in the viewport, web fonts and
-transitions; the old one (``DOM_ONLY_SETTLE``) waited for DOM quiet and fetch/XHR only. Two measurements,
-the rules alternating so machine load hits both alike:
+- "DOM + fetch quiet" (``DOM_ONLY_SETTLE``, before issue 22): 25 ms of DOM quiet from the observation's start
+  and no fetch/XHR in flight;
+- "+ timers, media" (``QUIET_PER_CALL_SETTLE``): also short page timers, images in the viewport, web fonts and
+  transitions, still 25 ms of quiet from the observation's start;
+- "quiet since last change" (``SETTLE``, the pool's rule): the same waits, but the quiet window counts from the
+  page's last DOM mutation (inflight.js records it), after at least one frame.
 
+Two measurements:
 - sandbox steps: the oracle's episodes on held-out sandbox tasks, each task run once per rule; a step is the
   action plus the observation after it;
 - static pages: observing the browser-pool test fixtures (third-party-like pages) again and again, unchanged.
 
     .venv/bin/python bench/settle.py [--tasks 8] [--repeats 5]
 
-Prints the median and mean milliseconds per step for each rule and their ratio (new / old).
+Prints the median and mean milliseconds per step for each rule and their ratios to the first.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ sys.path.insert(0, str(REPO))
 
 from services.browser_pool.act import execute  # noqa: E402
 from services.browser_pool.episode import BrowserEpisode  # noqa: E402
-from services.browser_pool.observe import DOM_ONLY_SETTLE, SETTLE, SettleRule, observe_view  # noqa: E402
+from services.browser_pool.observe import (  # noqa: E402
+    DOM_ONLY_SETTLE,
+    QUIET_PER_CALL_SETTLE,
+    SETTLE,
+    SettleRule,
+    observe_view,
+)
 from services.browser_pool.pool import BrowserPool  # noqa: E402
 from webrl.actions import ActionType, parse_action  # noqa: E402
 from webrl.agent.policy import PolicyRequest  # noqa: E402
@@ -42,7 +52,8 @@ from webrl.schemas import Step, TaskConfig  # noqa: E402
 FIXTURES = REPO / "tests" / "services" / "browser_pool" / "fixtures"
 STATIC_PAGES = ("elements.html", "actions.html", "wrapper.html", "icons.html", "longvalue.html",
                 "multiselect.html", "dates.html", "pagination.html")
-RULES = {"old (DOM + fetch quiet)": DOM_ONLY_SETTLE, "new (+ timers, media)": SETTLE}
+RULES = {"DOM + fetch quiet": DOM_ONLY_SETTLE, "+ timers, media": QUIET_PER_CALL_SETTLE,
+         "quiet since last change": SETTLE}
 
 
 async def oracle_steps(pool: BrowserPool, task: TaskConfig, settings: Settings, rule: SettleRule) -> list[float]:
@@ -74,7 +85,7 @@ async def sandbox_steps(settings: Settings, tasks: list[TaskConfig]) -> dict[str
     out: dict[str, list[float]] = {name: [] for name in RULES}
     async with BrowserPool(settings, size=1) as pool:
         for i, task in enumerate(tasks):
-            order = list(RULES) if i % 2 == 0 else list(reversed(RULES))
+            order = list(RULES)[i % len(RULES):] + list(RULES)[:i % len(RULES)]
             for name in order:
                 out[name] += await oracle_steps(pool, task, settings, RULES[name])
     return out
@@ -89,7 +100,7 @@ async def static_observations(settings: Settings, base_url: str, repeats: int) -
             episode = await BrowserEpisode.open(pool, task, settings)
             try:
                 for r in range(repeats):
-                    for name in (list(RULES) if r % 2 == 0 else list(reversed(RULES))):
+                    for name in list(RULES)[r % len(RULES):] + list(RULES)[:r % len(RULES)]:
                         start = time.perf_counter()
                         await observe_view(episode.active, settle_rule=RULES[name])
                         out[name].append((time.perf_counter() - start) * 1000)
@@ -112,12 +123,12 @@ def serve_fixtures() -> tuple[ThreadingHTTPServer, str]:
 
 def report(title: str, times: dict[str, list[float]]) -> None:
     print(f"\n{title}")
-    print(f"{'rule':<26}{'n':>6}{'median ms':>11}{'mean ms':>9}")
+    first = times[next(iter(RULES))]
+    print(f"{'rule':<26}{'n':>6}{'median ms':>11}{'mean ms':>9}{'median / first':>16}{'mean / first':>14}")
     for name, values in times.items():
-        print(f"{name:<26}{len(values):>6}{statistics.median(values):>11.1f}{statistics.mean(values):>9.1f}")
-    old, new = (times[name] for name in RULES)
-    print(f"ratio new/old: median {statistics.median(new) / statistics.median(old):.2f}, "
-          f"mean {statistics.mean(new) / statistics.mean(old):.2f}")
+        print(f"{name:<26}{len(values):>6}{statistics.median(values):>11.1f}{statistics.mean(values):>9.1f}"
+              f"{statistics.median(values) / statistics.median(first):>16.2f}"
+              f"{statistics.mean(values) / statistics.mean(first):>14.2f}")
 
 
 def main(n_tasks: int, repeats: int) -> None:

@@ -8,6 +8,8 @@
 //   control inside a cursor:pointer wrapper gets its own id;
 // - popups the page opens (window.open, links with a target) in window.__webrlPopups, so the episode knows
 //   to wait for the new tab.
+// - when the page last changed its DOM (window.__webrlLastMutation, performance.now() of the last mutation
+//   other than observe.js's own id marks), so an observation can count the quiet time that already passed;
 // When the fetch/XHR count or the short-timer count drops to zero it fires the window event "webrl-idle".
 // observe.js waits with window.__webrlSetTimeout (the page's original setTimeout), which is never counted.
 (() => {
@@ -19,6 +21,16 @@
   window.__webrlPopups = 0;
   window.__webrlClickable = new WeakSet();
   const idle = () => window.dispatchEvent(new Event("webrl-idle"));
+
+  window.__webrlLastMutation = performance.now();
+  new MutationObserver((records) => {
+    for (const r of records) {
+      if (r.type !== "attributes" || r.attributeName !== "data-webrl-id") {
+        window.__webrlLastMutation = performance.now();
+        return;
+      }
+    }
+  }).observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
 
   const addEventListener = EventTarget.prototype.addEventListener;
   EventTarget.prototype.addEventListener = function (type, ...rest) {

@@ -2,7 +2,10 @@
 //
 // 1. Wait until the page is settled, at most `capMs` (event-driven: MutationObserver and inflight.js's
 //    "webrl-idle" event): no DOM mutation for `quietMs`, no fetch/XHR in flight and, with `settleTimers`, no
-//    short page timer pending (inflight.js). With `settleMedia`, then also wait for what changes the page
+//    short page timer pending (inflight.js). With `quietSinceLast`, the quiet time counts from the page's last
+//    mutation (inflight.js records it), not from this call, after at least one frame (what an action scheduled
+//    for the next frame shows first): a page that has not changed since gives its observation at once. With
+//    `settleMedia`, then also wait for what changes the page
 //    without a mutation: images in the viewport still loading, web fonts loading, and CSS transitions and
 //    animations that end within `animationMs`; then for DOM quiet again; all of it within `mediaCapMs`.
 // 2. Mark interactive elements with integer ids (attribute data-webrl-id, in document order, so the same
@@ -19,7 +22,7 @@
 //    icon class names such as "fa-trash"); the current page of a pagination widget says data-status="current".
 async (opts) => {
   const { quietMs, capMs, mediaCapMs, maxText, maxValue, maxField, maxOptions, bbox, paths, settleTimers,
-    settleMedia, animationMs } = opts;
+    settleMedia, animationMs, quietSinceLast, frameMs } = opts;
   const later = window.__webrlSetTimeout || setTimeout;  // inflight.js: the page's timer, not counted as pending
   const cancel = window.__webrlClearTimeout || clearTimeout;
   const vw = window.innerWidth;
@@ -35,27 +38,47 @@ async (opts) => {
   const remaining = (limit) => Math.max(0, started + limit - performance.now());
 
   // Quiet = no DOM mutation for quietMs and none of the page's fetch/XHR calls (nor, with settleTimers, its
-  // short timers) in flight (inflight.js).
-  function domQuiet(limitMs) {
+  // short timers) in flight (inflight.js). `sinceLast`: the first quiet window is what is left of quietMs
+  // since the page's last mutation, and nothing finishes before a frame has passed (rAF, or frameMs where
+  // frames are throttled).
+  function domQuiet(limitMs, sinceLast) {
     return new Promise((resolve) => {
       let quiet = null;
+      let quietEnough = false;
+      let framed = !sinceLast;
       const observer = new MutationObserver(() => arm());
+      const onIdle = () => arm();
       const cap = later(() => finish(), limitMs);
       const busy = () => (window.__webrlInflight || 0) > 0 || (settleTimers && (window.__webrlTimers || 0) > 0);
       function finish() {
         observer.disconnect();
-        window.removeEventListener("webrl-idle", arm);
+        window.removeEventListener("webrl-idle", onIdle);
         cancel(quiet);
         cancel(cap);
         resolve();
       }
-      function arm() {
+      function arm(waitMs = quietMs) {
         cancel(quiet);
-        quiet = later(() => { if (!busy()) finish(); }, quietMs);
+        quietEnough = false;
+        quiet = later(() => {
+          if (busy()) return;  // "webrl-idle" re-arms
+          quietEnough = true;
+          if (framed) finish();
+        }, waitMs);
+      }
+      function frame() {
+        if (framed) return;
+        framed = true;
+        if (quietEnough) finish();
       }
       observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
-      window.addEventListener("webrl-idle", arm);
-      arm();
+      window.addEventListener("webrl-idle", onIdle);
+      const last = window.__webrlLastMutation;
+      if (sinceLast) {
+        requestAnimationFrame(frame);
+        later(frame, frameMs);
+      }
+      arm(sinceLast && last !== undefined ? Math.max(0, quietMs - (performance.now() - last)) : quietMs);
     });
   }
 
@@ -85,12 +108,12 @@ async (opts) => {
     return waits;
   }
 
-  await domQuiet(capMs);
+  await domQuiet(capMs, quietSinceLast);
   while (settleMedia && remaining(mediaCapMs) > 0) {
     const waits = mediaWaits();
     if (!waits.length) break;
     await Promise.race([Promise.all(waits), new Promise((resolve) => later(resolve, remaining(mediaCapMs)))]);
-    await domQuiet(Math.min(capMs, remaining(mediaCapMs)));
+    await domQuiet(Math.min(capMs, remaining(mediaCapMs)), quietSinceLast);
   }
   const settleMs = performance.now() - started;
 

@@ -25,6 +25,7 @@ INFLIGHT_JS = (Path(__file__).with_name("inflight.js")).read_text()  # init scri
 MARK_ATTRIBUTE = "data-webrl-id"  # set by observe.js on each element that has an id
 
 QUIET_MS = 25  # DOM quiet window: no mutation for this long means the page has settled (~1.5 frames at 60 Hz)
+FRAME_MS = 16  # the least an observation waits when the page has been quiet long enough: a frame (rAF or this)
 QUIET_CAP_MS = 1000  # never wait longer than this for a page that keeps mutating (carousels, clocks)
 MEDIA_CAP_MS = 2000  # nor longer than this in all for images, fonts and transitions (a slow image host)
 ANIMATION_WAIT_MS = 500  # a transition/animation ending within this is waited for (a menu sliding open)
@@ -46,15 +47,19 @@ class SettleRule:
     media_cap_ms: int = MEDIA_CAP_MS
     timers: bool = True  # short page timers pending (inflight.js: debounces, hover delays)
     media: bool = True  # images in the viewport, web fonts, transitions ending within ANIMATION_WAIT_MS
+    # the quiet window counts from the page's last DOM mutation (inflight.js), after at least a frame, not from
+    # the observation's start: a scroll or a reset on a page that stopped changing waits ~1 frame, not 25 ms
+    since_last_mutation: bool = True
 
     def options(self) -> dict[str, object]:
         return {"quietMs": self.quiet_ms, "capMs": self.cap_ms, "mediaCapMs": self.media_cap_ms,
-                "settleTimers": self.timers,
-                "settleMedia": self.media, "animationMs": ANIMATION_WAIT_MS}
+                "settleTimers": self.timers, "settleMedia": self.media, "animationMs": ANIMATION_WAIT_MS,
+                "quietSinceLast": self.since_last_mutation, "frameMs": FRAME_MS}
 
 
 SETTLE = SettleRule()
-DOM_ONLY_SETTLE = SettleRule(timers=False, media=False)  # the rule before issue 22: DOM and fetch/XHR quiet
+QUIET_PER_CALL_SETTLE = SettleRule(since_last_mutation=False)  # a full quiet window from every observation's start
+DOM_ONLY_SETTLE = SettleRule(timers=False, media=False, since_last_mutation=False)  # before issue 22: DOM, fetch/XHR
 
 
 @dataclass(frozen=True)

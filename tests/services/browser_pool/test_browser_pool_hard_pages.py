@@ -94,6 +94,29 @@ async def test_ui_that_appears_shortly_after_an_action_is_observed(open_page: Op
     assert re.search(r'<a id="\d+"[^>]*> Mugs </a>', result.observation.html), result.observation.html
 
 
+async def test_a_page_that_stopped_changing_is_observed_without_a_fresh_quiet_window(open_page: Opener):
+    """The quiet window counts from the page's last mutation (inflight.js), not from each observation, so an
+    unchanged page is read after about a frame, where a full window from the call waits QUIET_MS every time; the
+    ids observe.js writes are not changes of the page."""
+    from services.browser_pool.observe import QUIET_MS, QUIET_PER_CALL_SETTLE, observe_view
+
+    ep = await open_page("elements.html")
+    since_last = [(await observe_view(ep.active)).settle_ms for _ in range(5)]
+    per_call = [(await observe_view(ep.active, settle_rule=QUIET_PER_CALL_SETTLE)).settle_ms for _ in range(5)]
+    assert min(per_call) >= QUIET_MS > min(since_last), (since_last, per_call)
+    assert (await observe_view(ep.active)).observation.html == ep.observation.html
+
+
+async def test_what_a_click_shows_in_the_next_frame_or_task_is_observed(open_page: Opener):
+    """A page quiet for long, whose clicks change the DOM one step later (requestAnimationFrame, a
+    MessageChannel task as React schedules): the observation right after the click shows the change."""
+    ep = await open_page("nextframe.html")
+    for button, shown in (("Show in the next frame", "Shown in the next frame"),
+                          ("Show after a message", "Shown after a message")):
+        result = await ep.step(f'do(action="Click", element="{_id(ep.observation.html, button)}")')
+        assert re.search(rf'<a id="\d+"[^>]*> {shown} </a>', result.observation.html), result.observation.html
+
+
 async def test_long_values_are_reachable_and_scroll_moves_the_element(open_page: Opener):
     ep = await open_page("longvalue.html")
     html = ep.observation.html
