@@ -4,6 +4,7 @@ context whose episode visited two origins."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -99,3 +100,52 @@ async def test_sandbox_episodes_on_a_reused_page_each_get_their_own_site_state(s
             assert second.observation.html == first.observation.html  # the same start page, from a fresh copy
         finally:
             await second.close()
+
+
+async def test_a_given_back_page_is_frozen_and_scrubbed_after_the_next_reset(pool, pool_settings, fixture_url,
+                                                                            make_task):
+    """The scrub does not run beside the next episode's reset (on two cores it doubled the reset's navigation):
+    the given-back tab's scripts stop at once, its scrub starts when the next episode has its first observation."""
+    from services.browser_pool import stock as stock_module
+
+    task = make_task(f"{fixture_url}/leak.html")
+    first = await BrowserEpisode.open(pool, task, pool_settings)
+    stage, stock = first.stage, first.stock
+    await stage.page.evaluate("window.ticks = 0; setInterval(() => window.ticks++, 5)")
+    await stock.idle()  # a fresh spare ready: the next reset need not wait for this tab's scrub
+    await first.close()
+    assert stage.frozen and stage.page.url == f"{fixture_url}/leak.html" and stage not in stock.kept
+    ticks = await stage.page.evaluate("window.ticks")
+    await asyncio.sleep(0.1)
+    assert await stage.page.evaluate("window.ticks") == ticks  # its timers no longer run
+
+    scrubs_at_reset: list[int] = []
+    real_take = stock.take
+
+    async def take(start_origin: str, **options: object):  # type: ignore[no-untyped-def]
+        taken = await real_take(start_origin, **options)
+        scrubs_at_reset.append(len(stock._scrubs))
+        return taken
+
+    stock.take = take  # type: ignore[method-assign]
+    try:
+        second = await BrowserEpisode.open(pool, task, pool_settings)
+    finally:
+        del stock.take
+    try:
+        assert second.stage is not stage and scrubs_at_reset == [0]  # nothing scrubbed while it reset
+        await stock.idle()
+        assert stage in stock.kept and not stage.frozen and stage.page.url == "about:blank"
+    finally:
+        await second.close()
+
+    await stock.idle()
+    third = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/elements.html"), pool_settings)
+    given_back = third.stage
+    await third.close()
+    assert given_back not in stock.kept
+    for _ in range(100):  # no reset follows: scrubbed after SCRUB_DELAY_S anyway
+        if given_back in stock.kept:
+            break
+        await asyncio.sleep(stock_module.SCRUB_DELAY_S / 10)
+    assert given_back in stock.kept and given_back.page.url == "about:blank"
