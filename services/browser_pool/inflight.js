@@ -10,6 +10,8 @@
 //   to wait for the new tab.
 // - when the page last changed its DOM (window.__webrlLastMutation, performance.now() of the last mutation
 //   other than observe.js's own id marks), so an observation can count the quiet time that already passed;
+// - animation-frame callbacks pending (window.__webrlFrames): work the page scheduled for its next frame, which
+//   an observation waits a frame for;
 // When the fetch/XHR count or the short-timer count drops to zero it fires the window event "webrl-idle".
 // observe.js waits with window.__webrlSetTimeout (the page's original setTimeout), which is never counted.
 (() => {
@@ -72,6 +74,29 @@
     forget(id);
     return clearTimeout.call(window, id);
   };
+
+  window.__webrlFrames = 0;
+  const frames = new Set();
+  const requestFrame = window.requestAnimationFrame;
+  const cancelFrame = window.cancelAnimationFrame;
+  if (requestFrame && cancelFrame) {
+    window.__webrlRequestFrame = requestFrame.bind(window);  // observe.js's own frame wait, never counted
+    window.requestAnimationFrame = function (callback) {
+      const id = requestFrame.call(window, (time) => {
+        frames.delete(id);
+        window.__webrlFrames = frames.size;
+        return callback(time);
+      });
+      frames.add(id);
+      window.__webrlFrames = frames.size;
+      return id;
+    };
+    window.cancelAnimationFrame = function (id) {
+      frames.delete(id);
+      window.__webrlFrames = frames.size;
+      return cancelFrame.call(window, id);
+    };
+  }
 
   const open = window.open;
   window.open = function (...args) {

@@ -3,8 +3,9 @@
 // 1. Wait until the page is settled, at most `capMs` (event-driven: MutationObserver and inflight.js's
 //    "webrl-idle" event): no DOM mutation for `quietMs`, no fetch/XHR in flight and, with `settleTimers`, no
 //    short page timer pending (inflight.js). With `quietSinceLast`, the quiet time counts from the page's last
-//    mutation (inflight.js records it), not from this call, after at least one frame (what an action scheduled
-//    for the next frame shows first): a page that has not changed since gives its observation at once. With
+//    mutation (inflight.js records it), not from this call, and when the page has animation-frame callbacks
+//    pending (inflight.js counts them: what an action scheduled for the next frame), after one frame: a page
+//    that has not changed since and scheduled nothing gives its observation at once. With
 //    `settleMedia`, then also wait for what changes the page
 //    without a mutation: images in the viewport still loading, web fonts loading, and CSS transitions and
 //    animations that end within `animationMs`; then for DOM quiet again; all of it within `mediaCapMs`.
@@ -25,6 +26,7 @@ async (opts) => {
     settleMedia, animationMs, quietSinceLast, frameMs } = opts;
   const later = window.__webrlSetTimeout || setTimeout;  // inflight.js: the page's timer, not counted as pending
   const cancel = window.__webrlClearTimeout || clearTimeout;
+  const nextFrame = window.__webrlRequestFrame || requestAnimationFrame;  // inflight.js: not counted as pending
   const vw = window.innerWidth;
   const vh = window.innerHeight;
 
@@ -39,13 +41,14 @@ async (opts) => {
 
   // Quiet = no DOM mutation for quietMs and none of the page's fetch/XHR calls (nor, with settleTimers, its
   // short timers) in flight (inflight.js). `sinceLast`: the first quiet window is what is left of quietMs
-  // since the page's last mutation, and nothing finishes before a frame has passed (rAF, or frameMs where
-  // frames are throttled).
+  // since the page's last mutation and, when the page has frame callbacks pending, nothing finishes before a
+  // frame has passed (rAF, or frameMs where frames are throttled). A page without inflight.js (no counts)
+  // always waits the frame.
   function domQuiet(limitMs, sinceLast) {
     return new Promise((resolve) => {
       let quiet = null;
       let quietEnough = false;
-      let framed = !sinceLast;
+      let framed = !sinceLast || window.__webrlFrames === 0;
       const observer = new MutationObserver(() => arm());
       const onIdle = () => arm();
       const cap = later(() => finish(), limitMs);
@@ -74,8 +77,8 @@ async (opts) => {
       observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
       window.addEventListener("webrl-idle", onIdle);
       const last = window.__webrlLastMutation;
-      if (sinceLast) {
-        requestAnimationFrame(frame);
+      if (!framed) {
+        nextFrame(frame);
         later(frame, frameMs);
       }
       arm(sinceLast && last !== undefined ? Math.max(0, quietMs - (performance.now() - last)) : quietMs);
