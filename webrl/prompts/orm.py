@@ -193,7 +193,10 @@ def render_orm_prompt_within(tokenizer: Any, intent: str, action_history: Sequen
         text = render_orm_prompt(tokenizer, intent, action_history, html, layout)
         if not html or n_tokens(tokenizer, text) <= max_tokens:
             return text
-        html = _cut_to_tokens(tokenizer, html, n_tokens(tokenizer, html) - 1)
+        shorter = _cut_to_tokens(tokenizer, html, n_tokens(tokenizer, html) - 1)
+        # a character split over several byte-level tokens ends where its last token ends: cutting between
+        # those tokens keeps the whole character, so drop it by hand (else this loop never ends)
+        html = shorter if len(shorter) < len(html) else html[:-1]
 
 
 def _cut_to_tokens(tokenizer: Any, text: str, budget: int) -> str:

@@ -109,3 +109,28 @@ def test_the_layout_question_reads_the_vocabulary_once_per_tokenizer(chatml_toke
         assert [is_llama3_tokenizer(tokenizer) for _ in range(3)] == [expected] * 3
         render_orm_prompt(tokenizer, INTENT, HISTORY, HTML)
         assert len(reads) == 1
+
+
+def test_fitting_ends_when_the_cut_falls_inside_a_character_split_over_tokens(tmp_path) -> None:
+    """A byte-level tokenizer splits a character it has no token for ("▾") into byte tokens with the same
+    offsets; cutting between them kept the whole character, and the shrink loop spun forever (it hung
+    `webrl train-orm` on a shopping page). Every budget must now give a prompt that fits, quickly."""
+    import threading
+
+    from webrl.models.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer(["Add the blue kettle to the cart", HTML], tmp_path / "tok", vocab_size=400)
+    html = "<html>" + "<a> Shop by Category ▾ </a>" * 40 + "</html>"
+    frame = len(tokenizer(build_orm_prompt(tokenizer, _trajectory(""), max_tokens=None),
+                          add_special_tokens=False)["input_ids"])
+    fitted: list[int] = []
+
+    def fit_all() -> None:
+        for budget in range(frame + 1, frame + 120):
+            text = build_orm_prompt(tokenizer, _trajectory(html), max_tokens=budget)
+            fitted.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= budget)
+
+    worker = threading.Thread(target=fit_all, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive() and len(fitted) == 119 and all(fitted)
