@@ -5,7 +5,8 @@
 - "+ timers, media" (``QUIET_PER_CALL_SETTLE``): also short page timers, images in the viewport, web fonts and
   transitions, still 25 ms of quiet from the observation's start;
 - "quiet since last change" (``SETTLE``, the pool's rule): the same waits, but the quiet window counts from the
-  page's last DOM mutation (inflight.js records it), after at least one frame.
+  page's last DOM mutation (inflight.js records it), plus one frame when the page has animation-frame
+  callbacks pending.
 
 Two measurements:
 - sandbox steps: the oracle's episodes on held-out sandbox tasks, each task run once per rule; a step is the

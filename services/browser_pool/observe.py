@@ -47,8 +47,8 @@ class SettleRule:
     media_cap_ms: int = MEDIA_CAP_MS
     timers: bool = True  # short page timers pending (inflight.js: debounces, hover delays)
     media: bool = True  # images in the viewport, web fonts, transitions ending within ANIMATION_WAIT_MS
-    # the quiet window counts from the page's last DOM mutation (inflight.js), after at least a frame, not from
-    # the observation's start: a scroll or a reset on a page that stopped changing waits ~1 frame, not 25 ms
+    # the quiet window counts from the page's last DOM mutation (inflight.js), not from the observation's start
+    # (plus one frame when frame callbacks are pending): a page that stopped changing is read at once, not 25 ms on
     since_last_mutation: bool = True
 
     def options(self) -> dict[str, object]:
