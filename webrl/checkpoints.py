@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,13 +62,24 @@ class CheckpointError(RuntimeError):
 
 def folder_sha256(path: str | Path) -> str:
     """sha256 over the sorted relative paths and bytes of every file under ``path`` but the manifest."""
+    return _tree_sha256(path, _chunks)
+
+
+def _chunks(file: Path) -> Iterator[bytes]:
+    with file.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            yield chunk
+
+
+def _tree_sha256(path: str | Path, contents: Callable[[Path], Iterator[bytes]]) -> str:
+    """sha256 over the sorted relative paths of every file under ``path`` but the manifest, each followed by
+    what ``contents`` reads of it."""
     root = Path(path)
     digest = hashlib.sha256()
     for file in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
         digest.update(file.relative_to(root).as_posix().encode() + b"\0")
-        with file.open("rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
+        for chunk in contents(file):
+            digest.update(chunk)
         digest.update(b"\0")
     return digest.hexdigest()
 
@@ -84,21 +95,16 @@ def content_sha256(path: str | Path) -> str:
     :data:`WRITER_STAMPS` dropped and the rest written canonically (sorted keys, no whitespace). Two folders
     with the same weights, tokenizer and configuration have the same content sha256 whichever library version
     (or JSON layout) wrote them; any other change to a file changes it."""
-    root = Path(path)
-    digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
-        digest.update(file.relative_to(root).as_posix().encode() + b"\0")
-        if file.suffix == ".json":
-            data = json.loads(file.read_text())
-            if isinstance(data, dict):
-                data = {k: v for k, v in data.items() if k not in WRITER_STAMPS}
-            digest.update(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
-        else:
-            with file.open("rb") as handle:
-                while chunk := handle.read(_CHUNK):
-                    digest.update(chunk)
-        digest.update(b"\0")
-    return digest.hexdigest()
+    def canonical(file: Path) -> Iterator[bytes]:
+        if file.suffix != ".json":
+            yield from _chunks(file)
+            return
+        data = json.loads(file.read_text())
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in WRITER_STAMPS}
+        yield json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+    return _tree_sha256(path, canonical)
 
 
 def _fsync_tree(root: Path) -> None:

@@ -193,10 +193,7 @@ def render_orm_prompt_within(tokenizer: Any, intent: str, action_history: Sequen
         text = render_orm_prompt(tokenizer, intent, action_history, html, layout)
         if not html or n_tokens(tokenizer, text) <= max_tokens:
             return text
-        shorter = _cut_to_tokens(tokenizer, html, n_tokens(tokenizer, html) - 1)
-        # a character split over several byte-level tokens ends where its last token ends: cutting between
-        # those tokens keeps the whole character, so drop it by hand (else this loop never ends)
-        html = shorter if len(shorter) < len(html) else html[:-1]
+        html = _cut_to_tokens(tokenizer, html, n_tokens(tokenizer, html) - 1)
 
 
 def _cut_to_tokens(tokenizer: Any, text: str, budget: int) -> str:
@@ -207,4 +204,8 @@ def _cut_to_tokens(tokenizer: Any, text: str, budget: int) -> str:
     offsets = enc["offset_mapping"]
     if len(offsets) <= budget:
         return text
-    return text[: offsets[budget - 1][1]]
+    end = offsets[budget - 1][1]
+    # a character split over several byte-level tokens gives each of them its whole span: when the cut falls
+    # between them, drop the character (keeping it would keep every one of its tokens, and the caller's
+    # shrink loop would never end)
+    return text[: min(end, offsets[budget][0])]
