@@ -185,7 +185,10 @@ class BrowserEpisode:
         try:
             await _prepare(stage, resolved, settings, episode_id, storage_state)
             await episode._open_tabs(urls)
-            await asyncio.gather(stage.after_first_navigation(), episode.refresh())  # independent round trips
+            # the history reset first: the renderer learns the new history length after the browser does, and
+            # an observation that returned at once let the episode's first action see the stale length
+            await stage.after_first_navigation()
+            await episode.refresh()
         except BaseException:
             await episode.close()
             raise

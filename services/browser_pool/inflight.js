@@ -12,6 +12,9 @@
 //   other than observe.js's own id marks), so an observation can count the quiet time that already passed;
 // - animation-frame callbacks pending (window.__webrlFrames): work the page scheduled for its next frame, which
 //   an observation waits a frame for;
+// - that the document is about to be replaced (window.__webrlLeaving, the event that said so): a form submitted
+//   in this tab (its navigation starts in a later task, after the key or click that submitted it returned) or a
+//   cross-document navigation begun (Navigation API "navigate"), so an observation does not read the old page;
 // When the fetch/XHR count or the short-timer count drops to zero it fires the window event "webrl-idle".
 // observe.js waits with window.__webrlSetTimeout (the page's original setTimeout), which is never counted.
 (() => {
@@ -98,6 +101,20 @@
     };
   }
 
+  window.__webrlLeaving = null;
+  const SELF_TARGETS = ["_self", "_parent", "_top", ""];
+  window.addEventListener("submit", (event) => {
+    const form = event.target;
+    const target = (event.submitter && event.submitter.getAttribute("formtarget")) || form.getAttribute("target") || "";
+    const method = (event.submitter && event.submitter.getAttribute("formmethod")) || form.getAttribute("method") || "";
+    if (SELF_TARGETS.includes(target.toLowerCase()) && method.toLowerCase() !== "dialog") window.__webrlLeaving = event;
+  }, true);
+  if (window.navigation) {
+    window.navigation.addEventListener("navigate", (event) => {
+      if (!event.destination.sameDocument && !event.downloadRequest) window.__webrlLeaving = event;
+    });
+  }
+
   const open = window.open;
   window.open = function (...args) {
     window.__webrlPopups += 1;
@@ -106,7 +123,7 @@
   document.addEventListener("click", (event) => {
     const link = event.target instanceof Element ? event.target.closest("a[href][target]") : null;
     const target = link ? link.getAttribute("target").toLowerCase() : "_self";
-    if (!["_self", "_parent", "_top", ""].includes(target) && !event.defaultPrevented) window.__webrlPopups += 1;
+    if (!SELF_TARGETS.includes(target) && !event.defaultPrevented) window.__webrlPopups += 1;
   }, true);
   const begin = () => { window.__webrlInflight += 1; };
   const end = () => {

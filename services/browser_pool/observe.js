@@ -1,5 +1,9 @@
 // WebRL's simplified HTML, built in one page.evaluate call (services/browser_pool/observe.py).
 //
+// 0. When the page said it is about to be replaced (inflight.js: a form submitted, a navigation begun, and the
+//    page's handlers did not cancel it), wait `leaveMs` for the new document: the evaluate is then interrupted
+//    and observe.py observes the new page; a navigation still waiting for its response by then is in the
+//    episode's navigation requests, which it waits for (episode.py).
 // 1. Wait until the page is settled, at most `capMs` (event-driven: MutationObserver and inflight.js's
 //    "webrl-idle" event): no DOM mutation for `quietMs`, no fetch/XHR in flight and, with `settleTimers`, no
 //    short page timer pending (inflight.js). With `quietSinceLast`, the quiet time counts from the page's last
@@ -23,13 +27,16 @@
 //    icon class names such as "fa-trash"); the current page of a pagination widget says data-status="current".
 async (opts) => {
   const { quietMs, capMs, mediaCapMs, maxText, maxValue, maxField, maxOptions, bbox, paths, settleTimers,
-    settleMedia, animationMs, quietSinceLast, frameMs } = opts;
+    settleMedia, animationMs, quietSinceLast, frameMs, leaveMs } = opts;
   const later = window.__webrlSetTimeout || setTimeout;  // inflight.js: the page's timer, not counted as pending
   const cancel = window.__webrlClearTimeout || clearTimeout;
   const nextFrame = window.__webrlRequestFrame || requestAnimationFrame;  // inflight.js: not counted as pending
   const vw = window.innerWidth;
   const vh = window.innerHeight;
 
+  const leaving = window.__webrlLeaving;
+  window.__webrlLeaving = null;
+  if (leaving && !leaving.defaultPrevented) await new Promise((resolve) => later(resolve, leaveMs));
   if (document.readyState === "loading") {
     await new Promise((resolve) => {
       document.addEventListener("DOMContentLoaded", resolve, { once: true });

@@ -33,6 +33,7 @@ MAX_TEXT_CHARS = 200  # a text node longer than this is truncated ("..."); keeps
 MAX_VALUE_CHARS = 100  # other attribute values (titles, labels) are truncated at this length
 MAX_FIELD_CHARS = 1000  # an input's or textarea's value shows this much; Scroll on a textarea shows the rest
 MAX_OPTIONS = 50  # options listed per <select>
+LEAVE_WAIT_MS = 500  # a page that said it is navigating away (a form submitted) is read no sooner than this
 LOAD_TIMEOUT_MS = 10_000  # waiting for the load event after an action; past it the page is observed as is
 NAVIGATION_RETRIES = 3  # an evaluate interrupted by a navigation is retried after the new page loads
 
@@ -54,7 +55,8 @@ class SettleRule:
     def options(self) -> dict[str, object]:
         return {"quietMs": self.quiet_ms, "capMs": self.cap_ms, "mediaCapMs": self.media_cap_ms,
                 "settleTimers": self.timers, "settleMedia": self.media, "animationMs": ANIMATION_WAIT_MS,
-                "quietSinceLast": self.since_last_mutation, "frameMs": FRAME_MS}
+                "quietSinceLast": self.since_last_mutation, "frameMs": FRAME_MS,
+                "leaveMs": LEAVE_WAIT_MS}
 
 
 SETTLE = SettleRule()

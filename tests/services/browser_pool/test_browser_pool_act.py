@@ -3,12 +3,15 @@ errors in the next observation."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
 
+from services.browser_pool import observe as observe_module
 from services.browser_pool.act import match_option
 from services.browser_pool.episode import BrowserEpisode
+from services.browser_pool.observe import observe_view
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -85,6 +88,25 @@ async def test_scroll_and_press_enter(actions_page):
     await ep.active.focus("#q")
     result = await ep.step('do(action="Press Enter")')
     assert "Results for pressed" in result.observation.html
+
+
+async def test_the_step_after_a_form_submission_observes_the_next_page(actions_page):
+    """The submission's navigation starts in a task after the key press returned, and its request reaches us
+    later still: an observation that returned at once read the old page (CI, session 12)."""
+    ep = actions_page
+    await ep.active.evaluate("document.querySelector('form').action = '/slow.html'")  # answers after 0.3 s
+    await ep.active.focus("#q")
+    result = await ep.step('do(action="Press Enter")')
+    assert result.observation.title == "Next page" and "Second page" in result.observation.html
+
+
+async def test_an_observation_after_a_cancelled_submission_does_not_wait_to_leave(actions_page, monkeypatch):
+    monkeypatch.setattr(observe_module, "LEAVE_WAIT_MS", 600_000)  # were it waited for, the test would time out
+    page = actions_page.active
+    await page.evaluate("document.querySelector('form').addEventListener('submit', (e) => e.preventDefault())")
+    await page.evaluate("document.querySelector('form').requestSubmit()")
+    view = await asyncio.wait_for(observe_view(page), 30)
+    assert view.observation.url.endswith("/actions.html")
 
 
 async def test_errors_come_back_in_the_observation(actions_page):
