@@ -113,6 +113,10 @@
     window.navigation.addEventListener("navigate", (event) => {
       if (!event.destination.sameDocument && !event.downloadRequest) window.__webrlLeaving = event;
     });
+    // a single-page app that intercepted the navigation stays: its entry changes in this document
+    const stayed = () => { window.__webrlLeaving = null; };
+    window.navigation.addEventListener("currententrychange", stayed);
+    window.navigation.addEventListener("navigateerror", stayed);
   }
 
   const open = window.open;

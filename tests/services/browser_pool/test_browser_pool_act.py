@@ -109,6 +109,19 @@ async def test_an_observation_after_a_cancelled_submission_does_not_wait_to_leav
     assert view.observation.url.endswith("/actions.html")
 
 
+async def test_an_observation_after_a_navigation_a_single_page_app_intercepted_does_not_wait_to_leave(
+        actions_page, monkeypatch):
+    monkeypatch.setattr(observe_module, "LEAVE_WAIT_MS", 600_000)
+    page = actions_page.active
+    await page.evaluate("""() => {
+        navigation.addEventListener('navigate', (e) => e.intercept({ handler: async () => {
+            document.title = 'Routed in page'; } }));
+        location.href = '/routed';
+    }""")
+    view = await asyncio.wait_for(observe_view(page), 30)
+    assert view.observation.url.endswith("/routed") and view.observation.title == "Routed in page"
+
+
 async def test_errors_come_back_in_the_observation(actions_page):
     ep = actions_page
     before = ep.observation.html
