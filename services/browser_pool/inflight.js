@@ -118,6 +118,7 @@
     window.navigation.addEventListener("currententrychange", stayed);
     window.navigation.addEventListener("navigateerror", stayed);
   }
+  window.addEventListener("pageshow", (event) => { if (event.persisted) window.__webrlLeaving = null; });  // back from bfcache
 
   const open = window.open;
   window.open = function (...args) {
