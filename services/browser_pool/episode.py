@@ -185,10 +185,7 @@ class BrowserEpisode:
         try:
             await _prepare(stage, resolved, settings, episode_id, storage_state)
             await episode._open_tabs(urls)
-            # the history reset first: the renderer learns the new history length after the browser does, and
-            # an observation that returned at once let the episode's first action see the stale length
-            await stage.after_first_navigation()
-            await episode.refresh()
+            await asyncio.gather(stage.after_first_navigation(), episode.refresh())  # independent round trips
         except BaseException:
             await episode.close()
             raise

@@ -13,7 +13,8 @@ The scrub then leaves nothing of that episode for the next one to see:
   :data:`SESSION_RESET_JS` clears a marked sessionStorage before the next episode's first script runs;
 - history: reset at scrub and again right after the next episode's first navigation
   (CDP ``Page.resetNavigationHistory``), so Go Backward never reaches the previous episode (a page's own
-  scripts may still see ``history.length`` 2 while it loads, as on a new tab).
+  scripts may still see ``history.length`` 2 while it loads, as on a new tab, and on a loaded machine now and
+  then at the episode's first action: the counter, not an entry of the previous episode).
 A stage that visited several origins, crashed, lost its tab or whose scrub fails is closed instead.
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from playwright.async_api import Browser, BrowserContext, CDPSession, Dialog, Page, Request
 from playwright.async_api import Error as PlaywrightError
 
-from services.browser_pool.observe import INFLIGHT_JS
+from services.browser_pool.observe import INIT_JS
 from services.browser_pool.safety import AllowList
 from webrl.allow_list import origin
 
@@ -126,7 +127,7 @@ async def new_stage(browser: Browser, allowed: list[str], **options: object) -> 
     try:
         allow = AllowList(allowed)
         await allow.route(context)
-        await context.add_init_script(INFLIGHT_JS)
+        await context.add_init_script(INIT_JS)
         await context.add_init_script(SESSION_RESET_JS)
         page = await context.new_page()
         stage = Stage(context, page, await context.new_cdp_session(page), allow, dedicated=bool(options))

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from services.browser_pool.episode import BrowserEpisode
-from services.browser_pool.observe import MAX_TEXT_CHARS, observe
+from services.browser_pool.observe import MAX_TEXT_CHARS, observe, observe_view
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
@@ -89,3 +89,38 @@ async def test_scrolled_out_elements_lose_ids(pool, pool_settings, fixture_url, 
         assert view.elements == {}
     finally:
         await episode.close()
+
+
+async def test_the_observation_script_is_installed_once_and_a_page_cannot_replace_it(pool, pool_settings, fixture_url,
+                                                                                     make_task):
+    episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/elements.html"), pool_settings)
+    try:
+        page = episode.active
+        assert await page.evaluate("typeof window.__webrlObserve") == "function"
+        replaced = await page.evaluate("""() => {
+            window.__webrlObserve = () => ({ html: '<html> fake </html>', elements: {} });
+            try { Object.defineProperty(window, '__webrlObserve', { value: () => null }); } catch (e) { return false; }
+            return true;
+        }""")
+        assert replaced is False
+        view = await observe_view(page)
+        assert view.observation.html == episode.observation.html and "fake" not in view.observation.html
+    finally:
+        await episode.close()
+
+
+async def test_a_document_without_the_init_scripts_is_observed_with_the_whole_script(pool, fixture_url):
+    slot = await pool.acquire()
+    try:
+        assert slot.browser is not None
+        context = await slot.browser.new_context()  # none of the episode's init scripts
+        try:
+            page = await context.new_page()
+            await page.goto(f"{fixture_url}/elements.html")
+            assert await page.evaluate("typeof window.__webrlObserve") == "undefined"
+            view = await observe_view(page)
+            assert "Next page" in view.observation.html and view.elements
+        finally:
+            await context.close()
+    finally:
+        pool.release(slot)
