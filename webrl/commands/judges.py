@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -366,18 +366,24 @@ def fit(options: TrainOrmOptions, start: OrmStart, trajectory_ids: Sequence[int]
     return train_sft(job)
 
 
-def train_orm(settings: Settings, options: TrainOrmOptions) -> dict[str, Any]:
-    """Collect, label, balance, train, measure; returns (and writes) the report."""
+def train_orm(settings: Settings, options: TrainOrmOptions,
+              say: Callable[[str], None] = log.info) -> dict[str, Any]:
+    """Collect, label, balance, train, measure; returns (and writes) the report. ``say`` hears each stage as it
+    starts (the CLI prints them: the whole command runs for an hour or more on a CPU)."""
     policies = [parse_policy(p, options.actor, options.seed + i) for i, p in enumerate(options.policies or [])]
     start = prepare_start(settings, options)
     train_keys = split_keys(settings, "train", options.train_tasks, options.seed)
     test_keys = split_keys(settings, "test", options.test_tasks, options.seed)
+    say(f"rollouts: {len(train_keys)} train and {len(test_keys)} test tasks x {len(policies)} policies "
+        f"(trajectories already stored are reused)")
     train_labels = evaluator_labels(settings, collect(train_keys, policies, options.concurrency))
     test_labels = evaluator_labels(settings, collect(test_keys, policies, options.concurrency))
     balanced = balance(train_labels, options.seed)
-    log.info("ORM data: %d train trajectories (%d successes) -> %d balanced; %d test", len(train_labels),
-             sum(train_labels.values()), len(balanced), len(test_labels))
+    budget = f", at most {options.max_minutes:g} min" if options.max_minutes else ""
+    say(f"ORM data: {len(train_labels)} train trajectories ({sum(train_labels.values())} successes) -> "
+        f"{len(balanced)} balanced; {len(test_labels)} held out. Training ({options.epochs} epochs{budget})")
     trained = fit(options, start, balanced)
+    say(f"scoring the {len(test_labels)} held-out trajectories with the untrained and the trained ORM")
     report_dir = Path(options.report_dir or Path(str(settings.artifacts_dir)) / "reports" / "orm")
     measured = measure({"untrained": start.path, "trained": trained.path}, test_labels, options.threshold,
                        report_dir)
@@ -444,7 +450,7 @@ def register(app: typer.Typer) -> None:
         try:
             ensure_ready(settings)  # a fresh home: migrated and the sandbox suite loaded, as `webrl train` does
             with sandbox_if_needed(settings):
-                report = train_orm(settings, options)
+                report = train_orm(settings, options, say=typer.echo)
         except (ValueError, BaseUnavailableError) as exc:
             typer.echo(f"train-orm: {exc}", err=True)
             raise typer.Exit(2) from exc

@@ -67,7 +67,8 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
         options = TrainOrmOptions(base="smollm2-135m", output=str(Path(with_smollm2.artifacts_dir) / "orm"),
                                   policies=["oracle"], max_prompt_tokens=256, epochs=1, batch_size=4, lr=1e-3, seed=0,
                                   report_dir=str(tmp_path / "report"))
-        report = judges.train_orm(with_smollm2, options)
+        heard: list[str] = []
+        report = judges.train_orm(with_smollm2, options, say=heard.append)
     finally:
         torch.set_num_threads(before)
 
@@ -78,6 +79,8 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
         assert (folder / "adapter_config.json").is_file() and not (folder / "config.json").exists()
         assert _folder_bytes(folder) < 30e6  # rank 16: ~20 MB of adapter, not the 540 MB base
     assert set(report["metrics"]) == {"untrained", "trained"} and report["metrics"]["trained"]["n"] == 4
+    assert len(heard) == 3 and "-> 4 balanced; 4 held out" in heard[1]  # each stage said as it starts
+    assert heard[2] == "scoring the 4 held-out trajectories with the untrained and the trained ORM"
 
     judge = LocalOrm(orm, with_smollm2)
     assert judge.max_tokens == 256  # the budget it trained with, from its folder (WEBRL_ORM__MAX_PROMPT_TOKENS: 16384)
