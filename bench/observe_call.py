@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from settle import STATIC_PAGES, serve_fixtures  # noqa: E402
+from settle import STATIC_PAGES, fixture_settings, serve_fixtures  # noqa: E402
 
 from services.browser_pool.episode import BrowserEpisode  # noqa: E402
 from services.browser_pool.observe import (  # noqa: E402
@@ -70,11 +69,9 @@ async def time_calls(settings: Settings, base_url: str, repeats: int) -> dict[st
 
 
 def main(repeats: int) -> None:
-    home = Path(tempfile.mkdtemp(prefix="bench-observe-call-"))
     server, url = serve_fixtures()
     try:
-        settings = Settings(home=home, database={"url": f"sqlite:///{home / 'webrl.db'}"},
-                            security={"allowed_hosts": [url.split("//", 1)[1]]})
+        settings = fixture_settings("bench-observe-call-", url)
         times = asyncio.run(time_calls(settings, url, repeats))
     finally:
         server.shutdown()

@@ -122,6 +122,13 @@ def serve_fixtures() -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_port}"
 
 
+def fixture_settings(prefix: str, url: str) -> Settings:
+    """Settings in a fresh temporary home (SQLite) whose browsers may reach the fixture server at ``url``."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    return Settings(home=home, database={"url": f"sqlite:///{home / 'webrl.db'}"},
+                    security={"allowed_hosts": [url.split("//", 1)[1]]})
+
+
 def report(title: str, times: dict[str, list[float]]) -> None:
     print(f"\n{title}")
     first = times[next(iter(RULES))]

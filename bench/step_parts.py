@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from settle import STATIC_PAGES, serve_fixtures  # noqa: E402
+from settle import STATIC_PAGES, fixture_settings, serve_fixtures  # noqa: E402
 
 from services.browser_pool.act import execute  # noqa: E402
 from services.browser_pool.episode import BrowserEpisode  # noqa: E402
@@ -72,11 +71,9 @@ async def time_parts(settings: Settings, base_url: str, pages: list[str],
 
 
 def main(steps: int, pages: list[str]) -> None:
-    home = Path(tempfile.mkdtemp(prefix="bench-step-parts-"))
     server, url = serve_fixtures()
     try:
-        settings = Settings(home=home, database={"url": f"sqlite:///{home / 'webrl.db'}"},
-                            security={"allowed_hosts": [url.split("//", 1)[1]]})
+        settings = fixture_settings("bench-step-parts-", url)
         results = asyncio.run(time_parts(settings, url, pages, steps))
     finally:
         server.shutdown()
