@@ -18,6 +18,7 @@ from webrl.contracts import (
     GenerateResult,
     ObserveRequest,
     ObserveResult,
+    OrmHeadJob,
     PageCheckRequest,
     PageCheckResult,
     PhaseJob,
@@ -85,3 +86,7 @@ def train_phase(job: PhaseJob, *, timeout: float | None = None) -> PhaseResult:
 
 def train_sft(job: SftJob, *, timeout: float | None = None) -> SftResult:
     return call("train.sft", job, SftResult, timeout=timeout)
+
+
+def train_orm_head(job: OrmHeadJob, *, timeout: float | None = None) -> SftResult:
+    return call("train.orm_head", job, SftResult, timeout=timeout)

@@ -428,6 +428,21 @@ class SftJob(Contract):
                                   "is itself an adapter folder always trains its adapter.")
 
 
+class OrmHeadJob(Contract):
+    """``train.orm_head`` and ``POST /v1/train/orm-head``: an ORM that judges with a classification head
+    (:mod:`webrl.models.orm_head`): the frozen backbone of ``base`` reads each labelled trajectory's ORM prompt,
+    and a logistic head is fitted on its last-token states against the evaluator labels."""
+
+    base: str = Field(description="The ORM's backbone: an adapter folder on a registered base, or a model folder.")
+    output: str = Field(description="Where to publish the ORM (the backbone's files plus the head).")
+    trajectory_ids: list[DbId] = Field(min_length=2, description="Trajectories with an env score to fit on; both "
+                                       "labels must occur.")
+    seed: int = Field(0, description="Which training tasks are held out to choose the L2 strength.")
+    max_length: int | None = Field(None, ge=16, description="Tokens the ORM reads (prompt + reserve, as ORM SFT); "
+                                   "default the model's context.")
+    batch_size: int = Field(4, ge=1, description="Prompts per forward pass.")
+
+
 class PublishedCheckpoint(Contract):
     """A checkpoint the trainer published (the event on ``webrl:checkpoints``)."""
 
@@ -450,4 +465,4 @@ class SftResult(Contract):
     metrics: dict[str, Any] = Field(default_factory=dict)
 
 
-TrainJob = PhaseJob | SftJob
+TrainJob = PhaseJob | SftJob | OrmHeadJob

@@ -1,6 +1,7 @@
 """ORM scoring: trajectories -> p = P(YES) and reward = 1[p >= threshold], with two backends.
 
-- :class:`LocalOrm`: a Hugging Face causal LM (or a LoRA adapter on its base) run here, prompts batched
+- :class:`LocalOrm`: a Hugging Face causal LM (or a LoRA adapter on its base; or either with a classification
+  head, :mod:`webrl.models.orm_head`, whose P(success) stands for P(YES)) run here, prompts batched
   (``settings.orm.batch_size``), each prompt cut by shortening the observation only
   (:func:`webrl.prompts.orm.build_orm_prompt`) to ``settings.orm.max_prompt_tokens`` and to what the folder
   reads (:func:`webrl.prompts.orm.orm_context_tokens`: a small ORM's tokenizer declares the length it was trained
@@ -76,16 +77,25 @@ class OrmBackend(Protocol):
 
 class LocalOrm:
     """The ORM as a local transformers model (the tiny CPU model, a LoRA adapter on SmolLM2-135M, or
-    webrl-orm-llama-3.1-8b on a GPU)."""
+    webrl-orm-llama-3.1-8b on a GPU): generative (P(YES) from the answer logits), or a classifier when the folder
+    carries a head (:mod:`webrl.models.orm_head`: P(success) from the head on the same prompt)."""
 
     def __init__(self, path: str | Path, settings: Settings) -> None:
-        from webrl.models.loading import checkpoint_version, load_causal_lm
+        from webrl.models.loading import checkpoint_version, load_causal_lm, load_tokenizer
+        from webrl.models.orm_head import OrmClassifier, is_orm_classifier
 
-        self.model, self.tokenizer = load_causal_lm(path, settings)
+        self.classifier: OrmClassifier | None = None
+        if is_orm_classifier(path):
+            self.tokenizer = load_tokenizer(path, settings)
+            self.classifier = OrmClassifier.from_pretrained(path, settings)
+            config = self.classifier.backbone.config
+        else:
+            self.model, self.tokenizer = load_causal_lm(path, settings)
+            config = self.model.config
         self.version = checkpoint_version(path)
         self.batch_size = settings.orm.batch_size
         self.layout = settings.orm.layout
-        context = orm_context_tokens(self.model.config, self.tokenizer)
+        context = orm_context_tokens(config, self.tokenizer)
         self.max_tokens = orm_prompt_budget(context, settings.orm.max_prompt_tokens) if context else \
             settings.orm.max_prompt_tokens
 
@@ -94,8 +104,10 @@ class LocalOrm:
                 for t in trajectories]
 
     def probabilities(self, trajectories: Sequence[Trajectory], batch_size: int | None = None) -> list[float]:
-        return orm_probabilities(self.model, self.tokenizer, self.prompts(trajectories),
-                                 batch_size=batch_size or self.batch_size)
+        prompts, size = self.prompts(trajectories), batch_size or self.batch_size
+        if self.classifier is not None:
+            return self.classifier.probabilities(self.tokenizer, prompts, size)
+        return orm_probabilities(self.model, self.tokenizer, prompts, batch_size=size)
 
 
 def p_from_top_logprobs(top: dict[str, float], yes: str = YES, no: str = NO) -> float:

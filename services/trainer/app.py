@@ -1,8 +1,9 @@
-"""The trainer's REST API: ``POST /v1/train`` (a job), ``GET /v1/train/{job_id}``, ``GET /v1/checkpoints``.
+"""The trainer's REST API: ``POST /v1/train`` (a phase), ``/v1/train/sft``, ``/v1/train/orm-head``,
+``GET /v1/train/{job_id}``, ``GET /v1/checkpoints``.
 
-Distributed mode sends the job to the ``train`` queue (Celery ``train.phase`` / ``train.sft``); embedded mode
-runs it (:func:`services.trainer.jobs.run_job`, as the Celery task does) on a one-thread executor in this
-process, so the request returns at once in both.
+Distributed mode sends the job to the ``train`` queue (Celery ``train.phase`` / ``train.sft`` /
+``train.orm_head``); embedded mode runs it (:func:`services.trainer.jobs.run_job`, as the Celery task does) on a
+one-thread executor in this process, so the request returns at once in both.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pydantic import BaseModel
 from services.trainer.jobs import check_outputs, kind_of, run_job
 from webrl.checkpoints import CheckpointInfo, list_checkpoints
 from webrl.config import Settings, get_settings
-from webrl.contracts import PhaseJob, SftJob
+from webrl.contracts import OrmHeadJob, PhaseJob, SftJob, TrainJob
 from webrl.db.session import session_scope
 from webrl.service import create_app, not_found
 
@@ -42,7 +43,7 @@ class LocalJobs:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webrl-train")
         self.futures: dict[str, Future] = {}
 
-    def submit(self, settings: Settings, job: PhaseJob | SftJob) -> str:
+    def submit(self, settings: Settings, job: TrainJob) -> str:
         job_id = uuid.uuid4().hex
         self.futures[job_id] = self.executor.submit(run_job, settings, job)
         return job_id
@@ -65,7 +66,7 @@ def _settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(_settings)]
 
 
-def submit(app: FastAPI, settings: Settings, job: PhaseJob | SftJob) -> JobAccepted:
+def submit(app: FastAPI, settings: Settings, job: TrainJob) -> JobAccepted:
     """Enqueue a job: Celery when a broker is configured, else the local executor. An output path outside the
     artifacts store is a 422 naming its field (nothing is enqueued)."""
     check_outputs(settings, job)
@@ -106,6 +107,11 @@ def create_trainer_app(settings: Settings | None = None) -> FastAPI:
     @app.post("/v1/train/sft", status_code=202, response_model=JobAccepted, tags=["train"])
     def train_sft(body: SftJob, s: SettingsDep) -> JobAccepted:
         """Supervised fine-tuning of an actor or an ORM; returns a job id."""
+        return submit(app, s, body)
+
+    @app.post("/v1/train/orm-head", status_code=202, response_model=JobAccepted, tags=["train"])
+    def train_orm_head(body: OrmHeadJob, s: SettingsDep) -> JobAccepted:
+        """Fit a classification-head ORM on the frozen backbone of ``base``; returns a job id."""
         return submit(app, s, body)
 
     @app.get("/v1/train/{job_id}", response_model=JobStatus, tags=["train"])

@@ -1,10 +1,12 @@
 """Running trainer jobs: in this process, or under ``accelerate launch`` (DeepSpeed on GPUs).
 
 ``run_job(settings, job)`` is what the Celery tasks and the REST routes call, with a typed
-:class:`~webrl.contracts.PhaseJob` or :class:`~webrl.contracts.SftJob`. When ``settings.trainer.accelerate_config``
-names an Accelerate config (e.g. ``configs/accelerate/deepspeed_zero3.yaml``) the job is written once as JSON and
-runs as ``accelerate launch --config_file <it> -m services.trainer.cli <kind> <job.json> <result.json>``; its
-result is read back from the JSON file the main process writes. Otherwise it runs here.
+:class:`~webrl.contracts.PhaseJob`, :class:`~webrl.contracts.SftJob` or :class:`~webrl.contracts.OrmHeadJob`.
+When ``settings.trainer.accelerate_config`` names an Accelerate config (e.g.
+``configs/accelerate/deepspeed_zero3.yaml``) the job is written once as JSON and runs as
+``accelerate launch --config_file <it> -m services.trainer.cli <kind> <job.json> <result.json>``; its result is
+read back from the JSON file the main process writes. Otherwise it runs here. An ORM head job always runs here:
+it makes forward passes and fits a logistic head, nothing to shard.
 """
 
 from __future__ import annotations
@@ -20,26 +22,27 @@ from pathlib import Path
 from typing import Literal, overload
 
 from webrl.config import Settings
-from webrl.contracts import PhaseJob, PhaseResult, SftJob, SftResult
+from webrl.contracts import OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
 from webrl.paths import confined_path
 
 log = logging.getLogger("webrl.trainer.jobs")
 
-JobKind = Literal["phase", "sft"]
-JOB_TYPES: dict[JobKind, type[PhaseJob] | type[SftJob]] = {"phase": PhaseJob, "sft": SftJob}
+JobKind = Literal["phase", "sft", "orm_head"]
+JOB_TYPES: dict[JobKind, type[TrainJob]] = {"phase": PhaseJob, "sft": SftJob, "orm_head": OrmHeadJob}
 
 
-def kind_of(job: PhaseJob | SftJob) -> JobKind:
-    return "phase" if isinstance(job, PhaseJob) else "sft"
+def kind_of(job: TrainJob) -> JobKind:
+    """The job's Celery task suffix (``train.<kind>``)."""
+    return "phase" if isinstance(job, PhaseJob) else "sft" if isinstance(job, SftJob) else "orm_head"
 
 
-def output_fields(job: PhaseJob | SftJob) -> dict[str, str]:
+def output_fields(job: TrainJob) -> dict[str, str]:
     """The job's fields that name where checkpoints are written (those given), by field name."""
-    names = ("output",) if isinstance(job, SftJob) else ("actor_output", "critic_output")
+    names = ("actor_output", "critic_output") if isinstance(job, PhaseJob) else ("output",)
     return {name: value for name in names if (value := getattr(job, name)) is not None}
 
 
-def check_outputs(settings: Settings, job: PhaseJob | SftJob) -> None:
+def check_outputs(settings: Settings, job: TrainJob) -> None:
     """Raise :class:`~webrl.paths.PathOutsideArtifacts` (an InvalidRequest naming the field) unless every output
     path of ``job`` lies inside the artifacts store: a job replaces what is at its output, so it may write there
     only. The REST routes call this before enqueueing, :func:`run_job` before running."""
@@ -62,21 +65,26 @@ def training_threads(settings: Settings) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def run_here(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResult | None:
+def run_here(settings: Settings, job: TrainJob) -> PhaseResult | SftResult | None:
     """Run the job in this process; its result (None on non-main processes of a multi-process launch)."""
     with training_threads(settings):
         return _run_here(settings, job)
 
 
-def _run_here(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResult | None:
+def _run_here(settings: Settings, job: TrainJob) -> PhaseResult | SftResult | None:
     if isinstance(job, PhaseJob):
         from services.trainer.phase import run_phase
 
         trained = run_phase(settings, job)
         return trained.result() if trained is not None else None
-    from services.trainer.sft import run_sft
+    if isinstance(job, OrmHeadJob):
+        from services.trainer.orm_head import run_orm_head
 
-    info = run_sft(settings, job)
+        info = run_orm_head(settings, job)
+    else:
+        from services.trainer.sft import run_sft
+
+        info = run_sft(settings, job)
     if info is None:
         return None
     return SftResult(path=info.path, version=info.version, sha256=info.sha256, metrics=info.metrics)
@@ -91,12 +99,12 @@ def launch_command(config_file: Path, kind: JobKind, job_file: Path, result_file
 @overload
 def run_job(settings: Settings, job: PhaseJob) -> PhaseResult: ...
 @overload
-def run_job(settings: Settings, job: SftJob) -> SftResult: ...
-def run_job(settings: Settings, job: PhaseJob | SftJob) -> PhaseResult | SftResult:
+def run_job(settings: Settings, job: SftJob | OrmHeadJob) -> SftResult: ...
+def run_job(settings: Settings, job: TrainJob) -> PhaseResult | SftResult:
     """Run a trainer job here, or under ``accelerate launch`` when an Accelerate config is set. Output paths
     outside the artifacts store are refused first (:func:`check_outputs`)."""
     check_outputs(settings, job)
-    if settings.trainer.accelerate_config is None:
+    if settings.trainer.accelerate_config is None or isinstance(job, OrmHeadJob):
         result = run_here(settings, job)
         assert result is not None  # a single process is the main process
         return result

@@ -15,7 +15,7 @@ from typing import Any
 
 from accelerate import Accelerator
 
-from webrl.checkpoints import CheckpointInfo, publish
+from webrl.checkpoints import CheckpointInfo, publish, read_manifest, verify
 from webrl.config import Settings
 from webrl.models.adapters import is_peft_model, save_adapter
 from webrl.models.loading import save_tokenizer
@@ -26,6 +26,18 @@ def payload_version(prefix: str, payload: dict[str, Any]) -> str:
     same job twice names (and finds) the same checkpoint."""
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
     return f"{prefix}-{digest[:10]}"
+
+
+def already_published(output: Path, version: str) -> CheckpointInfo | None:
+    """The checkpoint at ``output`` when it is ``version`` and its files verify, else None: a job that already
+    ran finds its result there instead of training again."""
+    if not (output.is_dir() and verify(output)):
+        return None
+    manifest = read_manifest(output)
+    if manifest.get("version") != version:
+        return None
+    return CheckpointInfo(**{k: manifest.get(k) for k in ("role", "version", "path", "sha256", "phase",
+                                                           "parent_version", "metrics")})
 
 
 def checkpoint_dir(settings: Settings, role: str, version: str) -> Path:

@@ -19,8 +19,8 @@ from services.trainer.augment import merge_names, relabelled_copies, trajectory_
 from services.trainer.data import SequenceItem, actor_prompt_fn, encode_action, sequence_collate, trajectory_examples
 from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from services.trainer.losses import sft_loss
-from services.trainer.publish import payload_version, publish_model
-from webrl.checkpoints import CheckpointInfo, read_manifest, verify
+from services.trainer.publish import already_published, payload_version, publish_model
+from webrl.checkpoints import CheckpointInfo
 from webrl.config import Settings
 from webrl.contracts import SftJob
 from webrl.db import models as m
@@ -149,16 +149,6 @@ def sft_with_prompt_loss_fn(weight: float) -> Callable[[Any, dict], tuple[Any, d
     return fn
 
 
-def _already_published(output: Path, version: str) -> CheckpointInfo | None:
-    if not (output.is_dir() and verify(output)):
-        return None
-    manifest = read_manifest(output)
-    if manifest.get("version") != version:
-        return None
-    return CheckpointInfo(**{k: manifest.get(k) for k in ("role", "version", "path", "sha256", "phase",
-                                                           "parent_version", "metrics")})
-
-
 def run_sft(settings: Settings, job: SftJob) -> CheckpointInfo | None:
     """Train ``job.base`` on the selected trajectories and publish it at ``job.output``. Idempotent: the same
     job finds its published checkpoint (same version, verified) and returns it without training. Non-main
@@ -167,7 +157,7 @@ def run_sft(settings: Settings, job: SftJob) -> CheckpointInfo | None:
     later = {name for name in ("relabelled_copies", "lora_rank") if not getattr(job, name)}
     version = payload_version(f"{job.kind}-sft", job.model_dump(exclude=later))
     output = confined_path(settings, job.output, "output")  # it is replaced: only inside the artifacts store
-    done = _already_published(output, version)
+    done = already_published(output, version)
     if done is not None:
         log.info("sft %s already published at %s", version, output)
         return done

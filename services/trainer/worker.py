@@ -1,7 +1,8 @@
-"""Celery tasks of the trainer (queue ``train``): ``train.phase`` and ``train.sft``. Tasks only; the jobs run in
-:mod:`services.trainer.jobs`.
+"""Celery tasks of the trainer (queue ``train``): ``train.phase``, ``train.sft`` and ``train.orm_head``. Tasks
+only; the jobs run in :mod:`services.trainer.jobs`.
 
-Each takes one typed job (:class:`~webrl.contracts.PhaseJob` / :class:`~webrl.contracts.SftJob`), opens its own
+Each takes one typed job (:class:`~webrl.contracts.PhaseJob` / :class:`~webrl.contracts.SftJob` /
+:class:`~webrl.contracts.OrmHeadJob`), opens its own
 DB sessions, and is idempotent: a job whose checkpoints are already published (same job -> same version, verified
 sha256) returns them.
 """
@@ -12,7 +13,7 @@ from typing import Any
 
 from services.trainer.jobs import run_job
 from webrl.config import get_settings
-from webrl.contracts import PhaseJob, SftJob
+from webrl.contracts import OrmHeadJob, PhaseJob, SftJob
 from webrl.queue import celery_app
 
 
@@ -26,3 +27,9 @@ def train_phase(payload: dict[str, Any]) -> dict[str, Any]:
 def train_sft(payload: dict[str, Any]) -> dict[str, Any]:
     """:class:`~webrl.contracts.SftJob` -> :class:`~webrl.contracts.SftResult`."""
     return run_job(get_settings(), SftJob.model_validate(payload)).model_dump(mode="json")
+
+
+@celery_app.task(name="train.orm_head")
+def train_orm_head(payload: dict[str, Any]) -> dict[str, Any]:
+    """:class:`~webrl.contracts.OrmHeadJob` -> :class:`~webrl.contracts.SftResult` (the published ORM)."""
+    return run_job(get_settings(), OrmHeadJob.model_validate(payload)).model_dump(mode="json")

@@ -15,6 +15,7 @@ from webrl.contracts import (
     FilterRequest,
     GenerateRequest,
     ObserveRequest,
+    OrmHeadJob,
     PhaseJob,
     RolloutRequest,
     ScoreRequest,
@@ -35,6 +36,7 @@ VALID: dict[type[Contract], dict] = {
     FilterRequest: {"task_keys": ["k"], "values": {"k": 0.5}, "critic_version": "c"},
     PhaseJob: {"phase": 1, "actor": "/a"},
     SftJob: {"base": "/b", "output": "/o"},
+    OrmHeadJob: {"base": "/b", "output": "/o", "trajectory_ids": [1, 2]},
 }
 
 

@@ -2,7 +2,13 @@
 
 WebRL released an ORM checkpoint but neither its training code nor its data, and never reported how often the
 ORM is wrong. This command makes both: trajectories from policies of different quality, labels from the rule
-evaluators, SFT towards YES/NO, and accuracy / precision / recall / F1 / calibration on held-out tasks.
+evaluators, an ORM trained on them, and accuracy / precision / recall / F1 / calibration on held-out tasks.
+
+Two objectives (``--objective``):
+
+- ``answer``: WebRL's generative ORM, SFT towards the answer token YES or NO (``train.sft`` kind "orm").
+- ``head``: a classification head on the frozen backbone's last-token state of the same prompt
+  (``train.orm_head``, :mod:`webrl.models.orm_head`): forward passes only, so a CPU reads every trajectory.
 
 Two models take part, and the options name them apart:
 
@@ -24,7 +30,8 @@ Two models take part, and the options name them apart:
    B = 0, so it scores exactly as its base; or a copy of the given adapter) whose tokenizer declares the
    sequence length the ORM trains on (``model_max_length``), so the ORM service later cuts prompts where training
    cut them (:func:`webrl.prompts.orm.orm_context_tokens`).
-4. ``train.sft`` with kind "orm" from the start.
+4. ``train.sft`` with kind "orm" from the start on the balanced trajectories, or ``train.orm_head`` on every
+   labelled train trajectory (its loss weighs the classes equally).
 5. ``orm.score`` on the held-out test-split trajectories with the trained ORM and with the untrained start;
    metrics against the evaluator labels, a reliability diagram (PNG) and a JSON report.
 """
@@ -57,6 +64,9 @@ ORM_ATTEMPT_BASE = 1000
 ORM_PURPOSE = "orm"
 #: The trainer's longest sequence (services/trainer/sft.py MAX_LENGTH: WebRL's cutoff_len 16384).
 MAX_TRAIN_LENGTH = 16384
+
+#: What the ORM learns to emit: the answer token (WebRL) or a classification head's P(success).
+OBJECTIVES = ("answer", "head")
 
 #: Default policies: quality from perfect to poor, so both labels appear on every kind of task ("sft" only when
 #: there is an SFT actor to run).
@@ -111,7 +121,8 @@ class TrainOrmOptions:
     lora_rank: int | None = None  # a new LoRA adapter of this rank (default DEFAULT_LORA_RANK on a pretrained
     # base); None on a full folder: every weight trains, as before adapters existed
     max_prompt_tokens: int | None = None  # ORM prompt budget of a LoRA ORM (None: default_prompt_tokens)
-    epochs: int = 2
+    objective: str = "answer"  # one of OBJECTIVES
+    epochs: int = 2  # answer objective only, as lr, batch_size and max_minutes
     lr: float | None = None  # None: FULL_LR, or LORA_LR for an adapter
     batch_size: int = 8
     seed: int = 0
@@ -121,6 +132,8 @@ class TrainOrmOptions:
     report_dir: str | None = None  # default <artifacts>/reports/orm
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective {self.objective!r}: use one of {', '.join(OBJECTIVES)}")
         if self.policies is None:
             self.policies = default_policies(self.actor)
 
@@ -355,12 +368,19 @@ def publish_start(settings: Settings, folder: Path, starts: Path, *, rank: int |
     return dest
 
 
-def fit(options: TrainOrmOptions, start: OrmStart, trajectory_ids: Sequence[int]) -> SftResult:
-    """``train.sft`` kind "orm" from ``start`` on ``trajectory_ids``; the published checkpoint's info."""
-    from webrl.clients import train_sft
+def fit(options: TrainOrmOptions, start: OrmStart, labels: dict[int, int]) -> SftResult:
+    """Train the ORM from ``start`` on labelled train trajectories; the published checkpoint's info.
 
+    ``answer``: ``train.sft`` kind "orm" on the balanced trajectories. ``head``: ``train.orm_head`` on all of
+    them (its loss weighs the classes equally, so nothing is thrown away)."""
+    from webrl.clients import train_orm_head, train_sft
+    from webrl.contracts import OrmHeadJob
+
+    if options.objective == "head":
+        return train_orm_head(OrmHeadJob(base=start.path, output=options.output, trajectory_ids=sorted(labels),
+                                         seed=options.seed, max_length=start.max_length))
     lr = options.lr if options.lr is not None else (LORA_LR if start.lora else FULL_LR)
-    job = SftJob(base=start.path, output=options.output, kind="orm", trajectory_ids=list(trajectory_ids),
+    job = SftJob(base=start.path, output=options.output, kind="orm", trajectory_ids=balance(labels, options.seed),
                  epochs=options.epochs, lr=lr, seed=options.seed, max_minutes=options.max_minutes,
                  batch_size=options.batch_size, max_length=start.max_length)
     return train_sft(job)
@@ -380,9 +400,11 @@ def train_orm(settings: Settings, options: TrainOrmOptions,
     test_labels = evaluator_labels(settings, collect(test_keys, policies, options.concurrency))
     balanced = balance(train_labels, options.seed)
     budget = f", at most {options.max_minutes:g} min" if options.max_minutes else ""
+    how = (f"fitting a classification head on the frozen backbone's states of all {len(train_labels)}"
+           if options.objective == "head" else f"training towards YES/NO ({options.epochs} epochs{budget})")
     say(f"ORM data: {len(train_labels)} train trajectories ({sum(train_labels.values())} successes) -> "
-        f"{len(balanced)} balanced; {len(test_labels)} held out. Training ({options.epochs} epochs{budget})")
-    trained = fit(options, start, balanced)
+        f"{len(balanced)} balanced; {len(test_labels)} held out. {how}")
+    trained = fit(options, start, train_labels)
     say(f"scoring the {len(test_labels)} held-out trajectories with the untrained and the trained ORM")
     report_dir = Path(options.report_dir or Path(str(settings.artifacts_dir)) / "reports" / "orm")
     measured = measure({"untrained": start.path, "trained": trained.path}, test_labels, options.threshold,
@@ -390,7 +412,9 @@ def train_orm(settings: Settings, options: TrainOrmOptions,
     report = {"options": asdict(options), "start": asdict(start), "policies": [p.model_dump() for p in policies],
               "orm": trained.model_dump(),
               "data": {"train_trajectories": len(train_labels), "train_successes": sum(train_labels.values()),
-                       "train_balanced": len(balanced), "test_trajectories": len(test_labels),
+                       "train_balanced": len(balanced),
+                       "train_used": len(train_labels) if options.objective == "head" else len(balanced),
+                       "test_trajectories": len(test_labels),
                        "test_successes": sum(test_labels.values())},
               **measured}
     (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
@@ -417,6 +441,8 @@ def register(app: typer.Typer) -> None:
                                               "to fit; the ORM folder records it). Default: "
                                               f"{SMALL_ORM_MAX_PROMPT_TOKENS} on a pretrained base (examples "
                                               "under ~1,000 tokens), else WEBRL_ORM__MAX_PROMPT_TOKENS."),
+        objective: str = typer.Option("answer", help="What the ORM learns: 'answer' (WebRL's YES/NO token, trained "
+                                      "by SFT) or 'head' (a classification head on the frozen backbone's state)."),
         epochs: int = typer.Option(2, min=1),
         lr: float = typer.Option(None, min=0.0, help=f"Default {FULL_LR:g} (full fine-tuning), {LORA_LR:g} (LoRA)."),
         batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step."),
@@ -430,6 +456,8 @@ def register(app: typer.Typer) -> None:
         """Train the ORM on evaluator-labelled sandbox trajectories and report how often it is wrong."""
         settings = get_settings()
         artifacts = Path(str(settings.artifacts_dir))
+        if objective not in OBJECTIVES:
+            raise typer.BadParameter(f"{objective!r}: use one of {', '.join(OBJECTIVES)}", param_hint="--objective")
         base, actor = resolve_models(artifacts, base, actor)
         check_start(base, lora_rank, max_prompt_tokens)
         policies = list(policy) if policy else default_policies(actor)
@@ -439,7 +467,8 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(str(exc), param_hint="--policy") from exc
         options = TrainOrmOptions(base=base, output=str(Path(output or artifacts / "models" / "orm").resolve()),
                                   actor=actor, policies=policies, train_tasks=train_tasks, test_tasks=test_tasks,
-                                  lora_rank=lora_rank, max_prompt_tokens=max_prompt_tokens, epochs=epochs, lr=lr,
+                                  lora_rank=lora_rank, max_prompt_tokens=max_prompt_tokens, objective=objective,
+                                  epochs=epochs, lr=lr,
                                   batch_size=batch_size, seed=seed, max_minutes=max_minutes, concurrency=concurrency,
                                   threshold=threshold, report_dir=report_dir)
         note = f" ('sft' = {actor})" if "sft" in policies else "" if actor else " (no SFT actor: no 'sft' policy)"

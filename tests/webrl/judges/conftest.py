@@ -3,6 +3,8 @@ tokens and chat layout, built here (nothing is downloaded)."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,76 @@ def tiny_llama3(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object,
 def chatml_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> object:
     out = tmp_path_factory.mktemp("tiny_chatml")
     return build_tokenizer(out, CHATML_SPECIALS, CHATML_TEMPLATE, None, "<|im_end|>")
+
+
+@pytest.fixture
+def store_trajectories(settings: object) -> Callable[..., list[int]]:
+    """``store(trajectories, split="train")``: each trajectory under a task of its own ``task_id`` (upserted, in
+    ``split``), as phase 0 attempt 1000 with purpose "orm", as ``webrl train-orm`` stores its rollouts; the ids."""
+    from webrl.db.repository import save_trajectory, upsert_task
+    from webrl.db.session import session_scope
+    from webrl.schemas import TaskConfig
+
+    def store(trajectories: list, split: str = "train") -> list[int]:
+        ids = []
+        with session_scope(settings) as session:
+            for traj in trajectories:
+                config = TaskConfig(task_id=traj.task_id, sites=["shopping"], intent=traj.intent,
+                                    start_url="__SHOPPING__/")
+                task = upsert_task(session, traj.task_id, config, origin="seed", split=split)
+                ids.append(save_trajectory(session, task.id, 0, 1000, traj, purpose="orm").id)
+        return ids
+
+    return store
+
+
+#: Things a purchase trajectory buys (train on some, hold out the others).
+ITEMS = ["kettle", "lamp", "chair", "table", "mug", "pillow", "clock", "vase", "rug", "fan", "desk", "shelf",
+         "towel", "plate", "bowl", "spoon", "knife", "fork", "pan", "pot"]
+#: The final pages differ in many tokens, as a confirmation page and an error page do.
+SUCCESS_PAGE = ('<html><h1 id="3">Thank you for your purchase</h1><div id="5">Your order is placed and confirmed; '
+                'we will email you when it ships</div></html>')
+FAILURE_PAGE = ('<html><h1 id="3">Something went wrong</h1><div id="5">Error: this product is out of stock, '
+                'nothing was charged, try again later</div></html>')
+
+
+def purchase(item: str, success: bool, rng: random.Random) -> object:
+    """Search for ``item``, 0-2 clicks, exit on the confirmation page (env score 1) or the error page (0)."""
+    from webrl.schemas import Observation, Step, Trajectory
+
+    steps = [Step(index=0, observation=Observation(html='<input id="13"/>', url="http://s/"),
+                  response=f'do(action="Search", argument="{item}", element="13")')]
+    for k in range(rng.randint(0, 2)):
+        steps.append(Step(index=len(steps), observation=Observation(html=f'<a id="{20 + k}">{item}</a>',
+                                                                    url="http://s/"),
+                          response=f'do(action="Click", element="{20 + k}")'))
+    steps.append(Step(index=len(steps), observation=Observation(html=SUCCESS_PAGE if success else FAILURE_PAGE,
+                                                                url="http://s/checkout"),
+                      response='exit(message="done")'))
+    return Trajectory(task_id=f"sandbox/orm/{item}-{int(success)}", intent=f"Buy the {item}", steps=steps,
+                      env_score=1.0 if success else 0.0)
+
+
+@pytest.fixture
+def purchases() -> Callable[[list[str]], tuple[list, list]]:
+    """``split(n_train)``: (train, test) purchase trajectories, a success and a failure per item, the first
+    ``n_train`` items for training and the rest held out (seeded)."""
+
+    def split(n_train: int) -> tuple[list, list]:
+        rng = random.Random(0)
+        train = [purchase(item, success, rng) for item in ITEMS[:n_train] for success in (True, False)]
+        test = [purchase(item, success, rng) for item in ITEMS[n_train:] for success in (True, False)]
+        return train, test
+
+    return split
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's tiny Llama (``webrl.models.tiny``) with a tokenizer trained on the purchase pages."""
+    from webrl.models.tiny import build_tiny_llama, build_tokenizer, save_tiny
+
+    out = tmp_path_factory.mktemp("orm_base")
+    corpus = [SUCCESS_PAGE, FAILURE_PAGE, *[f"Buy the {i}" for i in ITEMS], *["YES NO"] * 10]
+    tokenizer = build_tokenizer(corpus, out, vocab_size=800)
+    return save_tiny(build_tiny_llama(tokenizer, "test", seed=0), tokenizer, out)

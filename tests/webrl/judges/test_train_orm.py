@@ -4,61 +4,14 @@ Also the pieces of ``webrl train-orm``: policy specs, balancing, metrics, the ca
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from webrl.commands.judges import balance, measure, parse_policy
-from webrl.config import Settings
 from webrl.contracts import CheckpointSpec, EndpointSpec, OracleSpec
 from webrl.models.orm import calibration_bins, classification_metrics, expected_calibration_error, plot_calibration
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
-
-ITEMS = ["kettle", "lamp", "chair", "table", "mug", "pillow", "clock", "vase", "rug", "fan", "desk", "shelf",
-         "towel", "plate", "bowl", "spoon", "knife", "fork", "pan", "pot"]
-#: The final pages differ in many tokens, as a confirmation page and an error page do.
-SUCCESS_PAGE = ('<html><h1 id="3">Thank you for your purchase</h1><div id="5">Your order is placed and confirmed; '
-                'we will email you when it ships</div></html>')
-FAILURE_PAGE = ('<html><h1 id="3">Something went wrong</h1><div id="5">Error: this product is out of stock, '
-                'nothing was charged, try again later</div></html>')
-
-
-def _trajectory(item: str, success: bool, rng: random.Random) -> Trajectory:
-    steps = [Step(index=0, observation=Observation(html='<input id="13"/>', url="http://s/"),
-                  response=f'do(action="Search", argument="{item}", element="13")')]
-    for k in range(rng.randint(0, 2)):
-        steps.append(Step(index=len(steps), observation=Observation(html=f'<a id="{20 + k}">{item}</a>', url="http://s/"),
-                          response=f'do(action="Click", element="{20 + k}")'))
-    steps.append(Step(index=len(steps), observation=Observation(html=SUCCESS_PAGE if success else FAILURE_PAGE,
-                                                                url="http://s/checkout"),
-                      response='exit(message="done")'))
-    return Trajectory(task_id=f"sandbox/orm/{item}-{int(success)}", intent=f"Buy the {item}", steps=steps,
-                      env_score=1.0 if success else 0.0)
-
-
-def _store(settings: Settings, trajectories: list[Trajectory]) -> list[int]:
-    from webrl.db.repository import save_trajectory, upsert_task
-    from webrl.db.session import session_scope
-
-    ids = []
-    with session_scope(settings) as session:
-        for traj in trajectories:
-            config = TaskConfig(task_id=traj.task_id, sites=["shopping"], intent=traj.intent, start_url="__SHOPPING__/")
-            task = upsert_task(session, traj.task_id, config, origin="seed", split="train")
-            ids.append(save_trajectory(session, task.id, 0, 1000, traj, purpose="orm").id)
-    return ids
-
-
-@pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from webrl.models.tiny import build_tiny_llama, build_tokenizer, save_tiny
-
-    out = tmp_path_factory.mktemp("orm_base")
-    corpus = [SUCCESS_PAGE, FAILURE_PAGE, *[f"Buy the {i}" for i in ITEMS], *["YES NO"] * 10]
-    tokenizer = build_tokenizer(corpus, out, vocab_size=800)
-    return save_tiny(build_tiny_llama(tokenizer, "test", seed=0), tokenizer, out)
 
 
 @pytest.fixture
@@ -73,15 +26,14 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def test_short_orm_training_beats_the_untrained_model(settings, tiny_base, tmp_path, one_thread) -> None:
+def test_short_orm_training_beats_the_untrained_model(settings, tiny_base, tmp_path, one_thread,
+                                                    store_trajectories, purchases) -> None:
     from webrl.db.migrate import upgrade
     from webrl.queue import dispatch
 
     upgrade(settings)
-    rng = random.Random(0)
-    train = [_trajectory(item, success, rng) for item in ITEMS[:12] for success in (True, False)]
-    test = [_trajectory(item, success, rng) for item in ITEMS[12:] for success in (True, False)]
-    train_ids, test_ids = _store(settings, train), _store(settings, test)
+    train, test = purchases(12)
+    train_ids, test_ids = store_trajectories(train), store_trajectories(test)
     result = dispatch("train.sft", {"base": str(tiny_base), "output": str(Path(settings.artifacts_dir) / "orm"),
                                     "kind": "orm", "trajectory_ids": train_ids, "epochs": 20, "lr": 1e-2, "seed": 0,
                                     "batch_size": 8})  # 60 steps: ~30 are not enough to leave chance

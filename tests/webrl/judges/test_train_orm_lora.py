@@ -4,6 +4,7 @@ the command line (``--base`` starts the ORM, ``--actor`` is rolled out by the "s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 from webrl.commands import judges
 from webrl.commands.judges import TrainOrmOptions, default_policies, resolve_models
 from webrl.config import Settings
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+from webrl.schemas import Observation, Step, Trajectory
 
 SUCCESS_PAGE = '<html><h1 id="3">Thank you for your purchase</h1><div id="5">Your order is placed</div></html>'
 FAILURE_PAGE = '<html><h1 id="3">Something went wrong</h1><div id="5">Error: out of stock</div></html>'
@@ -27,17 +28,17 @@ def _trajectory(item: str, success: bool) -> Trajectory:
                       env_score=1.0 if success else 0.0)
 
 
-def _store(settings: Settings, trajectories: list[Trajectory], split: str) -> list[int]:
-    from webrl.db.repository import save_trajectory, upsert_task
-    from webrl.db.session import session_scope
-
-    ids = []
-    with session_scope(settings) as session:
-        for traj in trajectories:
-            config = TaskConfig(task_id=traj.task_id, sites=["shopping"], intent=traj.intent, start_url="__SHOPPING__/")
-            task = upsert_task(session, traj.task_id, config, origin="seed", split=split)
-            ids.append(save_trajectory(session, task.id, 0, 1000, traj, purpose="orm").id)
-    return ids
+def _rollouts_stored(store_trajectories: Callable[..., list[int]], monkeypatch: pytest.MonkeyPatch
+                     ) -> tuple[dict[str, list[int]], list[Trajectory]]:
+    """Two items' trajectories stored in the train split and two in the test split, and train-orm's rollout stage
+    made to return them (collect itself needs Chromium): (ids by split, the test trajectories)."""
+    items = ["kettle", "lamp", "chair", "mug"]
+    train = [_trajectory(item, success) for item in items[:2] for success in (True, False)]
+    test = [_trajectory(item, success) for item in items[2:] for success in (True, False)]
+    ids = {"train": store_trajectories(train, "train"), "test": store_trajectories(test, "test")}
+    monkeypatch.setattr(judges, "split_keys", lambda settings, split, limit, seed: [split])
+    monkeypatch.setattr(judges, "collect", lambda keys, policies, concurrency: ids[keys[0]])
+    return ids, test
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -46,7 +47,7 @@ def _folder_bytes(folder: Path) -> int:
 
 @pytest.mark.slow  # converts SmolLM2 once per session (~30 s), trains one LoRA step on it, scores twice
 def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_judges_with(
-        with_smollm2: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        with_smollm2: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_trajectories) -> None:
     import torch
 
     from services.orm.scoring import LocalOrm
@@ -54,13 +55,7 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
     from webrl.db.migrate import upgrade
 
     upgrade(with_smollm2)
-    items = ["kettle", "lamp", "chair", "mug"]
-    train = [_trajectory(item, success) for item in items[:2] for success in (True, False)]
-    test = [_trajectory(item, success) for item in items[2:] for success in (True, False)]
-    ids = {"train": _store(with_smollm2, train, "train"), "test": _store(with_smollm2, test, "test")}
-    # the rollouts are stored already: each split's "collection" returns them (collect itself needs Chromium)
-    monkeypatch.setattr(judges, "split_keys", lambda settings, split, limit, seed: [split])
-    monkeypatch.setattr(judges, "collect", lambda keys, policies, concurrency: ids[keys[0]])
+    ids, test = _rollouts_stored(store_trajectories, monkeypatch)
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # a shared 2-core machine: one thread per matmul waits less
     try:
@@ -90,6 +85,33 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
     assert p == pytest.approx(stored[judge.version], abs=1e-4)
     untrained = stored[read_manifest(start)["version"]]
     assert max(abs(a - b) for a, b in zip(p, untrained, strict=True)) > 1e-3  # one step moved the adapter
+
+
+@pytest.mark.slow  # converts SmolLM2 once per session (~30 s), reads 4 prompts with it, scores twice
+def test_train_orm_with_a_head_on_the_pretrained_base_publishes_an_orm_the_service_judges_with(
+        with_smollm2: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_trajectories) -> None:
+    from services.orm.scoring import LocalOrm
+    from webrl.db.migrate import upgrade
+    from webrl.models.orm_head import is_orm_classifier
+
+    upgrade(with_smollm2)
+    ids, test = _rollouts_stored(store_trajectories, monkeypatch)
+    options = TrainOrmOptions(base="smollm2-135m", output=str(Path(with_smollm2.artifacts_dir) / "orm"),
+                              policies=["oracle"], max_prompt_tokens=256, objective="head", seed=0,
+                              report_dir=str(tmp_path / "report"))
+    heard: list[str] = []
+    report = judges.train_orm(with_smollm2, options, say=heard.append)
+
+    orm = Path(report["orm"]["path"])
+    assert is_orm_classifier(orm) and (orm / "adapter_config.json").is_file()  # the B = 0 start adapter + a head
+    assert _folder_bytes(orm) < 30e6
+    assert report["data"]["train_used"] == 4 and report["orm"]["metrics"]["train_balanced_accuracy"] == 1.0
+    assert "fitting a classification head on the frozen backbone's states of all 4" in heard[1]
+    judge = LocalOrm(orm, with_smollm2)
+    assert judge.classifier is not None and judge.max_tokens == 256
+    p = judge.probabilities(test)
+    assert p == pytest.approx(_stored_p(with_smollm2, ids["test"])[judge.version], abs=1e-4)
+    assert set(report["metrics"]) == {"untrained", "trained"}  # the zero-shot YES/NO start against the head
 
 
 def _stored_p(settings: Settings, ids: list[int]) -> dict[str, list[float]]:
