@@ -31,6 +31,10 @@ def bootstrap(
     lora_rank: int = typer.Option(None, min=1, help="Rank of the actor's LoRA adapter on --base (default 16)."),
     demos_per_template: int = typer.Option(None, min=1, help="Train tasks per template the oracle demonstrates"
                                                              " (default 3 tiny, 4 pretrained)."),
+    site_demos: list[str] = typer.Option(None, help="SITE=N: N demonstrations per template of SITE instead of "
+                                         "--demos-per-template (0 leaves the site out). Repeat the option."),
+    start: Path = typer.Option(None, help="An SFT actor adapter on --base to keep training on these "
+                                          "demonstrations (default: a new adapter)."),
     sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default: "
                                                           "WEBRL_MODELS__BOOTSTRAP_MINUTES / 2 tiny, 100 pretrained)."),
     epochs: int = typer.Option(None, min=1, help="SFT epochs (the cosine schedule spans all of them; the time"
@@ -73,12 +77,21 @@ def bootstrap(
         pretokenize_pattern(words)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--words") from None
+    if start is not None:
+        from webrl.models.bootstrap import check_start
+
+        try:
+            check_start(str(start), base or "")
+        except ValueError as err:
+            raise typer.BadParameter(str(err).removeprefix(f"--start {start}: "), param_hint="--start") from None
+    per_site = parse_site_demos(site_demos or [])
     given = {"lora_rank": lora_rank, "demos_per_template": demos_per_template, "epochs": epochs, "lr": lr,
              "warmup_steps": warmup_steps, "batch_size": batch_size, "sft_minutes": sft_minutes}
     overrides = {k: v for k, v in given.items() if v is not None}
     common = dict(seed=settings.seed if seed is None else seed, size=size, vocab_size=settings.models.tiny_vocab_size,
                   words=words, task_reminder=task_reminder, cosine=cosine, prompt_loss_weight=prompt_loss_weight,
-                  relabelled_copies=relabelled_copies, concurrency=concurrency, evaluate=evaluate, output=output)
+                  relabelled_copies=relabelled_copies, concurrency=concurrency, evaluate=evaluate, output=output,
+                  site_demos=per_site, start=str(start.resolve()) if start is not None else None)
     if base is not None:
         config = BootstrapConfig.pretrained(base, **common, **overrides)
     else:
@@ -100,6 +113,20 @@ def bootstrap(
     if result.test_success is not None:
         typer.echo(f"test success {result.test_success:.3f} on {result.test_tasks} tasks; by site: "
                    + ", ".join(f"{site} {rate:.3f}" for site, rate in result.test_by_site.items()))
+
+
+def parse_site_demos(values: list[str]) -> dict[str, int]:
+    """``["reddit=8", "gitlab=8"]`` -> ``{"reddit": 8, "gitlab": 8}``; raises BadParameter naming --site-demos."""
+    from webrl.sandbox.sites import SITES
+
+    out: dict[str, int] = {}
+    for value in values:
+        site, sep, count = value.partition("=")
+        if not sep or site not in SITES or not count.isdigit():
+            raise typer.BadParameter(f"{value!r}: use SITE=N with SITE one of {', '.join(SITES)} and N >= 0",
+                                     param_hint="--site-demos")
+        out[site] = int(count)
+    return out
 
 
 def base_command(name: str = typer.Argument(..., help="A pretrained base webrl can build: smollm2-135m.")) -> None:

@@ -60,6 +60,12 @@ class BootstrapConfig:
     demos_per_template: int = 3
     """Train tasks per template the oracle demonstrates: 3 x 66 templates = 198 demos (~840 steps) fit the 10-minute
     budget; the shipped actor used 12 (754 demos, 3,236 steps, ~20 min of rollouts at concurrency 4 here)."""
+    site_demos: dict[str, int] = field(default_factory=dict)
+    """Demonstrations per template on the named sites instead of ``demos_per_template`` (0 leaves a site out):
+    more demonstrations where the actor is weakest, e.g. ``{"reddit": 8, "gitlab": 8}``."""
+    start: str | None = None
+    """An SFT actor (a LoRA adapter on ``base``) whose adapter keeps training on these demonstrations; None: a new
+    adapter. The provenance of the result then names both runs."""
     max_demos: int | None = None
     """Cap on the demonstrated tasks (smoke tests); None: every sampled task."""
     epochs: int = 3
@@ -120,8 +126,10 @@ class BootstrapResult:
     test_by_site: dict[str, float] = field(default_factory=dict)
 
 
-def demo_tasks(train: list[TaskConfig], per_template: int, seed: int) -> list[TaskConfig]:
-    """A deterministic sample of ``per_template`` train tasks of each template."""
+def demo_tasks(train: list[TaskConfig], per_template: int, seed: int,
+               per_site: dict[str, int] | None = None) -> list[TaskConfig]:
+    """A deterministic sample of ``per_template`` train tasks of each template (``per_site[site]`` for a template
+    of a site named there)."""
     by_template: dict[object, list[TaskConfig]] = {}
     for task in train:
         by_template.setdefault(task.intent_template_id, []).append(task)
@@ -129,7 +137,8 @@ def demo_tasks(train: list[TaskConfig], per_template: int, seed: int) -> list[Ta
     chosen: list[TaskConfig] = []
     for template in sorted(by_template, key=str):
         tasks = by_template[template]
-        chosen.extend(rng.sample(tasks, min(per_template, len(tasks))))
+        wanted = (per_site or {}).get(tasks[0].sites[0] if tasks[0].sites else "", per_template)
+        chosen.extend(rng.sample(tasks, min(wanted, len(tasks))))
     return chosen
 
 
@@ -202,6 +211,8 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
     # checked before ~15 minutes of demonstrations, not after
     if config.base is not None:
         spec_of(config.base)
+        if config.start is not None:
+            check_start(config.start, config.base)
     elif config.size not in SIZES:
         raise ValueError(f"unknown size {config.size!r}; expected one of {list(SIZES)}")
     pretokenize_pattern(config.words)
@@ -225,7 +236,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
     upgrade(settings)
     load_suite(settings, config.seed)
     suite = build_suite(config.seed)
-    demos = demo_tasks(suite["train"], config.demos_per_template, config.seed)[:config.max_demos]
+    demos = demo_tasks(suite["train"], config.demos_per_template, config.seed, config.site_demos)[:config.max_demos]
     done("tasks")
     with running_sandbox(settings, sandbox_ports(settings)):
         keys = [task_key("train", t) for t in demos]
@@ -245,12 +256,12 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         else:
             base = _tiny_base(settings, config, [*(t.intent for t in suite["train"]), *pages], done)
         sft = train_sft(SftJob(
-            base=str(base), output=str(output), kind="actor", trajectory_ids=trajectory_ids,
+            base=str(config.start or base), output=str(output), kind="actor", trajectory_ids=trajectory_ids,
             phase=0, purpose="sft", epochs=config.epochs, lr=config.lr, seed=config.seed,
             max_minutes=config.sft_minutes, batch_size=config.batch_size,
             warmup_steps=config.warmup_steps, cosine=config.cosine,
             prompt_loss_weight=config.prompt_loss_weight, relabelled_copies=config.relabelled_copies,
-            lora_rank=config.lora_rank if config.base is not None else None,
+            lora_rank=config.lora_rank if config.base is not None and config.start is None else None,
             max_length=settings.actor.max_prompt_tokens + COMPLETION_BUDGET))
         done("sft")
         evaluation = (evaluate_checkpoint(settings, sft.path, concurrency=config.concurrency, seed=config.seed)
@@ -264,6 +275,19 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
                              test_by_site=evaluation["by_site"] if evaluation else {})
     _write_report(settings, config, result)
     return result
+
+
+def check_start(start: str, base: str) -> None:
+    """Raise ValueError unless ``start`` is a LoRA adapter folder trained on the pretrained base ``base``."""
+    from webrl.models.adapters import ADAPTER_FILE
+    from webrl.models.folders import is_adapter
+
+    record = Path(start) / ADAPTER_FILE
+    if not is_adapter(start) or not record.is_file():
+        raise ValueError(f"--start {start}: not a webrl LoRA adapter folder ({ADAPTER_FILE})")
+    trained_on = json.loads(record.read_text())["base"].get("name")
+    if trained_on != base:
+        raise ValueError(f"--start {start}: an adapter on {trained_on!r}, not on --base {base or '(none)'}")
 
 
 def _tiny_base(settings: Settings, config: BootstrapConfig, corpus: list[str], done: Callable[[str], None]) -> Path:

@@ -24,6 +24,44 @@ def test_demo_sample_is_deterministic_and_covers_templates() -> None:
     assert [t.task_id for t in a] != [t.task_id for t in demo_tasks(train, 2, seed=2)]
 
 
+def test_site_demos_change_the_count_on_their_sites_only() -> None:
+    from collections import Counter
+
+    from webrl.sandbox.tasks.suite import build_suite
+
+    train = build_suite(0)["train"]
+    templates = Counter(t.sites[0] for t in {t.intent_template_id: t for t in train}.values())
+    chosen = Counter(t.sites[0] for t in demo_tasks(train, 1, seed=0, per_site={"reddit": 3, "gitlab": 0}))
+    assert chosen["reddit"] == 3 * templates["reddit"] and "gitlab" not in chosen
+    assert chosen["shopping"] == templates["shopping"]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--site-demos", "reddit"], "use SITE=N"),
+    (["--site-demos", "nowhere=3"], "use SITE=N"),
+    (["--site-demos", "reddit=-1"], "use SITE=N"),
+    (["--start", "NOT_ADAPTER", "--base", "smollm2-135m"], "not a webrl LoRA adapter folder"),
+    (["--start", "ADAPTER"], "an adapter on 'smollm2-135m', not on --base"),
+])
+def test_bad_bootstrap_options_are_named(settings: Settings, tmp_path: Path, args: list[str], words: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from webrl.cli import app
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "webrl_adapter.json").write_text(json.dumps({"base": {"name": "smollm2-135m"}, "lora": {}}))
+    args = [{"ADAPTER": str(adapter), "NOT_ADAPTER": str(tmp_path)}.get(a, a) for a in args]
+    result = CliRunner().invoke(app, ["bootstrap", *args])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())  # rich wraps the error box
+    option = "--site-demos" if "--site-demos" in args else "--start"
+    assert option in text and words in text, text
+
+
 def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None:
     import asyncio
 

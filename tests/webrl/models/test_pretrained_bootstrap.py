@@ -1,6 +1,6 @@
 """``webrl bootstrap --base smollm2-135m`` end to end at a smoke budget: oracle demonstrations through Chromium, a
-LoRA adapter trained on the pretrained base and published (MBs), a policy call through it, then one WebRL phase on
-the adapter that publishes actor and critic adapters."""
+LoRA adapter trained on the pretrained base and published (MBs), that adapter trained on (``--start``), a policy
+call through it, then one WebRL phase on the adapter that publishes actor and critic adapters."""
 
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, 
     assert json.loads((path / ADAPTER_FILE).read_text())["base"]["name"] == "smollm2-135m"
     assert json.loads((path / "webrl_prompt.json").read_text()) == {"system_prompt": "compact"}
     assert sum(f.stat().st_size for f in path.iterdir()) < 12e6 and result.sft_metrics["steps"] >= 1
+
+    more = BootstrapConfig.pretrained("smollm2-135m", start=str(path), max_demos=2, sft_minutes=0.15, concurrency=2,
+                                      output=Path(free_sites.artifacts_dir) / "models" / "actor-sft-more")
+    continued = run_bootstrap(free_sites, more)  # the adapter keeps training: same rank, new weights
+    assert is_adapter(continued.path) and continued.sha256 != result.sha256
+    assert json.loads((Path(continued.path) / "adapter_config.json").read_text())["r"] == 4
 
     policy = LocalModelPolicy(path, free_sites, max_new_tokens=8)
     task = TaskConfig(task_id=0, sites=["shopping"], intent="Show me Electronics", start_url="http://x/")
