@@ -28,7 +28,7 @@ TRAINED_PER_TEMPLATE = (4, 12)
 
 def held_out_tasks(per_template: int, seed: int) -> list[str]:
     """Keys of ``per_template`` train tasks per template that neither shipped actor's bootstrap sample contains."""
-    from webrl.models.bootstrap import demo_tasks
+    from webrl.orchestration.bootstrap import demo_tasks
     from webrl.sandbox.tasks.suite import build_suite, task_key
 
     train = build_suite(BOOTSTRAP_SEED)["train"]

@@ -32,8 +32,8 @@ def main() -> None:
     from webrl.contracts import OracleSpec, RolloutRequest
     from webrl.db.migrate import upgrade
     from webrl.hyperparams import with_overrides
-    from webrl.models.bootstrap import BootstrapConfig, run_bootstrap
-    from webrl.pipeline import Pipeline, PipelineOptions, StageReport
+    from webrl.orchestration.bootstrap import BootstrapConfig, run_bootstrap
+    from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
     from webrl.presets import PRESETS
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import load_suite

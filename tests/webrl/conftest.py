@@ -48,7 +48,7 @@ def embedded_home(home: Path, env: dict[str, str]) -> Iterator[Settings]:
 @pytest.fixture(scope="session")
 def tiny_actor(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A test-size actor bootstrapped once per session (oracle demos through Chromium, SFT)."""
-    from webrl.models.bootstrap import BootstrapConfig, run_bootstrap
+    from webrl.orchestration.bootstrap import BootstrapConfig, run_bootstrap
 
     with embedded_home(tmp_path_factory.mktemp("bootstrap-home"), site_env()) as settings:
         config = BootstrapConfig(size="test", vocab_size=1024, demos_per_template=1, max_demos=6, epochs=2,

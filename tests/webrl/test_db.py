@@ -81,7 +81,7 @@ def test_tasks_upsert_in_bulk_keys_by_prefix_and_task_id_idempotently(db: Settin
 
 
 def test_evaluation_scores_per_site_and_solved_tasks_come_from_one_read(db: Settings) -> None:
-    from webrl.evaluate import solved_task_keys, success_by_site, trajectory_scores
+    from webrl.orchestration.evaluate import solved_task_keys, success_by_site, trajectory_scores
 
     reddit = TaskConfig.from_json({**_task(2).to_json(), "sites": ["reddit"], "start_url": "__REDDIT__"})
     with session_scope(db) as s:

@@ -80,7 +80,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from webrl.cli import app
     from webrl.commands import train as train_command
-    from webrl.pipeline import Pipeline
+    from webrl.orchestration.pipeline import Pipeline
 
     upgrade(settings)
     actor = tmp_path / "actor"

@@ -82,7 +82,7 @@ def test_unknown_keys_are_named(store: Settings) -> None:
 
 def test_phase_one_without_a_critic_or_orm_keeps_promising_templates_first(store: Settings) -> None:
     from webrl.hyperparams import DEFAULTS, with_overrides
-    from webrl.pipeline import PhaseState, Pipeline, PipelineOptions
+    from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions
 
     hp = with_overrides(DEFAULTS, {"curriculum.tasks_per_phase": 2, "curriculum.fill_filter": False})
     pipeline = Pipeline(store, PipelineOptions(run="prior", actor="/models/actor-sft", hyperparams=hp))

@@ -8,7 +8,7 @@ import typer
 
 from webrl.commands import quiet_model_loading
 from webrl.config import get_settings
-from webrl.models.bootstrap import BootstrapConfig
+from webrl.orchestration.bootstrap import BootstrapConfig
 
 _DEFAULT = BootstrapConfig()  # the CLI's defaults are the config's (each documented in BootstrapConfig)
 
@@ -64,8 +64,8 @@ def bootstrap(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from webrl.models.base import BASES
-    from webrl.models.bootstrap import STAGES, BootstrapConfig, run_bootstrap
     from webrl.models.tiny import SIZES, pretokenize_pattern
+    from webrl.orchestration.bootstrap import STAGES, BootstrapConfig, run_bootstrap
 
     settings = get_settings()
     size = size or settings.models.tiny_size
@@ -78,7 +78,7 @@ def bootstrap(
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--words") from None
     if start is not None:
-        from webrl.models.bootstrap import check_start
+        from webrl.orchestration.bootstrap import check_start
 
         try:
             check_start(str(start), base or "")
@@ -176,8 +176,8 @@ def merge(adapter: Path = typer.Argument(..., help="An adapter folder (a LoRA ch
 
 def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) -> None:
     """Version, architecture, parameters and chat template of a local model folder."""
-    from webrl.models.bootstrap import count_parameters
     from webrl.models.loading import ModelNotFoundError, checkpoint_version, load_tokenizer, resolve_model_dir
+    from webrl.orchestration.bootstrap import count_parameters
 
     try:
         folder = resolve_model_dir(path)

@@ -172,8 +172,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.contracts import InvalidRequest
+        from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
         from webrl.paths import requested_model_folder
-        from webrl.pipeline import Pipeline, PipelineOptions, StageReport
         from webrl.report import write_report
         from webrl.tracking import Tracker
 
@@ -236,7 +236,7 @@ def register(app: typer.Typer) -> None:
                                          "screenshot of every step beside its trajectory (shown by `webrl ui`)."),
     ) -> None:
         """Success rate of an actor per site through the evaluator harness."""
-        from webrl.evaluate import evaluate_actor
+        from webrl.orchestration.evaluate import evaluate_actor
 
         settings = get_settings()
         if not is_model_folder(actor):

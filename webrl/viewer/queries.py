@@ -2,7 +2,7 @@
 read-only: :func:`webrl.db.session.read_only_scope`) and returns plain records for the templates.
 
 Runs and phases come from ``runs`` / ``phases`` (the report's rows, :func:`webrl.report.phase_rows_in`); a
-phase's generated tasks from its :class:`webrl.pipeline.PhaseState` (candidates, kept) with their lineage
+phase's generated tasks from its :class:`webrl.orchestration.pipeline.PhaseState` (candidates, kept) with their lineage
 (``tasks.parent_id``) and the values the filter stored (``critic_values`` under the filter's judge);
 trajectories, steps and labels from their tables. A trajectory carries its phase and the run that rolled it out
 (``trajectories.run_id``; 0, none, for stand-alone rollouts such as ``webrl eval``).
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, selectinload
 from webrl.actions import ActionParseError, parse_action
 from webrl.db import models as m
 from webrl.hyperparams import DEFAULTS
-from webrl.pipeline import BASELINE_STAGES, STAGES, PhaseState, PipelineOptions
+from webrl.orchestration.pipeline import BASELINE_STAGES, STAGES, PhaseState, PipelineOptions
 from webrl.report import phase_rows_in
 from webrl.rewards import SUCCESS_SCORE
 

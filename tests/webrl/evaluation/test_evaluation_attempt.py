@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from webrl.evaluate import evaluation_attempt
+from webrl.orchestration.evaluate import evaluation_attempt
 
 
 def test_attempt_follows_the_actor_folder_and_the_horizon(tmp_path: Path) -> None:

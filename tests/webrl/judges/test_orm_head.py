@@ -77,8 +77,8 @@ def test_the_trainer_fits_publishes_and_the_orm_service_judges_with_the_head(set
                                                                             store_trajectories, purchases) -> None:
     from services.orm.scoring import LocalOrm
     from webrl.checkpoints import read_manifest, verify
-    from webrl.commands.judges import measure
     from webrl.db.migrate import upgrade
+    from webrl.orchestration.train_orm import measure
     from webrl.queue import dispatch
 
     upgrade(settings)

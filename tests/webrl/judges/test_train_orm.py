@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from webrl.commands.judges import balance, measure, parse_policy
 from webrl.contracts import CheckpointSpec, EndpointSpec, OracleSpec
 from webrl.models.orm import calibration_bins, classification_metrics, expected_calibration_error, plot_calibration
+from webrl.orchestration.train_orm import balance, measure, parse_policy
 
 
 @pytest.fixture

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from webrl.commands import judges
-from webrl.commands.judges import TrainOrmOptions, default_policies, resolve_models
+from webrl.commands.judges import resolve_models
 from webrl.config import Settings
+from webrl.orchestration import train_orm
+from webrl.orchestration.train_orm import TrainOrmOptions, default_policies
 from webrl.schemas import Observation, Step, Trajectory
 
 SUCCESS_PAGE = '<html><h1 id="3">Thank you for your purchase</h1><div id="5">Your order is placed</div></html>'
@@ -36,8 +37,8 @@ def _rollouts_stored(store_trajectories: Callable[..., list[int]], monkeypatch: 
     train = [_trajectory(item, success) for item in items[:2] for success in (True, False)]
     test = [_trajectory(item, success) for item in items[2:] for success in (True, False)]
     ids = {"train": store_trajectories(train, "train"), "test": store_trajectories(test, "test")}
-    monkeypatch.setattr(judges, "split_keys", lambda settings, split, limit, seed: [split])
-    monkeypatch.setattr(judges, "collect", lambda keys, policies, concurrency: ids[keys[0]])
+    monkeypatch.setattr(train_orm, "split_keys", lambda settings, split, limit, seed: [split])
+    monkeypatch.setattr(train_orm, "collect", lambda keys, policies, concurrency: ids[keys[0]])
     return ids, test
 
 
@@ -63,7 +64,7 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
                                   policies=["oracle"], max_prompt_tokens=256, epochs=1, batch_size=4, lr=1e-3, seed=0,
                                   report_dir=str(tmp_path / "report"))
         heard: list[str] = []
-        report = judges.train_orm(with_smollm2, options, say=heard.append)
+        report = train_orm.train_orm(with_smollm2, options, say=heard.append)
     finally:
         torch.set_num_threads(before)
 
@@ -100,7 +101,7 @@ def test_train_orm_with_a_head_on_the_pretrained_base_publishes_an_orm_the_servi
                               policies=["oracle"], max_prompt_tokens=256, objective="head", seed=0,
                               report_dir=str(tmp_path / "report"))
     heard: list[str] = []
-    report = judges.train_orm(with_smollm2, options, say=heard.append)
+    report = train_orm.train_orm(with_smollm2, options, say=heard.append)
 
     orm = Path(report["orm"]["path"])
     assert is_orm_classifier(orm) and (orm / "adapter_config.json").is_file()  # the B = 0 start adapter + a head
@@ -134,7 +135,7 @@ def test_the_sft_policy_needs_an_actor(tmp_path: Path) -> None:
     assert default_policies(None) == ["oracle", "oracle:0.3", "oracle:0.6"]
     assert default_policies("/models/actor-sft")[-1] == "sft"
     with pytest.raises(ValueError, match="--actor"):
-        judges.parse_policy("sft", None, 0)
+        train_orm.parse_policy("sft", None, 0)
 
 
 def test_base_and_actor_are_told_apart(tmp_path: Path) -> None:

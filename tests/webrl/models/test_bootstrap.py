@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from webrl.config import Settings
-from webrl.models.bootstrap import BootstrapConfig, demo_tasks, run_bootstrap
+from webrl.orchestration.bootstrap import BootstrapConfig, demo_tasks, run_bootstrap
 from webrl.sandbox.server import sandbox_ports
 
 pytestmark = pytest.mark.browser

@@ -13,8 +13,8 @@ import pytest
 from webrl.checkpoints import verify
 from webrl.config import Settings
 from webrl.models.adapters import ADAPTER_FILE
-from webrl.models.bootstrap import BootstrapConfig, run_bootstrap
 from webrl.models.folders import is_adapter
+from webrl.orchestration.bootstrap import BootstrapConfig, run_bootstrap
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

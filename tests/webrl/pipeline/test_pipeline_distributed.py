@@ -128,7 +128,7 @@ def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, ti
     from webrl.commands.train import ensure_ready
     from webrl.hyperparams import with_overrides
     from webrl.models.loading import checkpoint_version
-    from webrl.pipeline import Pipeline, PipelineOptions
+    from webrl.orchestration.pipeline import Pipeline, PipelineOptions
     from webrl.presets import PRESETS
 
     assert distributed.rollouts_through_actor  # the distributed mode's default, nothing configured for it
@@ -164,7 +164,7 @@ def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, ti
     assert steps / 2 <= _acts_answered(actor_service) <= steps
 
     # `webrl eval` of the SFT actor takes the same path: the service goes back to it, and answers every step
-    from webrl.evaluate import EVAL_PHASE, evaluate_actor
+    from webrl.orchestration.evaluate import EVAL_PHASE, evaluate_actor
 
     acts = _acts_answered(actor_service)
     assert evaluate_actor(distributed, tiny_actor, limit=2, max_steps=2)["overall"][0] == 2

@@ -7,7 +7,7 @@ from webrl.db import repository as repo
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
 from webrl.hyperparams import DEFAULTS, with_overrides
-from webrl.pipeline import Pipeline, PipelineOptions
+from webrl.orchestration.pipeline import Pipeline, PipelineOptions
 from webrl.sandbox.tasks.suite import load_suite
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from webrl.config import Settings
 from webrl.db.migrate import upgrade
 from webrl.hyperparams import DEFAULTS, with_overrides
-from webrl.pipeline import PhaseState, Pipeline, PipelineOptions, nearest_to_band
+from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions, nearest_to_band
 
 
 def test_nearest_to_band_orders_by_distance_to_the_interval() -> None:

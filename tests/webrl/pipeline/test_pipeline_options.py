@@ -13,7 +13,7 @@ from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
 from webrl.early_stop import StopRules
 from webrl.hyperparams import DEFAULTS, with_overrides
-from webrl.pipeline import Pipeline, PipelineOptions
+from webrl.orchestration.pipeline import Pipeline, PipelineOptions
 
 
 def test_a_resume_keeps_the_stored_record_and_only_grows_the_phases(settings: Settings) -> None:

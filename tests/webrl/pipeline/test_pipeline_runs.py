@@ -43,7 +43,7 @@ def _trained_trajectories(settings: Settings, critic_version: str) -> set[int]:
 def test_two_runs_in_one_database_each_roll_out_and_train_on_their_own(world: Settings, tiny_actor: Path) -> None:
     from webrl.commands.train import ensure_ready, sandbox_if_needed
     from webrl.hyperparams import with_overrides
-    from webrl.pipeline import Pipeline, PipelineOptions
+    from webrl.orchestration.pipeline import Pipeline, PipelineOptions
     from webrl.presets import PRESETS
 
     ensure_ready(world)

@@ -19,7 +19,7 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.migrate import upgrade
 from webrl.db.session import read_only_scope, session_scope
-from webrl.pipeline import PipelineOptions
+from webrl.orchestration.pipeline import PipelineOptions
 from webrl.viewer.app import CSP, KEY_COOKIE, build_app
 
 KEY = "k" * 32

@@ -353,7 +353,7 @@ class Pipeline:
     def _train_max_length(self) -> int:
         """Training sequences: the served prompt budget plus the completion, so the trainer re-renders states
         exactly as the policy saw them (the trainer clamps it to the model's context)."""
-        from webrl.models.bootstrap import COMPLETION_BUDGET
+        from webrl.orchestration.bootstrap import COMPLETION_BUDGET
 
         return self.settings.actor.max_prompt_tokens + COMPLETION_BUDGET
 
@@ -473,7 +473,7 @@ class Pipeline:
 
     def _evaluation_metrics(self, trajectory_ids: list[int]) -> dict[str, Any]:
         """Success overall and per site, and the solved task keys, from one read of the trajectories."""
-        from webrl.evaluate import solved_task_keys, success_by_site, trajectory_scores
+        from webrl.orchestration.evaluate import solved_task_keys, success_by_site, trajectory_scores
 
         scores = trajectory_scores(self.settings, trajectory_ids)
         by_site = success_by_site(scores)

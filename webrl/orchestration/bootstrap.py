@@ -176,8 +176,8 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
     from webrl.actor_service import rollout_policy
     from webrl.clients import rollout_run
     from webrl.contracts import RolloutRequest
-    from webrl.evaluate import success_by_site, trajectory_scores
     from webrl.models.loading import checkpoint_version
+    from webrl.orchestration.evaluate import success_by_site, trajectory_scores
     from webrl.sandbox.tasks.suite import build_suite, task_key
 
     keys = [task_key("test", t) for t in build_suite(seed)["test"]][:limit]
