@@ -127,8 +127,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"train-orm: {exc}", err=True)
             raise typer.Exit(2) from exc
         for name, values in report["metrics"].items():
+            auc = "n/a" if values["auc"] is None else f"{values['auc']:.3f}"
             typer.echo(f"{name}: accuracy {values['accuracy']:.3f} precision {values['precision']:.3f} "
-                       f"recall {values['recall']:.3f} F1 {values['f1']:.3f} ECE {values['ece']:.3f} "
+                       f"recall {values['recall']:.3f} F1 {values['f1']:.3f} ECE {values['ece']:.3f} AUC {auc} "
                        f"(n={int(values['n'])})")
         typer.echo(f"ORM at {report['orm']['path']} (from {report['start']['path']}); "
                    f"calibration plot {report['calibration_png']}")

@@ -100,6 +100,17 @@ def classification_metrics(p: Sequence[float], labels: Sequence[int], threshold:
             "tn": float(tn), "threshold": threshold}
 
 
+def roc_auc(p: Sequence[float], labels: Sequence[int]) -> float | None:
+    """Area under the ROC curve: P(p of a random success > p of a random failure), ties counting 1/2 (the
+    Mann-Whitney U statistic / (n_pos n_neg)); None without both classes. How well p ranks, whatever threshold."""
+    positives = [x for x, y in zip(p, labels, strict=True) if y == 1]
+    negatives = [x for x, y in zip(p, labels, strict=True) if y == 0]
+    if not positives or not negatives:
+        return None
+    wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in positives for b in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
 def calibration_bins(p: Sequence[float], labels: Sequence[int], n_bins: int = 10) -> list[dict[str, float]]:
     """Equal-width bins of p: count, mean p and observed success rate per non-empty bin."""
     bins: list[list[tuple[float, int]]] = [[] for _ in range(n_bins)]

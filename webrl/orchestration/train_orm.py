@@ -210,7 +210,7 @@ def score_with(orm_path: str, ids: Sequence[int], threshold: float) -> list[floa
 def measure(named_paths: dict[str, str], labels: dict[int, int], threshold: float, report_dir: Path
             ) -> dict[str, Any]:
     """Metrics of each ORM against the evaluator labels, plus the calibration PNG of all of them."""
-    from webrl.models.orm import classification_metrics, expected_calibration_error, plot_calibration
+    from webrl.models.orm import classification_metrics, expected_calibration_error, plot_calibration, roc_auc
 
     ids = sorted(labels)
     y = [labels[i] for i in ids]
@@ -219,7 +219,8 @@ def measure(named_paths: dict[str, str], labels: dict[int, int], threshold: floa
     for name, path in named_paths.items():
         p = score_with(path, ids, threshold)
         curves[name] = (p, y)
-        metrics[name] = {**classification_metrics(p, y, threshold), "ece": expected_calibration_error(p, y)}
+        metrics[name] = {**classification_metrics(p, y, threshold), "ece": expected_calibration_error(p, y),
+                         "auc": roc_auc(p, y)}
     report_dir.mkdir(parents=True, exist_ok=True)
     png = plot_calibration(curves, report_dir / "calibration.png")
     return {"metrics": metrics, "calibration_png": str(png)}

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from webrl.contracts import CheckpointSpec, EndpointSpec, OracleSpec
-from webrl.models.orm import calibration_bins, classification_metrics, expected_calibration_error, plot_calibration
+from webrl.models.orm import (
+    calibration_bins,
+    classification_metrics,
+    expected_calibration_error,
+    plot_calibration,
+    roc_auc,
+)
 from webrl.orchestration.train_orm import balance, measure, parse_policy
 
 
@@ -78,5 +84,8 @@ def test_metrics_by_hand(tmp_path) -> None:
     assert bins[0]["mean_p"] == pytest.approx(0.85 / 3) and bins[1]["success_rate"] == pytest.approx(2 / 3)
     ece = 0.5 * abs(0.85 / 3 - 1 / 3) + 0.5 * abs(2.3 / 3 - 2 / 3)
     assert expected_calibration_error(p, y, n_bins=2) == pytest.approx(ece)
+    # successes .9 .8 .3 against failures .6 .1 .45: .9 and .8 beat all three, .3 beats .1 only -> 7 of 9 pairs
+    assert roc_auc(p, y) == pytest.approx(7 / 9)
+    assert roc_auc([0.5, 0.5], [1, 0]) == 0.5 and roc_auc([0.2], [1]) is None
     png = plot_calibration({"orm": (p, y)}, tmp_path / "c.png")
     assert Path(png).stat().st_size > 1000
