@@ -84,8 +84,9 @@ def register(app: typer.Typer) -> None:
                                               "to fit; the ORM folder records it). Default: "
                                               f"{SMALL_ORM_MAX_PROMPT_TOKENS} on a pretrained base (examples "
                                               "under ~1,000 tokens), else WEBRL_ORM__MAX_PROMPT_TOKENS."),
-        objective: str = typer.Option("answer", help="What the ORM learns: 'answer' (WebRL's YES/NO token, trained "
-                                      "by SFT) or 'head' (a classification head on the frozen backbone's state)."),
+        objective: str = typer.Option("head", help="What the ORM learns: 'head' (a classification head on the frozen "
+                                      "backbone's state; measured best on a CPU) or 'answer' (WebRL's YES/NO token, "
+                                      "trained by SFT)."),
         epochs: int = typer.Option(2, min=1),
         lr: float = typer.Option(None, min=0.0, help=f"Default {FULL_LR:g} (full fine-tuning), {LORA_LR:g} (LoRA)."),
         batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step."),

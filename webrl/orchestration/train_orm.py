@@ -6,9 +6,11 @@ evaluators, an ORM trained on them, and accuracy / precision / recall / F1 / cal
 
 Two objectives (``--objective``):
 
-- ``answer``: WebRL's generative ORM, SFT towards the answer token YES or NO (``train.sft`` kind "orm").
-- ``head``: a classification head on the frozen backbone's last-token state of the same prompt
+- ``head`` (default): a classification head on the frozen backbone's last-token state of the same prompt
   (``train.orm_head``, :mod:`webrl.models.orm_head`): forward passes only, so a CPU reads every trajectory.
+  On SmolLM2-135M and 720 sandbox rollouts: held-out accuracy 0.80, AUC 0.84, in 11 minutes of features.
+- ``answer``: WebRL's generative ORM, SFT towards the answer token YES or NO (``train.sft`` kind "orm"). On the
+  same data: 0.64 (the base rate), AUC 0.68, after 40 minutes of LoRA training (docs/measurements.md).
 
 Two models take part, and the options name them apart:
 
@@ -118,7 +120,7 @@ class TrainOrmOptions:
     lora_rank: int | None = None  # a new LoRA adapter of this rank (default DEFAULT_LORA_RANK on a pretrained
     # base); None on a full folder: every weight trains, as before adapters existed
     max_prompt_tokens: int | None = None  # ORM prompt budget of a LoRA ORM (None: default_prompt_tokens)
-    objective: str = "answer"  # one of OBJECTIVES
+    objective: str = "head"  # one of OBJECTIVES
     epochs: int = 2  # answer objective only, as lr, batch_size and max_minutes
     lr: float | None = None  # None: FULL_LR, or LORA_LR for an adapter
     batch_size: int = 8

@@ -61,7 +61,8 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
     torch.set_num_threads(1)  # a shared 2-core machine: one thread per matmul waits less
     try:
         options = TrainOrmOptions(base="smollm2-135m", output=str(Path(with_smollm2.artifacts_dir) / "orm"),
-                                  policies=["oracle"], max_prompt_tokens=256, epochs=1, batch_size=4, lr=1e-3, seed=0,
+                                  policies=["oracle"], max_prompt_tokens=256, objective="answer", epochs=1,
+                                  batch_size=4, lr=1e-3, seed=0,
                                   report_dir=str(tmp_path / "report"))
         heard: list[str] = []
         report = train_orm.train_orm(with_smollm2, options, say=heard.append)
