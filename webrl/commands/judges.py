@@ -87,11 +87,12 @@ def register(app: typer.Typer) -> None:
         objective: str = typer.Option("head", help="What the ORM learns: 'head' (a classification head on the frozen "
                                       "backbone's state; measured best on a CPU) or 'answer' (WebRL's YES/NO token, "
                                       "trained by SFT)."),
-        epochs: int = typer.Option(2, min=1),
-        lr: float = typer.Option(None, min=0.0, help=f"Default {FULL_LR:g} (full fine-tuning), {LORA_LR:g} (LoRA)."),
-        batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step."),
+        epochs: int = typer.Option(2, min=1, help="SFT epochs (--objective answer)."),
+        lr: float = typer.Option(None, min=0.0, help=f"SFT learning rate (--objective answer). Default {FULL_LR:g} "
+                                 f"(full fine-tuning), {LORA_LR:g} (LoRA)."),
+        batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step (--objective answer)."),
         seed: int = typer.Option(0),
-        max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT."),
+        max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT (--objective answer)."),
         concurrency: int = typer.Option(4, min=1, help="Episodes in flight per rollout."),
         threshold: float = typer.Option(DEFAULTS.reward.orm_threshold, min=0.0, max=1.0,
                                         help="reward = 1 if p >= threshold."),
