@@ -189,7 +189,10 @@ class OrmClassifier:
             raise ValueError(f"{path / HEAD_CONFIG_FILE} is not a {HEAD_KIND} ({config.get('kind')!r})")
         head = OrmHead(int(config["hidden_size"]))
         head.load_state_dict(load_file(str(path / HEAD_FILE)))
-        return cls(load_backbone(path, settings), head.eval().requires_grad_(False))
+        if settings.models.torch_threads:  # as load_causal_lm does for the generative ORM
+            torch.set_num_threads(settings.models.torch_threads)
+        backbone = load_backbone(path, settings).to(settings.models.device)  # the head reads features on the CPU
+        return cls(backbone, head.eval().requires_grad_(False))
 
     def probabilities(self, tokenizer: Any, prompts: Sequence[str], batch_size: int = 4) -> list[float]:
         with torch.no_grad():
