@@ -171,6 +171,11 @@ class Critic:
     """AdamW learning rate of the critic (published config ``critic_lr``)."""
     epochs: Count = 1
     """Passes over the phase's experience (published code ``critic_epochs``)."""
+    train_backbone: bool = True
+    """True: the backbone (its LoRA adapter on an adapter actor) trains with the heads, as WebRL's critic (published
+    code). False: only the two heads train, on the backbone's state of each distinct s and s' computed once with
+    no gradient (``services/trainer/critic_heads.py``; this project's, for CPUs: no backward pass through the
+    backbone, so more passes cost seconds)."""
     head_init_std: PositiveFloat | None = 0.2
     """Std of the normal init of a fresh critic's heads' first two layers (published code: 0.2). None:
     1 / sqrt(hidden), which keeps a small backbone's outputs in scale: SmolLM2-135M's last states have norm ~50, and

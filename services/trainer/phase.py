@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from services.trainer import replay
+from services.trainer.critic_heads import train_heads
 from services.trainer.data import (
     SequenceItem,
     StepExample,
@@ -201,6 +202,8 @@ def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: 
     forwarded once: 3 forwards, not 4); the values pass keeps each trajectory together (k steps: k + 1 forwards,
     not 2k)."""
     config = _loop_config(job, job.hyperparams.critic.lr, job.hyperparams.critic.epochs)
+    if not job.hyperparams.critic.train_backbone:
+        return _train_critic_heads(settings, job, tokenizer, experience, max_length, version, dest, config)
     accelerator = make_accelerator(config)
     prepared = prepare(accelerator, _load_critic(settings, job), config)
     items = state_pair_items(tokenizer, experience, max_length)
@@ -225,6 +228,31 @@ def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: 
                          phase=job.phase, parent_version=_version_of(job.critic), metrics=metrics, replace=True)
     _free(prepared)
     return info, v["v_s"], v["v_next"]
+
+
+def _train_critic_heads(settings: Settings, job: PhaseJob, tokenizer: Any, experience: list[StepExample],
+                        max_length: int, version: str, dest: Path, config: LoopConfig
+                        ) -> tuple[CheckpointInfo | None, list[float], list[float]]:
+    """:func:`train_critic` with ``critic.train_backbone`` False: the heads alone, on states computed once
+    (``critic_heads``)."""
+    accelerator = make_accelerator(config)
+    critic = _load_critic(settings, job)
+    tracker = phase_tracker(settings, job, accelerator, "critic")
+    items = state_pair_items(tokenizer, experience, max_length)
+    trained = train_heads(accelerator, critic, items, pad_id_of(tokenizer), config,
+                          on_step=tracker.step_hook("critic/") if tracker else None)
+    summary = trained.summary
+    metrics = {**summary.metrics, "steps": summary.steps, "seconds": trained.encode_seconds + summary.seconds,
+               "encode_seconds": trained.encode_seconds, "distinct_states": trained.states,
+               "first_loss": summary.first_loss, "last_loss": summary.last_loss, "examples": len(experience),
+               "train_backbone": False}
+    if tracker is not None:
+        tracker.histogram("critic/value", trained.v_s, step=summary.steps)
+        tracker.close()
+    info = publish_model(settings, accelerator, critic, tokenizer, role="critic", version=version, dest=dest,
+                         phase=job.phase, parent_version=_version_of(job.critic), metrics=metrics, replace=True)
+    _free(critic)
+    return info, trained.v_s, trained.v_next
 
 
 def _record_step_values(settings: Settings, phase: int, critic_version: str, experience: list[StepExample],

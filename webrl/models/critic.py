@@ -171,11 +171,18 @@ class CriticModel(nn.Module):
         return path
 
     # Forward
+    def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """h: the backbone's last hidden state at each sequence's last real token, in the heads' dtype: (B, H)."""
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return last_token_states(out.last_hidden_state, attention_mask).to(self.head1[0].weight.dtype)
+
+    def logits_of_states(self, h: torch.Tensor) -> torch.Tensor:
+        """Both heads on states ``h`` (B, H): logits (2, B, 2) (head, batch, class)."""
+        return torch.stack([self.head1(h), self.head2(h)])
+
     def head_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Logits of both heads: shape (2, B, 2) (head, batch, class). The trainer's cross-entropy reads these."""
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        h = last_token_states(out.last_hidden_state, attention_mask).to(self.head1[0].weight.dtype)  # (B, H)
-        return torch.stack([self.head1(h), self.head2(h)])  # (2, B, 2)
+        return self.logits_of_states(self.states(input_ids, attention_mask))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.head_logits(input_ids, attention_mask)
