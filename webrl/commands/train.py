@@ -163,6 +163,10 @@ def register(app: typer.Typer) -> None:
                                          f"(paper: {DEFAULTS.curriculum.value_high})."),
         replay_cap: int = typer.Option(None, min=0, help="Replayed steps per current step at most "
                                        f"(published code: {DEFAULTS.replay.cap_ratio})."),
+        critic_backbone: bool = typer.Option(None, "--critic-backbone/--critic-heads-only", help="Train the "
+                                             "critic's backbone with its value heads (WebRL), or only the heads on "
+                                             "the frozen backbone, each state encoded once (cheap on a CPU). "
+                                             "Default: the preset's."),
         report: Path = typer.Option(None, help="Report folder. Default: artifacts/reports/<run>."),
         log_with: LogWith = typer.Option("tensorboard", help="Where training metrics go: TensorBoard event files "
                                          "in artifacts/tensorboard/<run> (the default), or W&B / MLflow (the "
@@ -195,6 +199,7 @@ def register(app: typer.Typer) -> None:
             "curriculum.value_low": value_low, "curriculum.value_high": value_high,
             "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
             "replay.enabled": replay, "replay.cap_ratio": replay_cap, "actor.kl": kl, "actor.beta": beta,
+            "critic.train_backbone": critic_backbone,
         })
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
                                   orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams,
