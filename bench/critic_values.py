@@ -2,8 +2,8 @@
 backbone (``critic.train_backbone`` False) trained on exactly the same steps, in the same run.
 
 A finished pipeline phase records every step its critic trained on (``step_values``). This bench takes those steps,
-trains the heads on them (each distinct state encoded once; ``--epochs`` passes, ``--lr``), and values the states of
-the run's evaluation trajectories before that phase (held-out test tasks, phase 0: the SFT actor's greedy episodes,
+trains the heads on them (each distinct state encoded once; ``--epochs`` passes, ``--lr``), and values the start
+states (``--all-states``: every state) of the run's evaluation trajectories before that phase (held-out test tasks, phase 0: the SFT actor's greedy episodes,
 judged by the sandbox evaluators) with both critics. Per critic: seconds to train (the published one: from its
 manifest), ROC AUC of V(s_0) against the episode's success (what the curriculum filter asks: will this task be
 solved?), AUC over every state, mean V against the success rate, and the share of start states the filter's band
@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from services.trainer.critic_heads import CriticHeads, state_features, train_heads
+from services.trainer.critic_heads import CriticHeads, distinct_states, state_features, train_heads_on_states
 from services.trainer.data import StepExample, actor_prompt_fn, state_pair_items, trajectory_examples
 from services.trainer.loop import LoopConfig, make_accelerator
 from webrl.config import get_settings
@@ -34,7 +34,7 @@ from webrl.db import models as m
 from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
 from webrl.hyperparams import DEFAULTS
-from webrl.models.critic import CriticModel, critic_value
+from webrl.models.critic import CriticModel, critic_value, value_head
 from webrl.models.examples import encode_prompt, pad_id_of
 from webrl.models.orm import roc_auc
 from webrl.orchestration.bootstrap import COMPLETION_BUDGET
@@ -78,14 +78,15 @@ def trained_steps(session, critic_version: str, prompt, gamma: float) -> list[St
     return examples
 
 
-def held_out(session, run_id: int, before_phase: int, prompt, limit: int) -> HeldOut:  # type: ignore[no-untyped-def]
+def held_out(session, run_id: int, before_phase: int, prompt, limit: int,  # type: ignore[no-untyped-def]
+             all_states: bool) -> HeldOut:
     rows = session.scalars(select(m.Trajectory).where(m.Trajectory.run_id == run_id, m.Trajectory.purpose == "eval",
                                                        m.Trajectory.phase < before_phase)
                            .order_by(m.Trajectory.id).limit(limit)).all()
     out = HeldOut([], [], [])
     for row in rows:
         traj = load_trajectory(row)
-        for t in range(len(traj.steps)):
+        for t in range(len(traj.steps) if all_states else min(1, len(traj.steps))):
             out.prompts.append(prompt(traj.intent, traj.steps[:t], traj.steps[t].observation.html))
             out.success.append(int((row.env_score or 0.0) > 0))
             out.start.append(t == 0)
@@ -93,6 +94,7 @@ def held_out(session, run_id: int, before_phase: int, prompt, limit: int) -> Hel
 
 
 def scores(values: list[float], data: HeldOut, low: float, high: float) -> dict:
+    """AUC of V(s0) and of V(s) over every held-out state, mean V(s0), success rate, share of s0 in the band."""
     starts = [v for v, s in zip(values, data.start, strict=True) if s]
     start_labels = [y for y, s in zip(data.success, data.start, strict=True) if s]
     auc_start, auc_all = roc_auc(starts, start_labels), roc_auc(values, data.success)
@@ -114,7 +116,7 @@ def main(args: argparse.Namespace) -> None:
         tokenizer = AutoTokenizer.from_pretrained(published.path, local_files_only=True)
         prompt = actor_prompt_fn(tokenizer, max_tokens=max_tokens)
         items = trained_steps(session, published.version, prompt, DEFAULTS.advantage.gamma)
-        data = held_out(session, run.id, args.phase, prompt, args.limit)
+        data = held_out(session, run.id, args.phase, prompt, args.limit, args.all_states)
         actor = run.options["actor"]
     max_length = max_tokens + COMPLETION_BUDGET  # the pipeline's training length (Pipeline._train_max_length)
     encoded = state_pair_items(tokenizer, items, max_length)
@@ -128,21 +130,29 @@ def main(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     with torch.no_grad():
         v = critic_value(CriticHeads(whole)(state_features(whole, states, pad, 4))).tolist()
-    rows[f"published: {'heads only' if published.metrics.get('train_backbone') is False else 'LoRA + heads'}"] = {
+    kind = "heads only" if published.metrics.get("train_backbone") is False else "LoRA + heads"
+    rows[f"published ({kind}, {published.metrics.get('steps')} steps)"] = {
         "train_seconds": round(float(published.metrics.get("seconds", 0.0)), 1),
         "value_seconds": round(time.perf_counter() - started, 1), **scores(v, data, *band)}
     del whole
+    # the heads-only critics share one frozen backbone: every state is encoded once for all of them
+    frozen = CriticModel.from_backbone(actor, seed=0, settings=settings, head_init_std=None)
+    started = time.perf_counter()
+    train_rows = distinct_states(encoded)
+    train_features = state_features(frozen, train_rows.states, pad, 4)
+    encode_seconds = time.perf_counter() - started
+    test_features = state_features(frozen, states, pad, 4)
     for epochs in (int(e) for e in args.epochs.split(",")):
         config = LoopConfig(lr=args.lr, epochs=epochs, batch_size=4, seed=0)
-        critic = CriticModel.from_backbone(actor, seed=0, settings=settings, head_init_std=None)
+        torch.manual_seed(0)
+        hidden = int(frozen.config.hidden_size)
+        critic = CriticModel(frozen.backbone, value_head(hidden, None), value_head(hidden, None))
         started = time.perf_counter()
-        trained = train_heads(make_accelerator(config), critic, encoded, pad, config)
-        seconds = time.perf_counter() - started
+        train_heads_on_states(make_accelerator(config), critic, train_features, train_rows, encoded, config)
+        seconds = encode_seconds + time.perf_counter() - started
         with torch.no_grad():
-            v = critic_value(CriticHeads(critic)(state_features(critic, states, pad, 4))).tolist()
-        rows[f"heads only, {epochs} pass(es)"] = {"train_seconds": round(seconds, 1),
-                                                  "encode_seconds": round(trained.encode_seconds, 1),
-                                                  **scores(v, data, *band)}
+            v = critic_value(CriticHeads(critic)(test_features)).tolist()
+        rows[f"heads only, {epochs} pass(es)"] = {"train_seconds": round(seconds, 1), **scores(v, data, *band)}
     table = Table(title=f"critic of phase {args.phase} of run {args.run}: held-out values")
     columns = ["critic", "train s", "AUC V(s0)", "AUC all states", "mean V(s0)", "success", "s0 in band"]
     for column in columns:
@@ -161,4 +171,6 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", default="1,20", help="passes of the heads-only critic, comma-separated")
     parser.add_argument("--lr", type=float, default=1e-3, help="learning rate of the heads-only critic")
     parser.add_argument("--limit", type=int, default=165, help="held-out episodes at most")
+    parser.add_argument("--all-states", action="store_true", help="value every state of the held-out episodes, not "
+                        "only their start states (a forward pass per state and critic)")
     main(parser.parse_args())

@@ -135,11 +135,21 @@ def train_heads(accelerator: Accelerator, critic: CriticModel, items: Sequence[S
     rows = distinct_states(items)
     features = state_features(critic, rows.states, pad_id, config.batch_size).detach()  # (U, H)
     encode_seconds = time.perf_counter() - started
+    summary, v = train_heads_on_states(accelerator, critic, features, rows, items, config, on_step)
+    return TrainedHeads(summary, v[rows.state_row].tolist(), v[rows.next_row].tolist(), len(rows.states),
+                        encode_seconds)
+
+
+def train_heads_on_states(accelerator: Accelerator, critic: CriticModel, features: torch.Tensor, rows: StateRows,
+                          items: Sequence[StatePairItem], config: LoopConfig,
+                          on_step: Callable[[int, dict[str, float]], None] | None = None
+                          ) -> tuple[TrainSummary, torch.Tensor]:
+    """The training part of :func:`train_heads` on states already encoded (``features`` (U, H), ``rows``);
+    returns the run and V of every state (U,)."""
     prepared = prepare(accelerator, CriticHeads(critic), config)
     sampler = EpochBatchSampler(shuffled_batches(len(items), config.batch_size), config.seed)
     loader = prepared_batches(accelerator, list(items), sampler, feature_collate(features, rows))
     summary = train(accelerator, prepared, loader, heads_loss_fn, config, on_step=on_step)
     with torch.no_grad():
         v = critic_value(CriticHeads(critic)(features))  # (U,)
-    return TrainedHeads(summary, v[rows.state_row].tolist(), v[rows.next_row].tolist(), len(rows.states),
-                        encode_seconds)
+    return summary, v
