@@ -3,11 +3,11 @@ backbone (``critic.train_backbone`` False) trained on exactly the same steps, in
 
 A finished pipeline phase records every step its critic trained on (``step_values``). This bench takes those steps,
 trains the heads on them (each distinct state encoded once; ``--epochs`` passes, ``--lr``), and values the start
-states (``--all-states``: every state) of the run's evaluation trajectories before that phase (held-out test tasks, phase 0: the SFT actor's greedy episodes,
-judged by the sandbox evaluators) with both critics. Per critic: seconds to train (the published one: from its
-manifest), ROC AUC of V(s_0) against the episode's success (what the curriculum filter asks: will this task be
-solved?), AUC over every state, mean V against the success rate, and the share of start states the filter's band
-[value_low, value_high] would keep.
+states (``--all-states``: every state) of the run's evaluation episodes before that phase (held-out test tasks;
+phase 0: the SFT actor's greedy episodes, judged by the sandbox evaluators) with both critics. Per critic: seconds
+to train (the published one: from its manifest), ROC AUC of V(s_0) against the episode's success (what the
+curriculum filter asks: will this task be solved?), AUC over every state, mean V(s_0) against the success rate, and
+the share of start states the filter's band [value_low, value_high] would keep.
 
     WEBRL_HOME=<home of the run> .venv/bin/python bench/critic_values.py --run cpu-demo [--phase 1]
         [--epochs 1,20] [--lr 1e-3] [--limit 165]

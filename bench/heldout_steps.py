@@ -22,8 +22,10 @@ from sft_grounding import add_ratios, emit_json, evaluate
 
 SHIPPED_TINY = Path(__file__).parents[1] / "webrl" / "assets" / "actor-sft"
 BOOTSTRAP_SEED = 0
-#: Per-template samples the shipped actors trained on (excluded here): 4 for the SmolLM2 adapter, 12 for the tiny one.
-TRAINED_PER_TEMPLATE = (4, 12)
+#: The per-template samples the shipped actors trained on (excluded here): the SmolLM2 adapter's two stages (4 per
+#: template; then 1 per template, 3 on reddit and gitlab: webrl/assets/PROVENANCE.md) and the tiny actor's 12.
+TRAINED_SAMPLES: tuple[tuple[int, dict[str, int] | None], ...] = (
+    (4, None), (1, {"reddit": 3, "gitlab": 3}), (12, None))
 
 
 def held_out_tasks(per_template: int, seed: int) -> list[str]:
@@ -32,7 +34,7 @@ def held_out_tasks(per_template: int, seed: int) -> list[str]:
     from webrl.sandbox.tasks.suite import build_suite, task_key
 
     train = build_suite(BOOTSTRAP_SEED)["train"]
-    used = {t.task_id for n in TRAINED_PER_TEMPLATE for t in demo_tasks(train, n, BOOTSTRAP_SEED)}
+    used = {t.task_id for n, per_site in TRAINED_SAMPLES for t in demo_tasks(train, n, BOOTSTRAP_SEED, per_site)}
     pool = [t for t in train if t.task_id not in used]
     return [task_key("train", t) for t in demo_tasks(pool, per_template, seed)]
 
