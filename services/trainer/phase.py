@@ -3,7 +3,8 @@
 Order, with one model in training at a time:
 1. The actor at the start of the phase is prepared. It scores the replay candidates (1/perplexity).
 2. The critic (phase 1: fresh heads on the SFT backbone; later: the previous critic) is trained with
-   ``losses.critic_loss`` on s and s', then gives V(s), V(s') for every step and is published.
+   ``losses.critic_loss`` on s and s' (with ``critic.train_backbone`` False only its heads, on states encoded once:
+   ``critic_heads``), then gives V(s), V(s') for every step and is published.
 3. A = binarise(clamp(V(s') - V(s) - 0.05 + r + G_t, -1, 1)) (``returns``).
 4. The actor, not yet updated and so still the frozen reference (DESIGN.md step 6), gives lp_ref of the steps
    with A > 0 (a distinct ``reference`` folder is loaded and used for lp_ref instead); it is then trained on
