@@ -154,7 +154,7 @@ def main(args: argparse.Namespace) -> None:
             v = critic_value(CriticHeads(critic)(test_features)).tolist()
         rows[f"heads only, {epochs} pass(es)"] = {"train_seconds": round(seconds, 1), **scores(v, data, *band)}
     table = Table(title=f"critic of phase {args.phase} of run {args.run}: held-out values")
-    columns = ["critic", "train s", "AUC V(s0)", "AUC all states", "mean V(s0)", "success", "s0 in band"]
+    columns = ["critic", "train s (published: in its run)", "AUC V(s0)", "AUC all states", "mean V(s0)", "success", "s0 in band"]
     for column in columns:
         table.add_column(column)
     for name, r in rows.items():
