@@ -25,7 +25,7 @@ from torch import nn
 from services.trainer.data import EpochBatchSampler, StatePairItem
 from services.trainer.loop import LoopConfig, TrainSummary, prepare, prepared_batches, train
 from services.trainer.losses import critic_loss
-from webrl.models.critic import CriticModel, critic_value
+from webrl.models.critic import CriticModel, critic_value, head_pair_logits
 from webrl.models.examples import collate_prompts
 
 
@@ -80,7 +80,7 @@ class CriticHeads(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """States (B, H) -> logits (2, B, 2) (head, batch, class)."""
-        return torch.stack([self.head1(h), self.head2(h)])
+        return head_pair_logits(self.head1, self.head2, h)
 
 
 def shuffled_batches(n: int, batch_size: int) -> Callable[[int], list[list[int]]]:

@@ -178,7 +178,7 @@ class CriticModel(nn.Module):
 
     def logits_of_states(self, h: torch.Tensor) -> torch.Tensor:
         """Both heads on states ``h`` (B, H): logits (2, B, 2) (head, batch, class)."""
-        return torch.stack([self.head1(h), self.head2(h)])
+        return head_pair_logits(self.head1, self.head2, h)
 
     def head_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Logits of both heads: shape (2, B, 2) (head, batch, class). The trainer's cross-entropy reads these."""
@@ -190,6 +190,11 @@ class CriticModel(nn.Module):
     def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """V = min(V_1, V_2) of each state: shape (B,) (:func:`critic_value`)."""
         return critic_value(self.head_logits(input_ids, attention_mask))
+
+
+def head_pair_logits(head1: nn.Module, head2: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """Both value heads on states ``h`` (B, H): logits (2, B, 2) (head, batch, class)."""
+    return torch.stack([head1(h), head2(h)])
 
 
 def critic_value(logits: torch.Tensor) -> torch.Tensor:
