@@ -25,9 +25,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from services.trainer.critic_heads import CriticHeads, distinct_states, state_features, train_heads_on_states
-from services.trainer.data import StepExample, actor_prompt_fn, state_pair_items, trajectory_examples
+from services.trainer.data import PromptFn, StepExample, actor_prompt_fn, state_pair_items, trajectory_examples
 from services.trainer.loop import LoopConfig, make_accelerator
 from webrl.config import get_settings
 from webrl.db import models as m
@@ -49,22 +50,25 @@ class HeldOut:
     start: list[bool]
 
 
-def run_row(session, name: str) -> m.Run:  # type: ignore[no-untyped-def]
+def run_row(session: Session, name: str) -> m.Run:
     run = session.scalars(select(m.Run).where(m.Run.name == name)).first()
     if run is None:
         raise SystemExit(f"no run named {name!r} in this home (WEBRL_HOME)")
     return run
 
 
-def critic_of_phase(session, phase: int) -> m.Checkpoint:  # type: ignore[no-untyped-def]
-    row = session.scalars(select(m.Checkpoint).where(m.Checkpoint.role == "critic", m.Checkpoint.phase == phase)
-                          .order_by(m.Checkpoint.id.desc())).first()
-    if row is None:
-        raise SystemExit(f"phase {phase} published no critic yet")
-    return row
+def critic_of_phase(session: Session, run: m.Run, phase: int) -> m.Checkpoint:
+    """The critic that phase ``phase`` of ``run`` published (its pipeline state names the version)."""
+    row = session.scalars(select(m.Phase).where(m.Phase.run_id == run.id, m.Phase.index == phase)).first()
+    version = (row.state or {}).get("critic_version") if row is not None else None
+    checkpoint = session.scalars(select(m.Checkpoint).where(m.Checkpoint.role == "critic",
+                                                            m.Checkpoint.version == version)).first()
+    if checkpoint is None:
+        raise SystemExit(f"phase {phase} of run {run.name!r} has published no critic yet")
+    return checkpoint
 
 
-def trained_steps(session, critic_version: str, prompt, gamma: float) -> list[StepExample]:  # type: ignore[no-untyped-def]
+def trained_steps(session: Session, critic_version: str, prompt: PromptFn, gamma: float) -> list[StepExample]:
     """The steps the published critic trained on (its ``step_values``), as the trainer built them."""
     step_ids = select(m.StepValue.step_id).where(m.StepValue.critic_version == critic_version)
     wanted: dict[int, set[int]] = {}
@@ -78,8 +82,10 @@ def trained_steps(session, critic_version: str, prompt, gamma: float) -> list[St
     return examples
 
 
-def held_out(session, run_id: int, before_phase: int, prompt, limit: int,  # type: ignore[no-untyped-def]
+def held_out(session: Session, run_id: int, before_phase: int, prompt: PromptFn, limit: int,
              all_states: bool) -> HeldOut:
+    """The states of the run's evaluation episodes of phases before ``before_phase`` (start states only unless
+    ``all_states``), each labelled with its episode's success by the evaluators."""
     rows = session.scalars(select(m.Trajectory).where(m.Trajectory.run_id == run_id, m.Trajectory.purpose == "eval",
                                                        m.Trajectory.phase < before_phase)
                            .order_by(m.Trajectory.id).limit(limit)).all()
@@ -112,7 +118,7 @@ def main(args: argparse.Namespace) -> None:
     max_tokens = settings.actor.max_prompt_tokens
     with session_scope(settings) as session:
         run = run_row(session, args.run)
-        published = critic_of_phase(session, args.phase)
+        published = critic_of_phase(session, run, args.phase)
         tokenizer = AutoTokenizer.from_pretrained(published.path, local_files_only=True)
         prompt = actor_prompt_fn(tokenizer, max_tokens=max_tokens)
         items = trained_steps(session, published.version, prompt, DEFAULTS.advantage.gamma)
@@ -154,7 +160,8 @@ def main(args: argparse.Namespace) -> None:
             v = critic_value(CriticHeads(critic)(test_features)).tolist()
         rows[f"heads only, {epochs} pass(es)"] = {"train_seconds": round(seconds, 1), **scores(v, data, *band)}
     table = Table(title=f"critic of phase {args.phase} of run {args.run}: held-out values")
-    columns = ["critic", "train s (published: in its run)", "AUC V(s0)", "AUC all states", "mean V(s0)", "success", "s0 in band"]
+    columns = ["critic", "train s (published: in its run)", "AUC V(s0)", "AUC all states", "mean V(s0)", "success",
+               "s0 in band"]
     for column in columns:
         table.add_column(column)
     for name, r in rows.items():
