@@ -23,7 +23,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from services.trainer.data import EpochBatchSampler, StatePairItem
-from services.trainer.loop import LoopConfig, TrainSummary, prepare, prepared_batches, train
+from services.trainer.loop import LoopConfig, StepHook, TrainSummary, prepare, prepared_batches, train
 from services.trainer.losses import critic_loss
 from webrl.models.critic import CriticModel, critic_value, head_pair_logits
 from webrl.models.examples import collate_prompts
@@ -124,7 +124,7 @@ class TrainedHeads:
 
 
 def train_heads(accelerator: Accelerator, critic: CriticModel, items: Sequence[StatePairItem], pad_id: int,
-                config: LoopConfig, on_step: Callable[[int, dict[str, float]], None] | None = None) -> TrainedHeads:
+                config: LoopConfig, on_step: StepHook | None = None) -> TrainedHeads:
     """Train ``critic``'s heads on its frozen backbone's states of ``items`` (module docstring) with ``config``'s
     optimisation settings; ``items[i].index`` must be i (``state_pair_items`` numbers them so)."""
     if any(it.index != i for i, it in enumerate(items)):
@@ -133,7 +133,7 @@ def train_heads(accelerator: Accelerator, critic: CriticModel, items: Sequence[S
     critic.to(accelerator.device)
     started = time.perf_counter()
     rows = distinct_states(items)
-    features = state_features(critic, rows.states, pad_id, config.batch_size).detach()  # (U, H)
+    features = state_features(critic, rows.states, pad_id, config.batch_size)  # (U, H), no gradient
     encode_seconds = time.perf_counter() - started
     summary, v = train_heads_on_states(accelerator, critic, features, rows, items, config, on_step)
     return TrainedHeads(summary, v[rows.state_row].tolist(), v[rows.next_row].tolist(), len(rows.states),
@@ -142,8 +142,7 @@ def train_heads(accelerator: Accelerator, critic: CriticModel, items: Sequence[S
 
 def train_heads_on_states(accelerator: Accelerator, critic: CriticModel, features: torch.Tensor, rows: StateRows,
                           items: Sequence[StatePairItem], config: LoopConfig,
-                          on_step: Callable[[int, dict[str, float]], None] | None = None
-                          ) -> tuple[TrainSummary, torch.Tensor]:
+                          on_step: StepHook | None = None) -> tuple[TrainSummary, torch.Tensor]:
     """The training part of :func:`train_heads` on states already encoded (``features`` (U, H), ``rows``);
     returns the run and V of every state (U,)."""
     prepared = prepare(accelerator, CriticHeads(critic), config)
