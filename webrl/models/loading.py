@@ -90,6 +90,13 @@ def _concrete_dtype(settings: Settings) -> torch.dtype:
     return dtype if isinstance(dtype, torch.dtype) else torch.float32
 
 
+def use_configured_threads(settings: Settings) -> None:
+    """``WEBRL_MODELS__TORCH_THREADS``, when set, as torch's intra-op thread count (process-wide: CPU inference and
+    training in this process share it)."""
+    if settings.models.torch_threads:
+        torch.set_num_threads(settings.models.torch_threads)
+
+
 def load_causal_lm(path: str | Path, settings: Settings, *, train: bool = False
                    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load ``(model, tokenizer)`` from a local folder (a full model, or an adapter folder: its base + the adapter,
@@ -98,8 +105,7 @@ def load_causal_lm(path: str | Path, settings: Settings, *, train: bool = False
     The model is in eval mode unless ``train``.
     """
     folder = resolve_model_dir(path)
-    if settings.models.torch_threads:
-        torch.set_num_threads(settings.models.torch_threads)  # process-wide: CPU inference and training share it
+    use_configured_threads(settings)
     tokenizer = load_tokenizer(folder, settings)
     if is_adapter(folder):  # base (cached in this process) + adapter, merged
         model = load_merged(folder, settings, _concrete_dtype(settings))

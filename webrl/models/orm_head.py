@@ -32,6 +32,7 @@ from torch import nn
 
 from webrl.config import Settings
 from webrl.models.critic import encode_states, last_token_states
+from webrl.models.loading import use_configured_threads
 
 HEAD_FILE = "orm_head.safetensors"
 HEAD_CONFIG_FILE = "orm_head.json"
@@ -189,8 +190,7 @@ class OrmClassifier:
             raise ValueError(f"{path / HEAD_CONFIG_FILE} is not a {HEAD_KIND} ({config.get('kind')!r})")
         head = OrmHead(int(config["hidden_size"]))
         head.load_state_dict(load_file(str(path / HEAD_FILE)))
-        if settings.models.torch_threads:  # as load_causal_lm does for the generative ORM
-            torch.set_num_threads(settings.models.torch_threads)
+        use_configured_threads(settings)  # as load_causal_lm does for the generative ORM
         backbone = load_backbone(path, settings).to(settings.models.device)  # the head reads features on the CPU
         return cls(backbone, head.eval().requires_grad_(False))
 

@@ -217,10 +217,9 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         raise ValueError(f"unknown size {config.size!r}; expected one of {list(SIZES)}")
     pretokenize_pattern(config.words)
     settings.ensure_dirs()
-    if settings.models.torch_threads:  # the embedded SFT runs in this process
-        import torch
+    from webrl.models.loading import use_configured_threads
 
-        torch.set_num_threads(settings.models.torch_threads)
+    use_configured_threads(settings)  # the embedded SFT runs in this process
     assert settings.artifacts_dir is not None
     models_dir = settings.artifacts_dir / "models"
     output = (config.output or models_dir / "actor-sft").resolve()  # the trainer reads relative paths in the store
