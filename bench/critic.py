@@ -26,7 +26,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from services.trainer.critic_heads import train_heads
+from services.trainer.critic_heads import distinct_states, train_heads
 from services.trainer.data import StatePairItem, state_pair_collate, window_sampler
 from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_batches, prepared_loader, train
 from services.trainer.losses import critic_loss
@@ -98,9 +98,9 @@ def measure_heads(folder: Path, items: list[StatePairItem], batch_size: int, epo
     start = time.perf_counter()
     trained = train_heads(make_accelerator(config), critic, items, 0, config)
     seconds = time.perf_counter() - start
-    distinct = {tuple(it.state) for it in items} | {tuple(it.next_state) for it in items}
     return {"steps": trained.summary.steps, "seconds": round(seconds, 2),
-            "encode_seconds": round(trained.encode_seconds, 2), "tokens_forwarded": sum(map(len, distinct)),
+            "encode_seconds": round(trained.encode_seconds, 2),
+            "tokens_forwarded": sum(map(len, distinct_states(items).states)),
             "steps_per_s": round(len(items) / seconds, 2)}
 
 
