@@ -36,7 +36,10 @@ def confined_path(settings: Settings, value: str, field: str) -> Path:
     root = artifacts_root(settings)
     if not value.strip() or "\x00" in value:
         raise PathOutsideArtifacts(field, "must be a path inside the artifacts store")
-    resolved = (root / Path(value).expanduser()).resolve()  # an absolute value replaces root
+    try:
+        resolved = (root / Path(value).expanduser()).resolve()  # an absolute value replaces root
+    except RuntimeError:  # "~name/..." of a user this machine does not know
+        raise PathOutsideArtifacts(field, f"{value!r} names the home folder of an unknown user") from None
     if resolved == root or not resolved.is_relative_to(root):
         raise PathOutsideArtifacts(field, f"{value!r} is outside the artifacts store {str(root)!r}; give a path "
                                           "relative to it (WEBRL_ARTIFACTS_DIR)")
@@ -61,4 +64,6 @@ def requested_model_folder(settings: Settings, value: str, field: str, configure
             raise InvalidRequest(field, f"no model folder at {value!r}")
     except OSError as error:  # a name too long for the file system, a permission error on the way
         raise InvalidRequest(field, f"not a usable path: {error.strerror or error}") from None
+    except RuntimeError:  # "~name/..." of a user this machine does not know
+        raise InvalidRequest(field, f"{value!r} names the home folder of an unknown user") from None
     return resolved

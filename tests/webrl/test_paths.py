@@ -27,7 +27,8 @@ def test_relative_and_absolute_paths_inside_the_store_resolve_there(store: Setti
     assert confined_path(store, str(root / "a" / ".." / "b"), "output") == root / "b"
 
 
-@pytest.mark.parametrize("value", ["../outside", "models/../../outside", "/etc", "/tmp/x", "", " ", ".", "a\x00b"])
+@pytest.mark.parametrize("value", ["../outside", "models/../../outside", "/etc", "/tmp/x", "", " ", ".", "a\x00b",
+                                   "~no-such-user-webrl/x"])
 def test_paths_that_leave_the_store_are_refused_naming_the_field(store: Settings, value: str) -> None:
     with pytest.raises(InvalidRequest) as refused:
         confined_path(store, value, "actor_output")
@@ -72,3 +73,9 @@ def test_a_missing_folder_inside_the_store_is_named(store: Settings) -> None:
 def test_model_dirs_come_comma_separated_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WEBRL_SECURITY__MODEL_DIRS", "/models/a, /models/b")
     assert Settings().security.model_dirs == ["/models/a", "/models/b"]
+
+
+def test_a_model_folder_in_an_unknown_users_home_is_refused_naming_the_field(store: Settings) -> None:
+    with pytest.raises(InvalidRequest) as refused:  # found by the API fuzz test: was a 500
+        requested_model_folder(store, "~no-such-user-webrl/orm", "orm")
+    assert refused.value.field == "orm" and "unknown user" in str(refused.value)
