@@ -103,8 +103,7 @@ def test_select_replay_keeps_exactly_what_keep_confident_keeps() -> None:
 
 
 def test_score_confidence_is_inverse_perplexity_of_the_action(tiny) -> None:
-    from accelerate import Accelerator
-
+    from services.trainer.loop import LoopConfig, make_accelerator
     from webrl.models.examples import encode_example
     from webrl.models.logprobs import sequence_logprobs
 
@@ -112,12 +111,15 @@ def test_score_confidence_is_inverse_perplexity_of_the_action(tiny) -> None:
     examples = [StepExample(trajectory_id=i, task_key="t", phase=1, index=0, prompt=f"Show me {w}",
                             next_prompt="", completion=CLICK, completion_ids=(), reward=1.0, done=True,
                             mc_return=1.0) for i, w in enumerate(["Books", "the Electronics category", "x"])]
-    scores = replay.score_confidence(Accelerator(cpu=True), model, tokenizer, examples, batch_size=2, max_length=None)
+    accelerator = make_accelerator(LoopConfig())  # the GPU where there is one, as in a phase
+    model.to(accelerator.device)
+    scores = replay.score_confidence(accelerator, model, tokenizer, examples, batch_size=2, max_length=None)
     for ex, score in zip(examples, scores, strict=True):
         enc = encode_example(tokenizer, ex.prompt, ex.completion)
         with torch.no_grad():
-            lp, n = sequence_logprobs(model, torch.tensor([enc.input_ids]), torch.ones(1, len(enc)),
-                                      torch.tensor([enc.target_mask]))
+            d = accelerator.device
+            lp, n = sequence_logprobs(model, torch.tensor([enc.input_ids], device=d), torch.ones(1, len(enc), device=d),
+                                      torch.tensor([enc.target_mask], device=d))
         assert score == pytest.approx(math.exp(float(lp) / float(n)), rel=1e-4)
 
 

@@ -47,9 +47,10 @@ def test_lora_sft_publishes_an_adapter_that_reloads_on_its_base(tiny_dir: Path, 
     ids = torch.tensor([tokenizer("Show me Books do(action", add_special_tokens=False)["input_ids"]])
     trained.eval()
     with torch.no_grad():
-        expected = trained(input_ids=ids).logits.float()
-        assert torch.allclose(merged(input_ids=ids).logits, expected, atol=2e-2)  # bf16 base under the adapter
-        assert not torch.allclose(base(input_ids=ids).logits, expected, atol=1e-3)  # and the adapter changed it
+        expected = trained(input_ids=ids.to(trained.device)).logits.float().cpu()
+        # bf16 base under the adapter; each model on the configured device, compared on the CPU
+        assert torch.allclose(merged(input_ids=ids.to(merged.device)).logits.cpu(), expected, atol=2e-2)
+        assert not torch.allclose(base(input_ids=ids.to(base.device)).logits.cpu(), expected, atol=1e-3)  # changed
 
 
 def test_an_adapter_whose_base_changed_is_refused(tiny_dir: Path, store_trajectory, db, tmp_path: Path) -> None:

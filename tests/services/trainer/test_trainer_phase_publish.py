@@ -36,7 +36,7 @@ def test_published_actor_reloads_to_identical_logits(tiny, db, tmp_path: Path) -
     assert info is not None and verify(info.path, info.sha256)
     reloaded = AutoModelForCausalLM.from_pretrained(info.path, local_files_only=True, dtype=torch.float32).eval()
     ids = torch.tensor([tokenizer("Show me Books do(action", add_special_tokens=False)["input_ids"]])
-    model.eval()
+    model.cpu().eval()  # trained on the accelerator's device; the published weights must equal them exactly
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, reloaded(input_ids=ids).logits)
 
@@ -53,7 +53,7 @@ def test_published_critic_reloads_to_identical_values(tiny_dir: Path, tiny, db, 
     reloaded = CriticModel.from_pretrained(info.path, dtype=torch.float32).eval()
     ids = torch.tensor([tokenizer("Show me Books", add_special_tokens=False)["input_ids"]])
     mask = torch.ones_like(ids)
-    critic.eval()
+    critic.cpu().eval()  # as above
     with torch.no_grad():
         assert torch.equal(critic.values(ids, mask), reloaded.values(ids, mask))
 

@@ -24,6 +24,19 @@ def _encoded(tokenizer):
     return [encode_example(tokenizer, p, c) for p, c in PAIRS]
 
 
+def _on(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch's ids and masks on ``model``'s device (the accelerator moved it to the GPU where there is one)."""
+    device = next(model.parameters()).device
+    return tuple(batch[k].to(device) for k in ("input_ids", "attention_mask", "target_mask"))  # type: ignore[return-value]
+
+
+def _checkpointing(model) -> bool:
+    """Whether activation checkpointing is on (transformers >= 5.x names it ``is_activation_checkpointing``, the
+    earlier 5.x releases ``is_gradient_checkpointing``)."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    return bool(model.is_gradient_checkpointing if flag is None else flag)
+
+
 def test_one_sft_step_lowers_the_batch_loss(tiny) -> None:
     model, tokenizer = tiny
     encoded = _encoded(tokenizer)
@@ -41,10 +54,10 @@ def test_one_sft_step_lowers_the_batch_loss(tiny) -> None:
     summary = train(accelerator, prepared, loader, sft_loss_fn, config)
     assert summary.steps == 1 and summary.samples == 3
     with torch.no_grad():
-        after, _ = sft_loss(token_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"]),
-                            batch["target_mask"])
+        ids, mask, target = _on(model, batch)
+        after, _ = sft_loss(token_logprobs(model, ids, mask, target), target)
     assert float(after) < float(before)
-    assert any(not torch.equal(a, b) for a, b in zip(before_params, model.parameters(), strict=True))
+    assert any(not torch.equal(a, b.cpu()) for a, b in zip(before_params, model.parameters(), strict=True))
 
 
 def test_one_actor_step_lowers_the_actor_loss_and_keeps_kl_finite(tiny) -> None:
@@ -67,7 +80,8 @@ def test_one_actor_step_lowers_the_actor_loss_and_keeps_kl_finite(tiny) -> None:
     assert summary.steps == 1
     assert summary.metrics["grad_norm"] > 0
     with torch.no_grad():
-        lp, _ = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
+        lp, _ = sequence_logprobs(model, *_on(model, batch))
+    lp = lp.cpu()
     after, m1 = actor_loss(lp, lp_ref, n, advantage)
     assert float(after) < float(before)
     assert math.isfinite(m1["kl"]) and m1["kl"] != 0.0
@@ -83,10 +97,10 @@ def test_gradient_checkpointing_is_on_for_training_and_leaves_the_gradients_unch
         model, tokenizer = load_for_training(tiny_dir)
         config = LoopConfig(lr=1e-2, batch_size=len(PAIRS), gradient_checkpointing=checkpointing)
         prepared = prepare(make_accelerator(config), model, config)
-        assert prepared.model.is_activation_checkpointing is checkpointing
+        assert _checkpointing(prepared.model) is checkpointing
         prepared.model.train()
         batch = collate(_encoded(tokenizer), pad_id_of(tokenizer))
-        lp, _ = sequence_logprobs(prepared.model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
+        lp, _ = sequence_logprobs(prepared.model, *_on(prepared.model, batch))
         lp.sum().backward()
         return [p.grad.clone() for p in prepared.model.parameters() if p.grad is not None]
 

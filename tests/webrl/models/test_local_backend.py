@@ -44,7 +44,9 @@ def test_logprobs_are_the_models_own(backend: LocalBackend) -> None:
     example = encode_example_ids(backend.tokenizer, PROMPTS[1], gen.token_ids)
     batch = collate([example], pad_id_of(backend.tokenizer))
     with torch.no_grad():
-        per_token = token_logprobs(backend.model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
+        device = backend.model.device  # the configured device (settings.models.device)
+        per_token = token_logprobs(backend.model, *(batch[k].to(device) for k in ("input_ids", "attention_mask",
+                                                                                  "target_mask"))).cpu()
     recomputed = per_token[0][batch["target_mask"][0].bool()].tolist()[: len(gen.logprobs)]
     assert gen.logprobs == pytest.approx(recomputed, abs=1e-4)
     assert backend.tokenizer.decode(gen.token_ids, skip_special_tokens=True) == gen.text
