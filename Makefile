@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: demo test test-exhaustive lint setup chromium bench clean
+.PHONY: demo test test-gpu test-exhaustive lint setup chromium bench clean
 
 demo: setup
 	$(PY) -m webrl.demo
@@ -12,6 +12,13 @@ demo: setup
 test: setup
 	.venv/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The model, trainer and judge tests on a CUDA GPU: local models load there (WEBRL_MODELS__DEVICE) and the trainer's
+# Accelerator picks it itself (bf16 mixed precision). On an H200 in session 16 the files whose packages the lent machine
+# had (no Celery, FastAPI or Playwright there) ran: 106 passed.
+test-gpu: setup
+	WEBRL_MODELS__DEVICE=cuda $(PY) -m pytest -q -p no:cacheprovider -m "not postgres and not redis" \
+	  tests/services/trainer tests/webrl/models tests/webrl/judges tests/webrl/models_shared tests/services/orm
 
 test-exhaustive: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m exhaustive --run-exhaustive

@@ -66,9 +66,10 @@ def test_heads_train_on_cached_states_and_the_backbone_stays_as_it_was(tiny_dir:
     # the cached states give the values the whole critic computes from the tokens (what the critic service serves)
     critic.eval()
     batch = collate_prompts([it.state for it in items], 0)
+    device = critic.head1[0].weight.device  # the accelerator's: a GPU's states come from a bf16 autocast forward
     with torch.no_grad():
-        direct = critic.values(batch["input_ids"], batch["attention_mask"])
-    assert trained.v_s == pytest.approx(direct.tolist(), abs=1e-5)
+        direct = critic.values(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+    assert trained.v_s == pytest.approx(direct.tolist(), abs=1e-5 if device.type == "cpu" else 2e-3)
     assert trained.v_next[:2] == pytest.approx(trained.v_s[1:3], abs=1e-6)
 
 
