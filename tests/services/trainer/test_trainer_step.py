@@ -31,8 +31,8 @@ def _on(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _checkpointing(model) -> bool:
-    """Whether activation checkpointing is on (transformers >= 5.x names it ``is_activation_checkpointing``, the
-    earlier 5.x releases ``is_gradient_checkpointing``)."""
+    """Whether activation checkpointing is on: ``is_activation_checkpointing`` where transformers has it (5.24),
+    else ``is_gradient_checkpointing`` (5.17, seen on a GPU machine)."""
     flag = getattr(model, "is_activation_checkpointing", None)
     return bool(model.is_gradient_checkpointing if flag is None else flag)
 
