@@ -117,6 +117,7 @@ async def _prepare(stage: Stage, task: TaskConfig, settings: Settings, episode_i
     if cookies:
         await context.add_cookies(cookies)
     if isinstance(task.geolocation, dict) and {"latitude", "longitude"} <= set(task.geolocation):
+        stage.overrides = True  # before the calls: a scrub must take back even a half-made override
         await context.grant_permissions(["geolocation"])
         await context.set_geolocation(task.geolocation)  # type: ignore[arg-type]
 

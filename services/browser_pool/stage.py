@@ -6,8 +6,8 @@ The scrub then leaves nothing of that episode for the next one to see:
 - other tabs (popups) closed; the kept tab sent to ``about:blank`` (its unload handlers run first, so what
   they write is cleared below) with dialogs accepted;
 - every cookie of the context; the origin's localStorage, IndexedDB, Cache Storage, service workers and
-  other quota-managed storage (CDP ``Storage.clearDataForOrigin``); the HTTP cache; permissions and a
-  geolocation override;
+  other quota-managed storage (CDP ``Storage.clearDataForOrigin``); the HTTP cache; the permissions and the
+  geolocation override, when the episode's task set them (nothing else can: pages only ask);
 - sessionStorage lives in the tab, not the context, and only a document of its origin can clear it: the
   scrub marks it (:data:`STALE_SESSION_KEY`) while the page is still on its origin, and the init script
   :data:`SESSION_RESET_JS` clears a marked sessionStorage before the next episode's first script runs;
@@ -59,6 +59,7 @@ class Stage:
     origins: set[str] = field(default_factory=set)
     dedicated: bool = False  # made with context options of one task (a storage_state with localStorage)
     frozen: bool = False  # its tab's scripts are stopped (given back, waiting for its scrub)
+    overrides: bool = False  # the episode granted permissions or set a geolocation (the scrub takes them back)
 
     @property
     def reused(self) -> bool:
@@ -198,12 +199,13 @@ async def _clear(stage: Stage) -> None:
     calls are independent, so they go out together."""
     context = stage.context
     await stage.send("Page.resetNavigationHistory")  # first and alone: it renews a session that went away
+    overrides = (context.clear_permissions(), context.set_geolocation(None)) if stage.overrides else ()
     await asyncio.gather(
         context.clear_cookies(),
         *(stage.send("Storage.clearDataForOrigin", {"origin": seen, "storageTypes": "all"}) for seen in stage.origins),
         stage.send("Network.clearBrowserCache"),
-        context.clear_permissions(),
-        context.set_geolocation(None),
+        *overrides,
     )
     stage.origins.clear()
+    stage.overrides = False
     stage.episodes += 1

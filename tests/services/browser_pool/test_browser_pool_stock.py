@@ -107,6 +107,28 @@ async def test_sandbox_episodes_on_a_reused_page_each_get_their_own_site_state(s
             await second.close()
 
 
+PERMISSION_JS = "navigator.permissions.query({name: 'geolocation'}).then(p => p.state)"
+
+
+async def test_a_geolocation_granted_for_one_episode_is_gone_in_the_next(pool, pool_settings, fixture_url, make_task):
+    """The scrub takes back the permissions and geolocation a task set (it skips those calls after episodes that set
+    none, which is every other one)."""
+    page_url = f"{fixture_url}/elements.html"
+    located = make_task(page_url, geolocation={"latitude": 40.5, "longitude": -79.25})
+    first = await BrowserEpisode.open(pool, located, pool_settings)
+    stage, stock = first.stage, first.stock
+    assert stage.overrides and await first.active.evaluate(PERMISSION_JS) == "granted"
+    await first.close()
+    await stock.idle()
+    assert stage in stock.kept and not stage.overrides
+    second = await BrowserEpisode.open(pool, make_task(page_url), pool_settings)
+    try:
+        assert second.stage is stage  # the scrubbed context of the same origin
+        assert await second.active.evaluate(PERMISSION_JS) != "granted"
+    finally:
+        await second.close()
+
+
 async def test_a_given_back_page_is_frozen_and_scrubbed_after_the_next_reset(pool, pool_settings, fixture_url,
                                                                             make_task):
     """The scrub does not run beside the next episode's reset (on two cores it doubled the reset's navigation):
