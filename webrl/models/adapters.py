@@ -151,6 +151,8 @@ def load_trainable(path: str | Path, settings: Settings, dtype: torch.dtype, *, 
         base_folder = resolve_base(path, settings)
         base = getattr(transformers, auto_class).from_pretrained(str(base_folder), local_files_only=True, dtype=dtype)
         model = PeftModel.from_pretrained(base, str(path), is_trainable=True)
+        for config in model.peft_config.values():  # peft's own pointer: the folder the adapter was trained on, on
+            config.base_model_name_or_path = str(base_folder)  # the machine that trained it; here, the resolved one
         record = json.loads((Path(path) / ADAPTER_FILE).read_text())
         identity, spec = record["base"], record.get("lora", {})
     else:

@@ -75,6 +75,30 @@ def test_an_adapter_whose_base_changed_is_refused(tiny_dir: Path, store_trajecto
         resolve_base(out, db)
 
 
+def test_an_adapter_trained_elsewhere_republishes_naming_the_base_it_resolved_here(tiny_dir: Path, store_trajectory,
+                                                                                  db, tmp_path: Path) -> None:
+    """peft records the base's path on the machine that trained the adapter (a shipped adapter names a folder that
+    does not exist here); trained on here, the adapter names the base it was resolved to, and peft finds its config
+    (before: a warning that it "could not find a config file" on every save)."""
+    import warnings
+
+    from webrl.models.adapters import load_trainable, save_adapter
+
+    out, _ = _sft_adapter(tiny_dir, store_trajectory, db)
+    config_file = out / "adapter_config.json"
+    config = json.loads(config_file.read_text())
+    config["base_model_name_or_path"] = "/elsewhere/artifacts/models/base/smollm2-135m"
+    config_file.write_text(json.dumps(config))
+    model = load_trainable(out, db, torch.float32, lora=None)
+    again = tmp_path / "again"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        save_adapter(model, again)
+    assert not [w for w in caught if "config file" in str(w.message)]
+    saved = json.loads((again / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == str(resolve_base(out, db))
+
+
 def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_dir: Path, store_trajectory,
                                                                           db) -> None:
     actor, _ = _sft_adapter(tiny_dir, store_trajectory, db)
