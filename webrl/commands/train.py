@@ -141,7 +141,8 @@ def register(app: typer.Typer) -> None:
     def train(
         preset: str = typer.Option(None, help="Option set: cpu-demo, cpu-long, tiny-demo, smoke or paper."),
         run: str = typer.Option("default", help="Run name; rerunning the same name resumes it."),
-        phases: int = typer.Option(None, min=1, help="Number of WebRL phases."),
+        phases: int = typer.Option(None, min=1, help="Number of WebRL phases. On a resume it may also end the run "
+                                   "earlier, at a phase not evaluated yet (which then evaluates every test task)."),
         actor: Path = typer.Option(None, help="Starting (SFT) actor folder. Default: artifacts/models/actor-sft."),
         orm: Path = typer.Option(None, help="ORM folder. Default: artifacts/models/orm if present, "
                                             "else rewards come from the sandbox evaluators."),
@@ -217,8 +218,11 @@ def register(app: typer.Typer) -> None:
 
         try:
             with sandbox_if_needed(settings), _progress() as progress, tracker:
-                pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage,
-                                    tracking=tracking)
+                try:
+                    pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage,
+                                        tracking=tracking, end_at=phases)
+                except InvalidRequest as refused:
+                    raise typer.BadParameter(str(refused).removeprefix("phases: "), param_hint="--phases") from None
                 pipeline.run()
         except ActorNotServing as exc:
             console.print(f"[red]error:[/red] {exc}", soft_wrap=True)

@@ -42,6 +42,7 @@ from webrl.config import Settings
 from webrl.contracts import (
     FilterRequest,
     GenerateRequest,
+    InvalidRequest,
     ObserveRequest,
     PhaseJob,
     PolicySpec,
@@ -135,10 +136,11 @@ class Pipeline:
     def __init__(self, settings: Settings, options: PipelineOptions,
                  on_progress: ProgressHook | None = None,
                  on_stage: Callable[[StageReport], None] | None = None,
-                 tracking: TrackingSpec | None = None) -> None:
+                 tracking: TrackingSpec | None = None, end_at: int | None = None) -> None:
         self.settings = settings
         self.options = options
         self.tracking = tracking  # where the trainer logs each step (webrl.tracking); not stored with the run
+        self.end_at = end_at  # a resume's explicit phase count, which may also be fewer than the run's (_resumed)
         self.on_progress = on_progress or (lambda label, done, total: None)
         self.on_stage = on_stage or (lambda report: None)
         self.run_id = self._ensure_run()
@@ -152,18 +154,29 @@ class Pipeline:
                 s.add(run)
                 s.flush()
             else:
-                self.options = self._resumed(run.options)
+                phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run.id))
+                started = {p.index: list(p.stages_done) for p in phases}
+                self.options = self._resumed(run.options, started)
                 run.options = self.options.to_json()
             return run.id
 
-    def _resumed(self, stored_json: dict[str, Any]) -> PipelineOptions:
-        """A resume keeps the options the run started with; only the phase count may grow."""
+    def _resumed(self, stored_json: dict[str, Any], started: dict[int, list[str]]) -> PipelineOptions:
+        """A resume keeps the options the run started with, except the phase count: it may grow, and an explicit
+        ``end_at`` may end the run earlier, at a phase that has not evaluated yet (that phase then evaluates all
+        the test tasks, as a last phase does). ``started``: each phase's finished stages."""
         try:
             stored = PipelineOptions.from_json(stored_json)
         except ValidationError as exc:
             raise RuntimeError(f"run {self.options.run!r} was stored with options this webrl cannot read "
                                f"(an older layout?); start it under a new --run name.\n{exc}") from exc
         phases = max(self.hp.curriculum.phases, stored.hyperparams.curriculum.phases)
+        if self.end_at is not None and self.end_at < phases:
+            later = sorted(i for i, stages in started.items() if i > self.end_at and stages)
+            if later or "evaluate" in started.get(self.end_at, []):
+                raise InvalidRequest("phases", f"run {self.options.run!r} cannot end at phase {self.end_at}: "
+                                     + (f"phase {later[0]} has started" if later else
+                                        f"phase {self.end_at} has already evaluated (a subset of the test tasks)"))
+            phases = self.end_at
         return replace(stored, hyperparams=with_overrides(stored.hyperparams, {"curriculum.phases": phases}))
 
     @property

@@ -28,6 +28,27 @@ def test_a_resume_keeps_the_stored_record_and_only_grows_the_phases(settings: Se
         assert PipelineOptions.from_json(s.scalar(select(m.Run.options))) == again.options
 
 
+def test_an_explicit_phase_count_ends_a_resumed_run_early_only_before_that_phase_evaluated(settings: Settings) -> None:
+    from webrl.contracts import InvalidRequest
+
+    upgrade(settings)
+    three = with_overrides(DEFAULTS, {"curriculum.phases": 3})
+    run_id = Pipeline(settings, PipelineOptions(run="r", hyperparams=three)).run_id
+    with session_scope(settings) as s:  # phase 2 is rolling out; nothing of phase 3 ran
+        s.add(m.Phase(run_id=run_id, index=2, stages_done=["generate", "filter", "rollout"], metrics={}))
+    shorter = Pipeline(settings, PipelineOptions(run="r", hyperparams=three), end_at=2)
+    assert shorter.hp.curriculum.phases == 2  # phase 2 is now the last: it evaluates every test task
+    with session_scope(settings) as s:
+        s.scalar(select(m.Phase).where(m.Phase.index == 2)).stages_done = ["generate", "evaluate"]
+    with pytest.raises(InvalidRequest, match="cannot end at phase 1: phase 2 has started"):
+        Pipeline(settings, PipelineOptions(run="r", hyperparams=three), end_at=1)
+    with session_scope(settings) as s:
+        s.add(m.Phase(run_id=run_id, index=1, stages_done=["evaluate"], metrics={}))
+        s.scalar(select(m.Phase).where(m.Phase.index == 2)).stages_done = []
+    with pytest.raises(InvalidRequest, match="phase 1 has already evaluated"):
+        Pipeline(settings, PipelineOptions(run="r", hyperparams=three), end_at=1)
+
+
 def test_options_stored_in_another_layout_are_refused_with_the_reason(settings: Settings) -> None:
     upgrade(settings)
     with session_scope(settings) as s:
