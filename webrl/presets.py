@@ -23,22 +23,18 @@ from webrl.hyperparams import (
 #: every trained step ~3-4 s (vs milliseconds for the tiny model), so a phase is smaller and the phases between
 #: the first and the last evaluate a fixed stratified 40 of the 165 test tasks.
 _PRETRAINED_CPU = WebRLHyperparams(
-    # 48 seed rollouts (was 24): their successes are what replay holds the solved templates in place with; one
-    # phase from 24 lost 13 test tasks on templates nothing in the phase covered (docs/cpu-demo-smollm2-phase1)
-    curriculum=Curriculum(phases=3, tasks_per_phase=24, candidates_per_phase=48, seed_tasks=48),
+    curriculum=Curriculum(phases=3, tasks_per_phase=24, candidates_per_phase=48, seed_tasks=24),
     evaluation=Evaluation(tasks=165, subset=40),
     # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
     # training rollouts sample, evaluation is greedy
     rollout=Rollout(chunk=24, concurrency=8, max_steps=8, temperature=0.7),
     # LoRA moves only the adapters: the SFT's 5e-4 / 2 for the actor. The critic's fresh heads, initialised as
     # WebRL's (std 0.2) on SmolLM2's last states (norm ~50), swung its loss between 0 and 140 from one step to the
-    # next; here they start at the fan-in scale. Only the heads train, on the frozen backbone's states (each
-    # encoded once): 4.2x cheaper than the LoRA critic (bench/critic.py) and better at ranking held-out start
-    # states (ROC AUC 0.58 at 20 passes vs 0.48, bench/critic_values.py), so 20 passes at 1e-3 cost seconds.
+    # next at 5e-4 and at 5e-5; here they start at the fan-in scale and train at 1e-4.
     # A phase's A > 0 steps are few (the successes of 24 rollouts plus replay: ~10-40 steps, 3-10 optimizer steps
     # an epoch), so the actor makes three passes over them
     actor=ActorLoss(lr=2.5e-4, epochs=3),
-    critic=Critic(lr=1e-3, epochs=20, train_backbone=False, head_init_std=None),
+    critic=Critic(lr=1e-4, epochs=1, head_init_std=None),
     batching=Batching(batch_size=4),
 )
 
