@@ -42,6 +42,7 @@ from services.browser_pool.observe import INIT_JS, observe_view  # noqa: E402
 from services.browser_pool.pool import CHROMIUM_ARGS, BrowserPool  # noqa: E402
 from services.browser_pool.safety import AllowList  # noqa: E402
 from services.browser_pool.stage import VIEWPORT  # noqa: E402
+from webrl.allow_list import origin  # noqa: E402
 from webrl.config import Settings  # noqa: E402
 from webrl.navigation_guard import NavigationGuard  # noqa: E402
 from webrl.schemas import TaskConfig  # noqa: E402
@@ -89,11 +90,10 @@ class LayeredPage:
         if self.on("+ scrub navigation"):
             await page.goto("about:blank")
         if self.on("+ storage clears"):
-            start = task.start_url.split("/", 3)
             await self.cdp.send("Page.resetNavigationHistory")
             await asyncio.gather(self.context.clear_cookies(), self.cdp.send("Network.clearBrowserCache"),
                                  self.cdp.send("Storage.clearDataForOrigin",
-                                               {"origin": "/".join(start[:3]), "storageTypes": "all"}))
+                                               {"origin": origin(task.start_url), "storageTypes": "all"}))
 
     async def run(self, tasks: list[TaskConfig], steps: int, run: ResetRun) -> None:
         start = time.perf_counter()
