@@ -140,6 +140,14 @@ class ActResponse(Contract):
 
 
 # ---- browser pool --------------------------------------------------------------------------------------
+#: Purpose of demonstrations: the oracle's successful episodes that ``webrl bootstrap`` fine-tunes on and that a
+#: run with ``replay.demo_tasks`` records in phase 0 (attempt :data:`DEMONSTRATION_ATTEMPT`) as its anchor.
+DEMONSTRATION_PURPOSE = "sft"
+#: A run's demonstrations are attempt 1 of phase 0: the seed rollouts (attempt 0) may pick the same train tasks,
+#: and trajectories are unique per (task, phase, attempt, run).
+DEMONSTRATION_ATTEMPT = 1
+
+
 class RolloutRequest(Contract):
     """``rollout.run`` and ``POST /v1/rollouts``: run a policy on stored tasks and store the trajectories."""
 

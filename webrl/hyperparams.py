@@ -114,6 +114,13 @@ class Replay:
     """... and c <= this: the actor has not learnt it yet (paper section 3.3; published code ``<= 0.95``)."""
     cap_ratio: Annotated[int, Field(ge=0)] = 2
     """At most this many replayed steps per current step (published code ``2 * len(current)``, not in the paper)."""
+    demo_tasks: Annotated[int, Field(ge=0)] = 0
+    """Phase 0 also records the sandbox oracle's demonstrations of this many train tasks, templates taken in turn
+    (0: none). This project's, not in the paper: an anchor against forgetting (see ``demo_ratio``)."""
+    demo_ratio: Annotated[float, Field(ge=0.0)] = 2.0
+    """Demonstration steps joining the actor's update per step with A > 0 (at most; sampled per phase). They pass
+    through the same objective with A = +1, so the few steps a small run learns from do not pull the policy off the
+    templates they do not cover (InstructGPT's pretraining mix, on the SFT data; this project's)."""
 
     def __post_init__(self) -> None:
         if self.confidence_low >= self.confidence_high:

@@ -18,6 +18,7 @@ import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from webrl.contracts import DEMONSTRATION_PURPOSE
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory, trajectories_for_phase
 from webrl.hyperparams import DEFAULTS
@@ -129,6 +130,22 @@ def first_success_examples(session: Session, before_phase: int, prompt: PromptFn
             continue
         seen.add(row.task_id)
         out.extend(trajectory_examples(load_trajectory(row), row.id, row.phase, reward, prompt, gamma))
+    return out
+
+
+def demonstration_examples(session: Session, prompt: PromptFn, *, run_id: int,
+                           gamma: float = DEFAULTS.advantage.gamma) -> list[StepExample]:
+    """Every step of run ``run_id``'s successful demonstrations (purpose "sft", judged by the rule evaluators:
+    an oracle's demonstration has no ORM label), the anchor ``replay.demo_ratio`` samples from."""
+    rows = session.scalars(
+        select(m.Trajectory).where(m.Trajectory.purpose == DEMONSTRATION_PURPOSE, m.Trajectory.run_id == run_id)
+        .order_by(m.Trajectory.id)
+    ).all()
+    out: list[StepExample] = []
+    for row in rows:
+        if row.env_score is not None and is_success(row.env_score):
+            out.extend(trajectory_examples(load_trajectory(row), row.id, row.phase, float(row.env_score), prompt,
+                                           gamma))
     return out
 
 

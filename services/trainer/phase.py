@@ -8,7 +8,8 @@ Order, with one model in training at a time:
 3. A = binarise(clamp(V(s') - V(s) - 0.05 + r + G_t, -1, 1)) (``returns``).
 4. The actor, not yet updated and so still the frozen reference (DESIGN.md step 6), gives lp_ref of the steps
    with A > 0 (a distinct ``reference`` folder is loaded and used for lp_ref instead); it is then trained on
-   those steps with ``losses.actor_loss`` and published.
+   those steps with ``losses.actor_loss`` and published. With ``replay.demo_tasks`` (the anchor, this project's),
+   a sample of the run's demonstration steps joins them with A = +1 (``replay.select_demonstrations``).
 
 Only steps with A > 0 reach the actor's loss: ``actor_loss`` multiplies every other step by mask = 0, so a
 step with A <= 0 would cost a forward and backward pass (and a reference pass) for a zero gradient. Its
@@ -34,6 +35,7 @@ from services.trainer.data import (
     SequenceItem,
     StepExample,
     actor_prompt_fn,
+    demonstration_examples,
     encode_action,
     first_success_examples,
     load_phase_examples,
@@ -148,7 +150,8 @@ def _reference_logprobs(settings: Settings, job: PhaseJob, accelerator: Any, act
 
 
 def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
-                max_length: int) -> tuple[list[StepExample], dict[str, Any]]:
+                max_length: int) -> tuple[list[StepExample], list[StepExample], dict[str, Any]]:
+    """This phase's steps with the replayed ones, the run's demonstration steps (the anchor's pool), and counts."""
     prompt = actor_prompt_fn(tokenizer, max_tokens=max_length - COMPLETION_BUDGET)
     hp = job.hyperparams
     with session_scope(settings) as session:
@@ -157,6 +160,8 @@ def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prep
         candidates = (first_success_examples(session, job.phase, prompt, run_id=job.run_id,
                                              gamma=hp.advantage.gamma, purpose=job.purpose)
                       if hp.replay.enabled else [])
+        demonstrations = (demonstration_examples(session, prompt, run_id=job.run_id, gamma=hp.advantage.gamma)
+                          if hp.replay.demo_tasks and hp.replay.demo_ratio > 0 else [])
     if not current:
         raise ValueError(f"phase {job.phase} of run {job.run_id} has no labelled '{job.purpose}' trajectories "
                          "to train on")
@@ -165,9 +170,10 @@ def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prep
                                          batch_size=hp.batching.batch_size, max_length=max_length)
     replayed = replay.select_replay(candidates, scores, len(current), seed=job.seed, replay=hp.replay)
     experience = replay.build_experience(current, replayed, seed=job.seed)
-    stats = {"current_steps": len(current), "replay_candidates": len(candidates), "replay_steps": len(replayed)}
+    stats = {"current_steps": len(current), "replay_candidates": len(candidates), "replay_steps": len(replayed),
+             "demonstration_pool": len(demonstrations)}
     log.info("phase %d experience: %s", job.phase, stats)
-    return experience, stats
+    return experience, demonstrations, stats
 
 
 def _load_critic(settings: Settings, job: PhaseJob) -> Any:
@@ -325,7 +331,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     config = _loop_config(job, hp.actor.lr, hp.actor.epochs)
     accelerator = make_accelerator(config)
     actor = prepare(accelerator, model, config)
-    experience, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
+    experience, demonstrations, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
 
     critic_dest = (confined_path(settings, job.critic_output, "critic_output") if job.critic_output
                    else checkpoint_dir(settings, "critic", version))
@@ -338,9 +344,11 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     if critic_info is not None:  # the main process records what the phase made of each step (the viewer shows it)
         _record_step_values(settings, job.phase, critic_info.version, experience, v_s, v_next, clamped, a)
     trained = positive_steps(a)  # the only steps actor_loss does not multiply by 0
-    items = _action_items(tokenizer, [experience[i] for i in trained], max_length)
+    anchor = replay.select_demonstrations(demonstrations, len(trained), seed=job.seed + job.phase, replay=hp.replay)
+    step_advantage = [float(a[i]) for i in trained] + [hp.advantage.positive] * len(anchor)
+    items = _action_items(tokenizer, [experience[i] for i in trained] + anchor, max_length)
     lp_ref = _reference_logprobs(settings, job, accelerator, actor, tokenizer, items, config.batch_size)
-    items = [SequenceItem(it.index, it.encoded, {"lp_ref": lp_ref[k], "advantage": float(a[trained[k]])})
+    items = [SequenceItem(it.index, it.encoded, {"lp_ref": lp_ref[k], "advantage": step_advantage[k]})
              for k, it in enumerate(items)]
     tracker = phase_tracker(settings, job, accelerator, "actor")
     if tracker is not None:  # the actor's training signal, before its first step
@@ -357,6 +365,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
                "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(items),
+               "demonstration_steps": len(anchor),
                "experience_steps": len(experience), "value_mean": float(torch.tensor(v_s).mean()),
                "critic_loss": (critic_info.metrics or {}).get("critic_loss") if critic_info else None,
                "critic_seconds": (critic_info.metrics or {}).get("seconds") if critic_info else None}

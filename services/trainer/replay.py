@@ -5,6 +5,10 @@ From earlier phases, the first successful trajectory per task (``data.first_succ
 step when the current actor's confidence in its action, c = 1/perplexity = exp(lp / n), lies in
 (low, high]; keep at most cap_ratio x the current phase's step count; mix with the current steps; shuffle.
 The three numbers are :class:`webrl.hyperparams.Replay`.
+
+The anchor (this project's, off by default): with ``replay.demo_tasks``, the run's oracle demonstrations
+(``data.demonstration_examples``) join the actor's update at ``demo_ratio`` steps per step with A > 0
+(:func:`select_demonstrations`), with A = +1.
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ def select_replay(candidates: Sequence[StepExample], scores: Sequence[float], n_
     random.Random(seed).shuffle(order)
     kept = [candidates[i] for i in order if keep[i]]
     return kept[: replay.cap_ratio * n_current]
+
+
+def select_demonstrations(demonstrations: Sequence[StepExample], n_positive: int, *, seed: int = 0,
+                          replay: Replay = DEFAULTS.replay) -> list[StepExample]:
+    """The anchor: floor(``replay.demo_ratio`` * n_positive) demonstration steps, a seeded sample (all when there
+    are fewer). None when no step has A > 0: the actor is then not updated at all."""
+    n = min(len(demonstrations), int(replay.demo_ratio * n_positive))
+    return random.Random(seed + 2).sample(list(demonstrations), n)
 
 
 def build_experience(current: Sequence[StepExample], replayed: Sequence[StepExample], *, seed: int = 0

@@ -164,6 +164,10 @@ def register(app: typer.Typer) -> None:
                                          f"(paper: {DEFAULTS.curriculum.value_high})."),
         replay_cap: int = typer.Option(None, min=0, help="Replayed steps per current step at most "
                                        f"(published code: {DEFAULTS.replay.cap_ratio})."),
+        demo_tasks: int = typer.Option(None, min=0, help="Anchor (not in the paper): the sandbox oracle "
+                                       "demonstrates this many train tasks in phase 0, and every actor update mixes "
+                                       "in demonstration steps (replay.demo_ratio per step with A > 0). Default: "
+                                       "the preset's."),
         critic_backbone: bool = typer.Option(None, "--critic-backbone/--critic-heads-only", help="Train the "
                                              "critic's backbone with its value heads (WebRL), or only the heads on "
                                              "the frozen backbone, each state encoded once (cheap on a CPU). "
@@ -199,7 +203,8 @@ def register(app: typer.Typer) -> None:
             "curriculum.phases": phases, "curriculum.enabled": curriculum, "curriculum.fill_filter": fill_filter,
             "curriculum.value_low": value_low, "curriculum.value_high": value_high,
             "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
-            "replay.enabled": replay, "replay.cap_ratio": replay_cap, "actor.kl": kl, "actor.beta": beta,
+            "replay.enabled": replay, "replay.cap_ratio": replay_cap, "replay.demo_tasks": demo_tasks,
+            "actor.kl": kl, "actor.beta": beta,
             "critic.train_backbone": critic_backbone,
         })
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),

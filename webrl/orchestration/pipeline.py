@@ -40,10 +40,13 @@ from webrl import clients
 from webrl.actor_service import rollout_policy
 from webrl.config import Settings
 from webrl.contracts import (
+    DEMONSTRATION_ATTEMPT,
+    DEMONSTRATION_PURPOSE,
     FilterRequest,
     GenerateRequest,
     InvalidRequest,
     ObserveRequest,
+    OracleSpec,
     PhaseJob,
     PolicySpec,
     RolloutRequest,
@@ -56,6 +59,7 @@ from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.hyperparams import WebRLHyperparams, with_overrides
+from webrl.rewards import is_success
 
 log = logging.getLogger(__name__)
 
@@ -262,11 +266,12 @@ class Pipeline:
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
         return {**self._evaluation_metrics(ids), "subset": sampled}, state
 
-    def _stratified(self, keys: list[str], n: int) -> list[str]:
-        """A fixed sample of ``n`` of ``keys``, templates taken in turn (each template's tasks in a seeded order),
-        so every phase that evaluates a subset evaluates the same one and every template is represented."""
+    def _stratified(self, keys: list[str], n: int, split: str = "test") -> list[str]:
+        """A fixed sample of ``n`` of ``keys`` (tasks of ``split``), templates taken in turn (each template's tasks
+        in a seeded order), so every phase that evaluates a subset evaluates the same one and every template is
+        represented."""
         with session_scope(self.settings) as s:
-            template = {t.key: (t.config or {}).get("intent_template_id") for t in repo.tasks_where(s, split="test")}
+            template = {t.key: (t.config or {}).get("intent_template_id") for t in repo.tasks_where(s, split=split)}
         by_template: dict[str, list[str]] = {}
         for key in keys:
             by_template.setdefault(str(template.get(key)), []).append(key)
@@ -285,7 +290,29 @@ class Pipeline:
         ids = self._rollout(keys, index, self.options.actor, purpose="train", label="phase 0: seed rollout",
                             temperature=self.hp.rollout.temperature)
         labelled = self._label(ids, "phase 0: ORM")
-        return {"rollouts": len(ids), **labelled}, state
+        return {"rollouts": len(ids), **labelled, **self._demonstrate(index)}, state
+
+    def _demonstrate(self, index: int) -> dict[str, Any]:
+        """The anchor's demonstrations (``replay.demo_tasks``): the sandbox oracle on that many seed train tasks,
+        templates taken in turn, stored as purpose "sft" (attempt 1) of this run for the trainer to sample."""
+        n = self.hp.replay.demo_tasks
+        if not n:
+            return {}
+        seeds = self._task_keys(split="train", origin="seed")
+        keys = self._stratified(seeds, min(n, len(seeds)), split="train")
+        label = "phase 0: demonstrations"
+        policy = OracleSpec(corrupt=0.0, seed=self.options.seed)
+        ids: list[int] = []
+        self.on_progress(label, 0, len(keys))
+        for start in range(0, len(keys), self.hp.rollout.chunk):
+            request = self.rollout_request(keys[start:start + self.hp.rollout.chunk], index, policy,
+                                           DEMONSTRATION_PURPOSE).model_copy(update={"attempt": DEMONSTRATION_ATTEMPT})
+            ids.extend(clients.rollout_run(request).trajectory_ids)
+            self.on_progress(label, min(start + self.hp.rollout.chunk, len(keys)), len(keys))
+        with session_scope(self.settings) as s:
+            scores = s.scalars(select(m.Trajectory.env_score).where(m.Trajectory.id.in_(ids))).all()
+        return {"demonstrations": len(ids), "demonstrations_solved": sum(is_success(x) for x in scores
+                                                                          if x is not None)}
 
     def _stage_generate(self, index: int, state: PhaseState) -> StageOutput:
         """New tasks in breadth from the previous phase's failures (paper, section 3.1)."""

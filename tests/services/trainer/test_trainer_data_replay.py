@@ -13,6 +13,7 @@ from services.trainer.data import (
     StepExample,
     actor_prompt_fn,
     bucket_batches,
+    demonstration_examples,
     first_success_examples,
     load_phase_examples,
 )
@@ -68,6 +69,29 @@ def test_first_success_per_task_from_earlier_phases_only(store_trajectory, db) -
     with session_scope(db) as session:
         examples = first_success_examples(session, 3, _prompt, run_id=RUN)
     assert [(e.trajectory_id, e.index) for e in examples] == [(first, 0), (first, 1), (b, 0)]
+
+
+def test_demonstrations_are_the_runs_successful_sft_episodes_by_env_score(store_trajectory, db) -> None:
+    store = partial(store_trajectory, run_id=RUN, reward=None, purpose="sft")
+    solved = store("a", 0, 1, [CLICK, EXIT], env_score=1.0)
+    store("b", 0, 1, [CLICK], env_score=0.0)  # the oracle failed: no anchor
+    store("c", 0, 1, [CLICK], env_score=None)  # not evaluated
+    store_trajectory("d", 0, 1, [EXIT], reward=None, env_score=1.0, purpose="sft", run_id=RUN + 1)  # another run
+    store_trajectory("e", 0, 0, [EXIT], reward=1.0, env_score=1.0, run_id=RUN)  # a seed rollout, not a demo
+    with session_scope(db) as session:
+        examples = demonstration_examples(session, _prompt, run_id=RUN)
+    assert [(e.trajectory_id, e.index) for e in examples] == [(solved, 0), (solved, 1)]
+    assert [e.reward for e in examples] == [1.0, 1.0] and examples[0].mc_return == pytest.approx(1.9)
+
+
+def test_select_demonstrations_takes_ratio_times_the_positive_steps() -> None:
+    pool = [_ex(i) for i in range(10)]
+    anchor = replay.select_demonstrations(pool, 3, seed=0, replay=Replay(demo_tasks=5, demo_ratio=2.0))
+    assert len(anchor) == 6 and len({e.trajectory_id for e in anchor}) == 6
+    assert anchor == replay.select_demonstrations(pool, 3, seed=0, replay=Replay(demo_tasks=5, demo_ratio=2.0))
+    assert len(replay.select_demonstrations(pool, 3, replay=Replay(demo_ratio=0.5))) == 1  # floor(1.5)
+    assert len(replay.select_demonstrations(pool, 9, replay=Replay(demo_ratio=2.0))) == 10  # all there are
+    assert replay.select_demonstrations(pool, 0, replay=Replay(demo_ratio=2.0)) == []  # no update, no anchor
 
 
 def _ex(i: int) -> StepExample:

@@ -148,3 +148,18 @@ def test_positive_steps_are_the_steps_the_actor_loss_keeps() -> None:
     kept = torch.tensor(positive_steps(a))
     only, _ = actor_loss(lp[kept], lp_ref[kept], n[kept], a[kept])
     assert torch.allclose(whole * len(a), only * len(kept))
+
+
+def test_the_anchor_adds_demonstration_steps_to_the_actors_update(tiny_dir: Path, store_trajectory, db) -> None:
+    _seed_two_phases(store_trajectory)
+    for key in ("d", "e", "f"):  # the run's demonstrations: the oracle's solved episodes (env score, no ORM label)
+        store_trajectory(key, 0, 1, [TYPE, CLICK, EXIT], reward=None, env_score=1.0, purpose="sft")
+    store_trajectory("g", 0, 1, [CLICK], reward=None, env_score=0.0, purpose="sft")  # failed: not in the pool
+    hp = with_overrides(DEFAULTS, {"batching.batch_size": 4, "actor.lr": 1e-3, "critic.lr": 1e-3,
+                                   "replay.demo_tasks": 4, "replay.demo_ratio": 1.0})
+    m = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=hp, max_length=400)).metrics
+    positive = round(m["positive_fraction"] * m["experience_steps"])
+    assert m["demonstration_pool"] == 9 and positive > 0
+    assert m["demonstration_steps"] == min(9, positive)
+    assert m["actor_steps"] == positive + m["demonstration_steps"]
+    assert m["masked_fraction"] == 0.0  # demonstration steps pass through the objective with A = +1

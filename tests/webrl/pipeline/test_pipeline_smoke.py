@@ -56,7 +56,8 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
     from webrl.cli import app
 
     transformers_logging.enable_progress_bar()  # as in a fresh process (another test may have turned them off)
-    args = ["train", "--preset", "smoke", "--run", "smoke", "--actor", str(tiny_actor), "--orm", str(tiny_actor)]
+    args = ["train", "--preset", "smoke", "--run", "smoke", "--actor", str(tiny_actor), "--orm", str(tiny_actor),
+            "--demo-tasks", "3"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "Loading weights" not in result.output  # only the command's own bars, not one per checkpoint load
@@ -78,6 +79,14 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
         assert parents["actor"]  # lineage recorded
         stored = s.scalar(select(m.Run.options))
         assert stored["hyperparams"]["rollout"]["temperature"] == 0.7  # training rollouts sampled
+        # the anchor: the oracle demonstrated 3 train tasks of 3 templates in phase 0, and phase 1's update drew
+        # from their steps
+        demos = s.scalars(select(m.Trajectory).where(m.Trajectory.purpose == "sft")).all()
+        assert len(demos) == 3 and all(d.env_score == 1.0 and d.attempt == 1 and d.phase == 0 for d in demos)
+        assert len({d.task.config["intent_template_id"] for d in demos}) == 3
+        seeds = phases[0].metrics
+        assert (seeds["seed-rollout.demonstrations"], seeds["seed-rollout.demonstrations_solved"]) == (3, 3)
+        assert metrics["train.demonstration_pool"] == sum(len(d.steps) for d in demos) > 0
 
     _assert_tensorboard_curves(world, steps=phases[1].metrics["train.steps"])
 
