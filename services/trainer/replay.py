@@ -46,7 +46,7 @@ def select_replay(candidates: Sequence[StepExample], scores: Sequence[float], n_
 def select_demonstrations(demonstrations: Sequence[StepExample], n_positive: int, *, seed: int = 0,
                           replay: Replay = DEFAULTS.replay) -> list[StepExample]:
     """The anchor: floor(``replay.demo_ratio`` * n_positive) demonstration steps, a seeded sample (all when there
-    are fewer). None when no step has A > 0: the actor is then not updated at all."""
+    are fewer). Empty when no step has A > 0: the actor is then not updated at all."""
     n = min(len(demonstrations), int(replay.demo_ratio * n_positive))
     return random.Random(seed + 2).sample(list(demonstrations), n)
 

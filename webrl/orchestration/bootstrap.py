@@ -201,7 +201,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
                   on_stage: Callable[[str], None] = lambda stage: None) -> BootstrapResult:
     """Run every stage (module docstring); returns where the actor is and what it measured."""
     from webrl.clients import rollout_run, train_sft
-    from webrl.contracts import OracleSpec, RolloutRequest, SftJob
+    from webrl.contracts import DEMONSTRATION_PURPOSE, OracleSpec, RolloutRequest, SftJob
     from webrl.db.migrate import upgrade
     from webrl.models.base import ensure_base, spec_of
     from webrl.models.tiny import SIZES, pretokenize_pattern
@@ -242,7 +242,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         trajectory_ids = []
         for start in range(0, len(keys), DEMO_CHUNK):  # stored chunk by chunk: a rerun skips finished ones
             rollout = rollout_run(RolloutRequest(
-                task_keys=keys[start:start + DEMO_CHUNK], phase=0, attempt=0, purpose="sft",
+                task_keys=keys[start:start + DEMO_CHUNK], phase=0, attempt=0, purpose=DEMONSTRATION_PURPOSE,
                 policy=OracleSpec(corrupt=0.0, seed=config.seed), concurrency=config.concurrency))
             trajectory_ids.extend(rollout.trajectory_ids)
         trajectory_ids.sort()
@@ -256,7 +256,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
             base = _tiny_base(settings, config, [*(t.intent for t in suite["train"]), *pages], done)
         sft = train_sft(SftJob(
             base=str(config.start or base), output=str(output), kind="actor", trajectory_ids=trajectory_ids,
-            phase=0, purpose="sft", epochs=config.epochs, lr=config.lr, seed=config.seed,
+            phase=0, purpose=DEMONSTRATION_PURPOSE, epochs=config.epochs, lr=config.lr, seed=config.seed,
             max_minutes=config.sft_minutes, batch_size=config.batch_size,
             warmup_steps=config.warmup_steps, cosine=config.cosine,
             prompt_loss_weight=config.prompt_loss_weight, relabelled_copies=config.relabelled_copies,

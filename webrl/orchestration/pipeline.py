@@ -59,7 +59,6 @@ from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.hyperparams import WebRLHyperparams, with_overrides
-from webrl.rewards import is_success
 
 log = logging.getLogger(__name__)
 
@@ -298,21 +297,14 @@ class Pipeline:
         n = self.hp.replay.demo_tasks
         if not n:
             return {}
+        from webrl.orchestration.train_orm import evaluator_labels
+
         seeds = self._task_keys(split="train", origin="seed")
         keys = self._stratified(seeds, min(n, len(seeds)), split="train")
-        label = "phase 0: demonstrations"
-        policy = OracleSpec(corrupt=0.0, seed=self.options.seed)
-        ids: list[int] = []
-        self.on_progress(label, 0, len(keys))
-        for start in range(0, len(keys), self.hp.rollout.chunk):
-            request = self.rollout_request(keys[start:start + self.hp.rollout.chunk], index, policy,
-                                           DEMONSTRATION_PURPOSE).model_copy(update={"attempt": DEMONSTRATION_ATTEMPT})
-            ids.extend(clients.rollout_run(request).trajectory_ids)
-            self.on_progress(label, min(start + self.hp.rollout.chunk, len(keys)), len(keys))
-        with session_scope(self.settings) as s:
-            scores = s.scalars(select(m.Trajectory.env_score).where(m.Trajectory.id.in_(ids))).all()
-        return {"demonstrations": len(ids), "demonstrations_solved": sum(is_success(x) for x in scores
-                                                                          if x is not None)}
+        ids = self._rollout_chunks(keys, index, OracleSpec(corrupt=0.0, seed=self.options.seed),
+                                   purpose=DEMONSTRATION_PURPOSE, label="phase 0: demonstrations",
+                                   attempt=DEMONSTRATION_ATTEMPT)
+        return {"demonstrations": len(ids), "demonstrations_solved": sum(evaluator_labels(self.settings, ids).values())}
 
     def _stage_generate(self, index: int, state: PhaseState) -> StageOutput:
         """New tasks in breadth from the previous phase's failures (paper, section 3.1)."""
@@ -442,20 +434,25 @@ class Pipeline:
     def _rollout(self, keys: list[str], phase: int, actor: str, *, purpose: str, label: str,
                  temperature: float | None = None) -> list[int]:
         """Roll out ``actor`` on ``keys`` in chunks; each chunk is an idempotent job (resumable)."""
-        policy = self._policy(actor, temperature, label)
+        return self._rollout_chunks(keys, phase, self._policy(actor, temperature, label), purpose=purpose, label=label)
+
+    def _rollout_chunks(self, keys: list[str], phase: int, policy: PolicySpec, *, purpose: str, label: str,
+                        attempt: int = 0) -> list[int]:
+        """Run ``policy`` on ``keys``, one idempotent ``rollout.run`` job per chunk, with progress; the ids."""
         ids: list[int] = []
         chunk = self.hp.rollout.chunk
         self.on_progress(label, 0, len(keys))
         for start in range(0, len(keys), chunk):
-            result = clients.rollout_run(self.rollout_request(keys[start:start + chunk], phase, policy, purpose))
-            ids.extend(result.trajectory_ids)
+            request = self.rollout_request(keys[start:start + chunk], phase, policy, purpose, attempt=attempt)
+            ids.extend(clients.rollout_run(request).trajectory_ids)
             self.on_progress(label, min(start + chunk, len(keys)), len(keys))
         return ids
 
-    def rollout_request(self, keys: list[str], phase: int, policy: PolicySpec, purpose: str) -> RolloutRequest:
+    def rollout_request(self, keys: list[str], phase: int, policy: PolicySpec, purpose: str, *,
+                        attempt: int = 0) -> RolloutRequest:
         """The ``rollout.run`` job of ``keys``: the run's rollout knobs (concurrency, horizon, early stops)."""
         rollout = self.hp.rollout
-        return RolloutRequest(task_keys=keys, phase=phase, attempt=0, run_id=self.run_id, purpose=purpose,
+        return RolloutRequest(task_keys=keys, phase=phase, attempt=attempt, run_id=self.run_id, purpose=purpose,
                               policy=policy, concurrency=rollout.concurrency, max_steps=rollout.max_steps,
                               max_parse_failures=rollout.max_parse_failures,
                               max_repeated_actions=rollout.max_repeated_actions,
