@@ -168,6 +168,9 @@ def register(app: typer.Typer) -> None:
                                        "demonstrates this many train tasks in phase 0, and every actor update mixes "
                                        "in demonstration steps (replay.demo_ratio per step with A > 0). Default: "
                                        "the preset's."),
+        eval_tasks: int = typer.Option(None, min=1, help="Test tasks each phase evaluates: the first N of the test "
+                                       f"split (default {DEFAULTS.evaluation.tasks}: WebArena-Lite's; `webrl eval` "
+                                       "evaluates a published checkpoint on all of them later)."),
         critic_backbone: bool = typer.Option(None, "--critic-backbone/--critic-heads-only", help="Train the "
                                              "critic's backbone with its value heads (WebRL), or only the heads on "
                                              "the frozen backbone, each state encoded once (cheap on a CPU). "
@@ -205,7 +208,7 @@ def register(app: typer.Typer) -> None:
             "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
             "replay.enabled": replay, "replay.cap_ratio": replay_cap, "replay.demo_tasks": demo_tasks,
             "actor.kl": kl, "actor.beta": beta,
-            "critic.train_backbone": critic_backbone,
+            "critic.train_backbone": critic_backbone, "evaluation.tasks": eval_tasks,
         })
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
                                   orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams,
