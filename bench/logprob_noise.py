@@ -57,7 +57,8 @@ def logprobs(model, examples: list[EncodedExample], pad_id: int, batch_size: int
     return torch.cat(out)
 
 
-def measure(model, examples: list[EncodedExample], pad_id: int) -> dict[str, float]:
+def measure(model, examples: list[EncodedExample], pad_id: int) -> dict[str, float | torch.Tensor]:
+    """Batch of one against padded batches of four: mean and max per-token |difference|, and the lone log-probs."""
     alone = logprobs(model, examples, pad_id, 1)
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].input_ids))  # padded batches, as bucketed
     batched = torch.empty_like(alone)
