@@ -156,6 +156,9 @@ def register(app: typer.Typer) -> None:
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
         max_steps: int = typer.Option(None, min=1, max=100, help="Rollout horizon: actions per episode at most "
                                       f"(paper: {DEFAULTS.rollout.max_steps}). Default: the preset's."),
+        actor_lr: float = typer.Option(None, help="The actor's learning rate "
+                                       f"(paper: {DEFAULTS.actor.lr} for 8B; the CPU preset's: LoRA). Default: the "
+                                       "preset's."),
         beta: float = typer.Option(None, min=0.0, help="beta, weight of the KL constraint of the actor loss "
                                    f"(paper: {DEFAULTS.actor.beta}; the adaptive rule raises it to beta_high)."),
         value_low: float = typer.Option(None, min=0.0, max=1.0, help="Keep generated tasks whose critic value "
@@ -207,7 +210,7 @@ def register(app: typer.Typer) -> None:
             "curriculum.value_low": value_low, "curriculum.value_high": value_high,
             "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
             "replay.enabled": replay, "replay.cap_ratio": replay_cap, "replay.demo_tasks": demo_tasks,
-            "actor.kl": kl, "actor.beta": beta,
+            "actor.kl": kl, "actor.beta": beta, "actor.lr": actor_lr,
             "critic.train_backbone": critic_backbone, "evaluation.tasks": eval_tasks,
         })
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
