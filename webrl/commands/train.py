@@ -156,9 +156,9 @@ def register(app: typer.Typer) -> None:
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
         max_steps: int = typer.Option(None, min=1, max=100, help="Rollout horizon: actions per episode at most "
                                       f"(paper: {DEFAULTS.rollout.max_steps}). Default: the preset's."),
-        actor_lr: float = typer.Option(None, help="The actor's learning rate "
-                                       f"(paper: {DEFAULTS.actor.lr} for 8B; the CPU preset's: LoRA). Default: the "
-                                       "preset's."),
+        actor_lr: float = typer.Option(None, help="The actor's AdamW learning rate "
+                                       f"(paper: {DEFAULTS.actor.lr}, an 8B model's full weights; cpu-demo's LoRA "
+                                       "adapter: 1e-4). Default: the preset's."),
         beta: float = typer.Option(None, min=0.0, help="beta, weight of the KL constraint of the actor loss "
                                    f"(paper: {DEFAULTS.actor.beta}; the adaptive rule raises it to beta_high)."),
         value_low: float = typer.Option(None, min=0.0, max=1.0, help="Keep generated tasks whose critic value "
