@@ -31,7 +31,7 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # LoRA moves only the adapters: the SFT's 5e-4 / 2 for the actor. The critic's fresh heads, initialised as
     # WebRL's (std 0.2) on SmolLM2's last states (norm ~50), swung its loss between 0 and 140 from one step to the
     # next at 5e-4 and at 5e-5; here they start at the fan-in scale and train at 1e-4.
-    # A phase's A > 0 steps are few (the successes of 24 rollouts plus replay: ~10-40 steps, 3-10 optimizer steps
+    # A phase's A > 0 steps are few (the successes of 24 rollouts plus replay: ~10-60 steps, 3-14 optimizer steps
     # an epoch), so the actor makes three passes over them. At 2.5e-4 one phase lost 12-13 of the SFT actor's 25 test
     # tasks; two phases at 1e-4 kept 21, gained 11: 15.2% -> 19.4% (docs/measurements.md, session 19)
     actor=ActorLoss(lr=1e-4, epochs=3),
