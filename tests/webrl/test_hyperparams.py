@@ -118,3 +118,14 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
     for flag in ("--beta", "--value-low", "--value-high", "--replay-cap", "--rollout-temperature", "--max-steps",
                  "--critic-heads-only", "--eval-tasks", "--actor-lr"):
         assert flag in result.output, flag
+
+
+def test_a_value_the_record_refuses_names_its_field(tmp_path: Path) -> None:
+    from webrl.cli import app
+
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}")
+    result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--actor-lr", "0"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "actor.lr: Input should be greater than 0" in result.output, result.output

@@ -76,9 +76,14 @@ def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyper
     if preset and preset not in PRESETS:
         raise typer.BadParameter(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}", param_hint="--preset")
     base = PRESETS[preset] if preset else DEFAULTS
+    from pydantic import ValidationError
+
     try:
         return with_overrides(base, {k: v for k, v in overrides.items() if v is not None})
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+    except ValidationError as exc:  # one line naming the field: "actor.lr: Input should be greater than 0"
+        first = exc.errors()[0]
+        raise typer.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+    except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
 
 
