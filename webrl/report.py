@@ -232,6 +232,18 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def evaluation_note(rows: list[dict[str, Any]]) -> str:
+    """What the test columns count, when the phases evaluated different numbers of tasks or one was evaluated
+    after the run (``webrl eval --run``); "" when every phase evaluated the same tasks during the run."""
+    evaluated = [r for r in rows if "evaluate.n" in r]
+    later = [r["phase"] for r in evaluated if r.get("evaluate.later")]
+    if len({r["evaluate.n"] for r in evaluated}) <= 1 and not later:
+        return ""
+    counts = ", ".join(f"phase {r['phase']}: {r['evaluate.n']}" for r in evaluated)
+    after = f"; evaluated after the run (`webrl eval --run`): phase {', '.join(map(str, later))}" if later else ""
+    return f"Test columns: success on the test tasks each phase evaluated (how many: {counts}){after}."
+
+
 def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     """Write ``report.md`` and its PNGs into ``out_dir``; returns the report's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -239,8 +251,9 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     header, body = phase_table(rows)
     success_png = plot_success(rows, out_dir / "success_per_phase.png")
     calibration_png = plot_calibration(calibration_points(settings), out_dir / "orm_calibration.png")
+    note = evaluation_note(rows)
     parts = [f"# webrl run `{run}`", "", "## Phases", "", markdown_table(header, body), "", ORM_COLUMN_NOTE, "",
-             f"![test success per phase]({success_png.name})", ""]
+             *([note, ""] if note else []), f"![test success per phase]({success_png.name})", ""]
     solved_keys = {key for r in rows for key in r.get("evaluate.solved", [])}
     with session_scope(settings) as s:
         subset = subset_keys(s, run_id_of(s, run), rows)

@@ -110,3 +110,14 @@ def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(se
     assert "| test subset |" in text
     assert "| t/5 | do t/5 | solved | - |  |" in text  # phase 1 did not evaluate t/5; phase 2 did, and failed it
     assert "test subset" not in phase_table([PHASE_0, PHASE_1])[0]  # no subset evaluated: no column
+
+
+def test_the_evaluation_note_says_how_many_tasks_each_phase_evaluated_and_which_came_later() -> None:
+    from webrl.report import evaluation_note
+
+    same = [{**PHASE_0, "evaluate.n": 165}, {**PHASE_1, "evaluate.n": 165}]
+    assert evaluation_note(same) == ""  # nothing to explain
+    mixed = [{**PHASE_0, "evaluate.n": 1}, {**PHASE_1, "evaluate.n": 165, "evaluate.later": True}]
+    assert evaluation_note(mixed) == ("Test columns: success on the test tasks each phase evaluated (how many: "
+                                      "phase 0: 1, phase 1: 165); evaluated after the run (`webrl eval --run`): "
+                                      "phase 1.")

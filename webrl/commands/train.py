@@ -250,7 +250,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("eval")
     def evaluate(
-        actor: Path = typer.Option(..., help="Actor folder (Hugging Face format)."),
+        actor: Path = typer.Option(None, help="Actor folder (Hugging Face format)."),
+        run: str = typer.Option(None, help="Instead of --actor: a `webrl train` run, whose --phase actor is "
+                                "evaluated with the run's horizon and early stops; the result becomes that phase's "
+                                "evaluation in the run's table and report (for runs trained with few --eval-tasks)."),
+        phase: int = typer.Option(None, min=0, help="With --run: the phase (default: the last that evaluated)."),
         split: str = typer.Option("test", help="Task split of the built-in suite."),
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
@@ -264,6 +268,15 @@ def register(app: typer.Typer) -> None:
         from webrl.orchestration.evaluate import evaluate_actor
 
         settings = get_settings()
+        if run is not None:
+            _evaluate_run_phase(settings, run, phase, limit=limit, refused={
+                "--actor": actor is not None, "--tasks": tasks is not None, "--split": split != "test",
+                "--max-steps": max_steps is not None})
+            return
+        if actor is None:
+            raise typer.BadParameter("name the actor folder to evaluate, or --run", param_hint="--actor")
+        if phase is not None:
+            raise typer.BadParameter("--phase picks a phase of --run", param_hint="--phase")
         if not is_model_folder(actor):
             raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
         if tasks is not None and not tasks.exists():
@@ -284,3 +297,32 @@ def register(app: typer.Typer) -> None:
         for site, (n, rate) in sorted(result.items()):
             table.add_row(site, str(n), f"{100 * rate:.1f}%")
         console.print(table)
+
+
+def _evaluate_run_phase(settings: Settings, run: str, phase: int | None, *, limit: int | None,
+                        refused: dict[str, bool]) -> None:
+    """``webrl eval --run``: evaluate one phase of a stored run on the test tasks and make the result that phase's
+    evaluation (:meth:`webrl.orchestration.pipeline.Pipeline.evaluate_in_full`), then show the run's table and
+    rewrite its report."""
+    from webrl.contracts import InvalidRequest
+    from webrl.orchestration.pipeline import Pipeline
+    from webrl.report import write_report
+
+    given = [flag for flag, is_given in refused.items() if is_given]
+    if given:
+        raise typer.BadParameter(f"--run evaluates the run's own actor on the test tasks with its own horizon; "
+                                 f"leave out {', '.join(given)}", param_hint=given[0])
+    ensure_ready(settings)
+    with sandbox_if_needed(settings), _progress() as progress:
+        try:
+            pipeline = Pipeline.of_run(settings, run, on_progress=RichProgress(progress))
+            index = phase if phase is not None else max(pipeline.evaluated_phases(), default=0)
+            metrics = pipeline.evaluate_in_full(index, tasks=limit)
+        except InvalidRequest as refused_request:
+            raise typer.BadParameter(str(refused_request).split(": ", 1)[1],
+                                     param_hint=f"--{refused_request.field}") from None
+    console.print(f"run {run} phase {index}: {100 * metrics['success']:.1f}% of {metrics['n']} test tasks")
+    print_phase_table(settings, run)
+    assert settings.artifacts_dir is not None
+    console.print(f"report: {write_report(settings, run, settings.artifacts_dir / 'reports' / run)}")
+

@@ -133,6 +133,15 @@ def nearest_to_band(keys: Sequence[str], values: dict[str, float], low: float, h
     return sorted(keys, key=lambda k: max(low - values[k], 0.0, values[k] - high))
 
 
+def _stored_options(run: str, stored_json: dict[str, Any]) -> PipelineOptions:
+    """The options run ``run`` was stored with, or a ``RuntimeError`` saying why this webrl cannot read them."""
+    try:
+        return PipelineOptions.from_json(stored_json)
+    except ValidationError as exc:
+        raise RuntimeError(f"run {run!r} was stored with options this webrl cannot read "
+                           f"(an older layout?); start it under a new --run name.\n{exc}") from exc
+
+
 class Pipeline:
     """Runs (or resumes) the phases of one named run."""
 
@@ -167,11 +176,7 @@ class Pipeline:
         """A resume keeps the options the run started with, except the phase count: it may grow, and an explicit
         ``end_at`` may end the run earlier, at a phase that has not evaluated yet (that phase then evaluates all
         the test tasks, as a last phase does). ``started``: each phase's finished stages."""
-        try:
-            stored = PipelineOptions.from_json(stored_json)
-        except ValidationError as exc:
-            raise RuntimeError(f"run {self.options.run!r} was stored with options this webrl cannot read "
-                               f"(an older layout?); start it under a new --run name.\n{exc}") from exc
+        stored = _stored_options(self.options.run, stored_json)
         phases = max(self.hp.curriculum.phases, stored.hyperparams.curriculum.phases)
         if self.end_at is not None and self.end_at < phases:
             later = sorted(i for i, stages in started.items() if i > self.end_at and stages)
@@ -181,6 +186,17 @@ class Pipeline:
                                         f"phase {self.end_at} has already evaluated (a subset of the test tasks)"))
             phases = self.end_at
         return replace(stored, hyperparams=with_overrides(stored.hyperparams, {"curriculum.phases": phases}))
+
+    @classmethod
+    def of_run(cls, settings: Settings, run: str, on_progress: ProgressHook | None = None) -> Pipeline:
+        """The stored run ``run`` with the options it was started with (none changed), to act on its phases after
+        it ran (:meth:`evaluate_in_full`); ``InvalidRequest`` on "run" when no run has that name."""
+        with session_scope(settings) as s:
+            stored = s.scalar(select(m.Run.options).where(m.Run.name == run))
+            names = list(s.scalars(select(m.Run.name).order_by(m.Run.id)))
+        if stored is None:
+            raise InvalidRequest("run", f"no run named {run!r}; the runs stored here: {', '.join(names) or 'none'}")
+        return cls(settings, _stored_options(run, stored), on_progress=on_progress)
 
     @property
     def hp(self) -> WebRLHyperparams:
@@ -198,6 +214,12 @@ class Pipeline:
     def stages_done(self, index: int) -> list[str]:
         with session_scope(self.settings) as s:
             return list(self._phase_row(s, index).stages_done)
+
+    def evaluated_phases(self) -> list[int]:
+        """The phases whose evaluate stage has finished, in order (read only: no phase row is created)."""
+        with session_scope(self.settings) as s:
+            rows = s.scalars(select(m.Phase).where(m.Phase.run_id == self.run_id).order_by(m.Phase.index))
+            return [row.index for row in rows if "evaluate" in row.stages_done]
 
     def phase_metrics(self, index: int) -> dict[str, Any]:
         with session_scope(self.settings) as s:
@@ -264,6 +286,30 @@ class Pipeline:
             keys = self._stratified(keys, subset)
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
         return {**self._evaluation_metrics(ids), "subset": sampled}, state
+
+    def evaluate_in_full(self, index: int, tasks: int | None = None) -> dict[str, Any]:
+        """Evaluate the actor phase ``index`` published on the first ``tasks`` test tasks (all when None), after the
+        phase evaluated: a run that evaluated few tasks a phase (``--eval-tasks``, a subset) gets its checkpoints
+        measured in full later, with the run's own horizon and early stops. The result replaces the phase's
+        evaluate metrics (``evaluate.later`` marks it; ``evaluate.seconds`` stays the run's own time). Episodes the
+        phase already stored are reused, so it is idempotent and resumes after a crash."""
+        if not 0 <= index <= self.hp.curriculum.phases:
+            raise InvalidRequest("phase", f"run {self.options.run!r} has phases 0-{self.hp.curriculum.phases}")
+        if index not in self.evaluated_phases():
+            raise InvalidRequest("phase", f"phase {index} of run {self.options.run!r} has not evaluated yet "
+                                 "(resume the run with `webrl train --run` first)")
+        actor = self.options.actor if index == 0 else self.phase_state(index).actor_path
+        assert actor is not None, "the train stage records the phase's actor"
+        keys = self._task_keys(split="test", origin=None, limit=tasks)
+        started = time.perf_counter()
+        ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
+        metrics = {**self._evaluation_metrics(ids), "subset": False, "later": True,
+                   "later_seconds": round(time.perf_counter() - started, 2)}
+        with session_scope(self.settings) as s:
+            row = self._phase_row(s, index)
+            kept = {k: v for k, v in row.metrics.items() if not k.startswith("evaluate.") or k == "evaluate.seconds"}
+            row.metrics = {**kept, **{f"evaluate.{k}": v for k, v in metrics.items()}}
+        return metrics
 
     def _stratified(self, keys: list[str], n: int, split: str = "test") -> list[str]:
         """A fixed sample of ``n`` of ``keys`` (tasks of ``split``), templates taken in turn (each template's tasks

@@ -108,3 +108,40 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
     again = CliRunner().invoke(app, args)  # everything is done: resumes to the end without new work
     assert again.exit_code == 0, again.output
     assert _counts(world) == counts
+
+    _evaluate_phase_one_in_full_later(world, counts)
+
+
+def _evaluate_phase_one_in_full_later(world: Settings, counts: dict[str, int]) -> None:
+    """`webrl eval --run smoke --phase 1 --limit 10`: phase 1's actor on 10 test tasks (its own 8 episodes reused,
+    2 new), which become phase 1's evaluation in the table and report; again, it is a no-op."""
+    from webrl.cli import app
+
+    def phase_one() -> dict:
+        with session_scope(world) as s:
+            return s.scalar(select(m.Phase.metrics).where(m.Phase.index == 1))
+
+    before = phase_one()
+    args = ["eval", "--run", "smoke", "--phase", "1", "--limit", "10"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "run smoke phase 1:" in result.output and "of 10 test tasks" in result.output
+    after = phase_one()
+    assert after["evaluate.n"] == 10 and after["evaluate.later"] is True and after["evaluate.subset"] is False
+    assert set(before["evaluate.solved"]) <= set(after["evaluate.solved"])  # greedy: its 8 episodes are reused
+    assert after["evaluate.seconds"] == before["evaluate.seconds"]  # the phase's minutes stay the run's own
+    assert {k: v for k, v in after.items() if not k.startswith("evaluate.")} == \
+        {k: v for k, v in before.items() if not k.startswith("evaluate.")}
+    assert _counts(world)["trajectories"] == counts["trajectories"] + 2
+    report = (world.artifacts_dir / "reports" / "smoke" / "report.md").read_text()
+    assert "evaluated after the run (`webrl eval --run`): phase 1" in report
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and _counts(world)["trajectories"] == counts["trajectories"] + 2
+
+    for bad, hint, words in ((["--run", "nope"], "--run", "no run named 'nope'; the runs stored here: smoke"),
+                             (["--run", "smoke", "--phase", "4"], "--phase", "has phases 0-1"),
+                             (["--run", "smoke", "--max-steps", "3"], "--max-steps", "leave out --max-steps"),
+                             ([], "--actor", "name the actor folder to evaluate, or --run")):
+        refused = CliRunner().invoke(app, ["eval", *bad])
+        assert refused.exit_code == 2 and hint in refused.output and words in " ".join(refused.output.split()), \
+            refused.output
