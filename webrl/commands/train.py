@@ -252,13 +252,14 @@ def register(app: typer.Typer) -> None:
     def evaluate(
         actor: Path = typer.Option(None, help="Actor folder (Hugging Face format)."),
         run: str = typer.Option(None, help="Instead of --actor: a `webrl train` run, whose --phase actor is "
-                                "evaluated with the run's horizon and early stops; the result becomes that phase's "
-                                "evaluation in the run's table and report (for runs trained with few --eval-tasks)."),
+                                "evaluated with the run's horizon, early stops and concurrency; the result becomes "
+                                "that phase's evaluation in the run's table and report (for runs trained with few "
+                                "--eval-tasks)."),
         phase: int = typer.Option(None, min=0, help="With --run: the phase (default: the last that evaluated)."),
         split: str = typer.Option("test", help="Task split of the built-in suite."),
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
-        concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes."),
+        concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes (--run: the run's own)."),
         max_steps: int = typer.Option(None, min=1, max=100, help="Episode horizon (default "
                                       f"{DEFAULTS.rollout.max_steps}, WebRL's; the CPU presets use 8-10)."),
         screenshots: bool = typer.Option(True, "--screenshots/--no-screenshots", help="Store a downscaled "
