@@ -53,9 +53,12 @@ def run_id_of(session: Session, run: str) -> int:
 def subset_keys(session: Session, run_id: int, rows: list[dict[str, Any]]) -> set[str]:
     """The test tasks the run's subset evaluations ran (the phases between the first and the last evaluate one fixed
     stratified subset); empty when every phase evaluated every task."""
-    phase = next((r["phase"] for r in rows if r.get("evaluate.subset")), None)
-    if phase is None:
+    row = next((r for r in rows if r.get("evaluate.subset")), None)
+    if row is None:
         return set()
+    if "evaluate.keys" in row:  # evaluated after the run (`webrl eval --run --stratified`): the tasks it names
+        return set(row["evaluate.keys"])
+    phase = row["phase"]
     return set(session.scalars(
         select(m.Task.key).join(m.Trajectory, m.Trajectory.task_id == m.Task.id)
         .where(m.Trajectory.run_id == run_id, m.Trajectory.phase == phase, m.Trajectory.purpose == "eval")))

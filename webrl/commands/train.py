@@ -256,6 +256,9 @@ def register(app: typer.Typer) -> None:
                                 "that phase's evaluation in the run's table and report (for runs trained with few "
                                 "--eval-tasks)."),
         phase: int = typer.Option(None, min=0, help="With --run: the phase (default: the last that evaluated)."),
+        stratified: int = typer.Option(None, min=1, help="With --run: only the run's fixed stratified sample of N "
+                                       "test tasks (the sample its middle phases evaluate when N is the preset's "
+                                       "evaluation subset, 40 for cpu-demo)."),
         split: str = typer.Option("test", help="Task split of the built-in suite."),
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
@@ -270,14 +273,15 @@ def register(app: typer.Typer) -> None:
 
         settings = get_settings()
         if run is not None:
-            _evaluate_run_phase(settings, run, phase, limit=limit, refused={
+            _evaluate_run_phase(settings, run, phase, limit=limit, stratified=stratified, refused={
                 "--actor": actor is not None, "--tasks": tasks is not None, "--split": split != "test",
                 "--max-steps": max_steps is not None})
             return
         if actor is None:
             raise typer.BadParameter("name the actor folder to evaluate, or --run", param_hint="--actor")
-        if phase is not None:
-            raise typer.BadParameter("--phase picks a phase of --run", param_hint="--phase")
+        for flag, value in (("--phase", phase), ("--stratified", stratified)):
+            if value is not None:
+                raise typer.BadParameter(f"{flag} applies to --run", param_hint=flag)
         if not is_model_folder(actor):
             raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
         if tasks is not None and not tasks.exists():
@@ -301,7 +305,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _evaluate_run_phase(settings: Settings, run: str, phase: int | None, *, limit: int | None,
-                        refused: dict[str, bool]) -> None:
+                        stratified: int | None, refused: dict[str, bool]) -> None:
     """``webrl eval --run``: evaluate one phase of a stored run on the test tasks and make the result that phase's
     evaluation (:meth:`webrl.orchestration.pipeline.Pipeline.evaluate_in_full`), then show the run's table and
     rewrite its report."""
@@ -318,7 +322,7 @@ def _evaluate_run_phase(settings: Settings, run: str, phase: int | None, *, limi
         try:
             pipeline = Pipeline.of_run(settings, run, on_progress=RichProgress(progress))
             index = phase if phase is not None else max(pipeline.evaluated_phases(), default=0)
-            metrics = pipeline.evaluate_in_full(index, tasks=limit)
+            metrics = pipeline.evaluate_in_full(index, tasks=limit, stratified=stratified)
         except InvalidRequest as refused_request:
             raise typer.BadParameter(str(refused_request).split(": ", 1)[1],
                                      param_hint=f"--{refused_request.field}") from None

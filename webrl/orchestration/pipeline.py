@@ -287,12 +287,14 @@ class Pipeline:
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
         return {**self._evaluation_metrics(ids), "subset": sampled}, state
 
-    def evaluate_in_full(self, index: int, tasks: int | None = None) -> dict[str, Any]:
+    def evaluate_in_full(self, index: int, tasks: int | None = None, stratified: int | None = None) -> dict[str, Any]:
         """Evaluate the actor phase ``index`` published on the first ``tasks`` test tasks (all when None), after the
         phase evaluated: a run that evaluated few tasks a phase (``--eval-tasks``, a subset) gets its checkpoints
-        measured in full later, with the run's own horizon and early stops. The result replaces the phase's
-        evaluate metrics (``evaluate.later`` marks it; ``evaluate.seconds`` stays the run's own time). Episodes the
-        phase already stored are reused, so it is idempotent and resumes after a crash."""
+        measured in full later, with the run's own horizon and early stops. ``stratified``: only the run's fixed
+        stratified sample of that many of them (:meth:`_stratified`, the sample its middle phases evaluate when it
+        is ``evaluation.subset``). The result replaces the phase's evaluate metrics (``evaluate.later`` marks it,
+        ``evaluate.keys`` lists the tasks; ``evaluate.seconds`` stays the run's own time). Episodes the phase
+        already stored are reused, so it is idempotent and resumes after a crash."""
         if not 0 <= index <= self.hp.curriculum.phases:
             raise InvalidRequest("phase", f"run {self.options.run!r} has phases 0-{self.hp.curriculum.phases}")
         if index not in self.evaluated_phases():
@@ -301,9 +303,12 @@ class Pipeline:
         actor = self.options.actor if index == 0 else self.phase_state(index).actor_path
         assert actor is not None, "the train stage records the phase's actor"
         keys = self._task_keys(split="test", origin=None, limit=tasks)
+        sampled = stratified is not None and stratified < len(keys)
+        if sampled:
+            keys = self._stratified(keys, stratified)
         started = time.perf_counter()
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
-        metrics = {**self._evaluation_metrics(ids), "subset": False, "later": True,
+        metrics = {**self._evaluation_metrics(ids), "subset": sampled, "later": True, "keys": keys,
                    "later_seconds": round(time.perf_counter() - started, 2)}
         with session_scope(self.settings) as s:
             row = self._phase_row(s, index)

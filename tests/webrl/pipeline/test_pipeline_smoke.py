@@ -109,12 +109,13 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: 
     assert again.exit_code == 0, again.output
     assert _counts(world) == counts
 
-    _evaluate_phase_one_in_full_later(world, counts)
+    _evaluate_phase_one_in_full_later(world)
 
 
-def _evaluate_phase_one_in_full_later(world: Settings, counts: dict[str, int]) -> None:
-    """`webrl eval --run smoke --phase 1 --limit 10`: phase 1's actor on 10 test tasks (its own 8 episodes reused,
-    2 new), which become phase 1's evaluation in the table and report; again, it is a no-op."""
+def _evaluate_phase_one_in_full_later(world: Settings) -> None:
+    """`webrl eval --run smoke --phase 1 --stratified 4`, then `--limit 10`: phase 1's actor on the run's stratified
+    4 test tasks, then on the first 10 (its own 8 episodes reused), each becoming phase 1's evaluation in the table
+    and report; again, it is a no-op. Then the refusals, one line naming the option."""
     from webrl.cli import app
 
     def phase_one() -> dict:
@@ -122,6 +123,16 @@ def _evaluate_phase_one_in_full_later(world: Settings, counts: dict[str, int]) -
             return s.scalar(select(m.Phase.metrics).where(m.Phase.index == 1))
 
     before = phase_one()
+    sample = CliRunner().invoke(app, ["eval", "--run", "smoke", "--phase", "1", "--stratified", "4"])
+    assert sample.exit_code == 0, sample.output + repr(sample.exception)
+    sampled = phase_one()
+    assert (sampled["evaluate.n"], sampled["evaluate.subset"], len(set(sampled["evaluate.keys"]))) == (4, True, 4)
+    with session_scope(world) as s:  # one task of each of 4 templates: the run's stratified sampler
+        templates = {t.config["intent_template_id"] for t in s.scalars(
+            select(m.Task).where(m.Task.key.in_(sampled["evaluate.keys"])))}
+    assert len(templates) == 4
+    assert "test subset" in (world.artifacts_dir / "reports" / "smoke" / "report.md").read_text()
+
     args = ["eval", "--run", "smoke", "--phase", "1", "--limit", "10"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
@@ -132,16 +143,23 @@ def _evaluate_phase_one_in_full_later(world: Settings, counts: dict[str, int]) -
     assert after["evaluate.seconds"] == before["evaluate.seconds"]  # the phase's minutes stay the run's own
     assert {k: v for k, v in after.items() if not k.startswith("evaluate.")} == \
         {k: v for k, v in before.items() if not k.startswith("evaluate.")}
-    assert _counts(world)["trajectories"] == counts["trajectories"] + 2
+    with session_scope(world) as s:  # the phase's own 8 episodes reused: one episode per task evaluated
+        first_ten = [t.key for t in s.scalars(select(m.Task).where(m.Task.split == "test").order_by(m.Task.id))][:10]
+        evaluated = list(s.scalars(select(m.Task.key).join(m.Trajectory).where(
+            m.Trajectory.phase == 1, m.Trajectory.purpose == "eval")))
+    assert sorted(evaluated) == sorted(set(first_ten) | set(sampled["evaluate.keys"]))
+    assert after["evaluate.keys"] == first_ten
+    stored = _counts(world)["trajectories"]
     report = (world.artifacts_dir / "reports" / "smoke" / "report.md").read_text()
     assert "evaluated after the run (`webrl eval --run`): phase 1" in report
     again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0 and _counts(world)["trajectories"] == counts["trajectories"] + 2
+    assert again.exit_code == 0 and _counts(world)["trajectories"] == stored
 
     for bad, hint, words in ((["--run", "nope"], "--run", "no run named 'nope'; the runs stored here: smoke"),
                              (["--run", "smoke", "--phase", "4"], "--phase", "has phases 0-1"),
                              (["--run", "smoke", "--max-steps", "3"], "--max-steps", "leave out --max-steps"),
-                             ([], "--actor", "name the actor folder to evaluate, or --run")):
+                             ([], "--actor", "name the actor folder to evaluate, or --run"),
+                             (["--actor", ".", "--stratified", "4"], "--stratified", "--stratified applies to --run")):
         refused = CliRunner().invoke(app, ["eval", *bad])
         assert refused.exit_code == 2 and hint in refused.output and words in " ".join(refused.output.split()), \
             refused.output
