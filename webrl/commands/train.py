@@ -324,8 +324,8 @@ def _evaluate_run_phase(settings: Settings, run: str, phase: int | None, *, limi
             index = phase if phase is not None else max(pipeline.evaluated_phases(), default=0)
             metrics = pipeline.evaluate_in_full(index, tasks=limit, stratified=stratified)
         except InvalidRequest as refused_request:
-            raise typer.BadParameter(str(refused_request).split(": ", 1)[1],
-                                     param_hint=f"--{refused_request.field}") from None
+            field = refused_request.field
+            raise typer.BadParameter(str(refused_request).removeprefix(f"{field}: "), param_hint=f"--{field}") from None
     console.print(f"run {run} phase {index}: {100 * metrics['success']:.1f}% of {metrics['n']} test tasks")
     print_phase_table(settings, run)
     assert settings.artifacts_dir is not None
