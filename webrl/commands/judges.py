@@ -17,6 +17,7 @@ from webrl.orchestration.train_orm import (
     TrainOrmOptions,
     default_policies,
     parse_policy,
+    split_policy_cap,
     train_orm,
 )
 from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
@@ -74,7 +75,8 @@ def register(app: typer.Typer) -> None:
                                   "<artifacts>/models/actor-sft when present; with --base FOLDER, that folder."),
         output: str = typer.Option(None, help="Where to publish the ORM. Default: <artifacts>/models/orm."),
         policy: list[str] = typer.Option(None, help="Rollout policies: oracle, oracle:<corrupt>, sft, "
-                                         "checkpoint:<path>, endpoint:<url>. Repeat the option. Default: oracle, "
+                                         "checkpoint:<path>, endpoint:<url>; POLICY@N rolls it out on at most N "
+                                         "train tasks (every test task still). Repeat the option. Default: oracle, "
                                          "oracle:0.3, oracle:0.6 and, when there is an SFT actor, sft."),
         train_tasks: int = typer.Option(None, min=1, help="At most this many train-split tasks."),
         test_tasks: int = typer.Option(None, min=1, help="At most this many test-split tasks."),
@@ -107,7 +109,7 @@ def register(app: typer.Typer) -> None:
         check_start(base, lora_rank, max_prompt_tokens)
         policies = list(policy) if policy else default_policies(actor)
         try:
-            [parse_policy(p, actor, seed) for p in policies]
+            [parse_policy(split_policy_cap(p)[0], actor, seed) for p in policies]
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--policy") from exc
         options = TrainOrmOptions(base=base, output=str(Path(output or artifacts / "models" / "orm").resolve()),

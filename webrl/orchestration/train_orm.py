@@ -25,7 +25,8 @@ Two models take part, and the options name them apart:
 1. Rollouts (``rollout.run``) on the train and test split tasks with every policy: the oracle, the oracle with
    its actions randomly corrupted (failures that look like real attempts) and the SFT actor. Each policy is
    one ``attempt`` (:data:`ORM_ATTEMPT_BASE` + its index) of phase 0, purpose ``"orm"``, so reruns reuse
-   what is stored.
+   what is stored. ``POLICY@N`` caps a policy's train tasks (:func:`split_policy_cap`); every policy runs on
+   every test task, so the held-out set is the same whatever the caps.
 2. Labels: the evaluator's env score (1 = success). Train trajectories are balanced by down-sampling the
    larger class (seeded).
 3. The start (:func:`prepare_start`): for a LoRA ORM, an adapter folder in ``<output>-start/`` (a new adapter,
@@ -99,7 +100,28 @@ def parse_policy(text: str, sft_path: str | None, seed: int) -> PolicySpec:
         return CheckpointSpec(path=arg)
     if kind == "endpoint" and arg:
         return EndpointSpec(url=arg)
-    raise ValueError(f"unknown policy {text!r}; use oracle, oracle:<corrupt>, sft, checkpoint:<path>, endpoint:<url>")
+    raise ValueError(f"unknown policy {text!r}; use oracle, oracle:<corrupt>, sft, checkpoint:<path>, endpoint:<url>"
+                     ", each optionally capped to N train tasks with @N")
+
+
+def split_policy_cap(text: str) -> tuple[str, int | None]:
+    """``POLICY@N`` -> (``POLICY``, N): the policy rolls out on at most N train tasks (the seeded sample that
+    ``--train-tasks N`` would pick), so a costly policy (the SFT actor: ~10 s an episode on a CPU, the oracle
+    ~1 s) can label fewer tasks than the cheap ones. Anything else -> (``text``, None): every train task (an
+    endpoint URL may hold an ``@`` of its own; only digits after the last one make a cap)."""
+    policy, at, cap = text.rpartition("@")
+    if not at or not cap.isdigit():
+        return text, None
+    if int(cap) < 1 or not policy:
+        raise ValueError(f"policy {text!r}: after '@' comes the most train tasks it rolls out on, at least 1")
+    return policy, int(cap)
+
+
+def tasks_per_policy(caps: Sequence[int | None], train_keys: list[str], sample: Callable[[int], list[str]]
+                     ) -> list[list[str]]:
+    """The train tasks of each policy: ``train_keys``, or ``sample(cap)`` (the seeded sample of that size) for a
+    policy capped below their number."""
+    return [train_keys if cap is None or cap >= len(train_keys) else sample(cap) for cap in caps]
 
 
 def default_policies(actor: str | None) -> list[str]:
@@ -161,13 +183,13 @@ def split_keys(settings: Settings, split: str, limit: int | None, seed: int) -> 
     return keys
 
 
-def collect(keys: Sequence[str], policies: Sequence[PolicySpec], concurrency: int) -> list[int]:
-    """Run every policy on every task (one attempt per policy); the stored trajectory ids."""
+def collect(policies: Sequence[PolicySpec], keys: Sequence[Sequence[str]], concurrency: int) -> list[int]:
+    """Run policy i on the tasks ``keys[i]`` (one attempt per policy: its index); the stored trajectory ids."""
     from webrl.clients import rollout_run
 
     ids: list[int] = []
-    for attempt, policy in enumerate(policies):
-        result = rollout_run(RolloutRequest(task_keys=list(keys), phase=ORM_DATA_PHASE,
+    for attempt, (policy, tasks) in enumerate(zip(policies, keys, strict=True)):
+        result = rollout_run(RolloutRequest(task_keys=list(tasks), phase=ORM_DATA_PHASE,
                                             attempt=ORM_ATTEMPT_BASE + attempt, purpose=ORM_PURPOSE, policy=policy,
                                             concurrency=concurrency))
         log.info("policy %s: %d trajectories, mean env score %.3f", policy, len(result.trajectory_ids),
@@ -346,14 +368,18 @@ def train_orm(settings: Settings, options: TrainOrmOptions,
               say: Callable[[str], None] = log.info) -> dict[str, Any]:
     """Collect, label, balance, train, measure; returns (and writes) the report. ``say`` hears each stage as it
     starts (the CLI prints them: the whole command runs for an hour or more on a CPU)."""
-    policies = [parse_policy(p, options.actor, options.seed + i) for i, p in enumerate(options.policies or [])]
+    choices = [split_policy_cap(p) for p in options.policies or []]
+    policies = [parse_policy(p, options.actor, options.seed + i) for i, (p, _) in enumerate(choices)]
     start = prepare_start(settings, options)
     train_keys = split_keys(settings, "train", options.train_tasks, options.seed)
     test_keys = split_keys(settings, "test", options.test_tasks, options.seed)
-    say(f"rollouts: {len(train_keys)} train and {len(test_keys)} test tasks x {len(policies)} policies "
+    train_of = tasks_per_policy([cap for _, cap in choices], train_keys,
+                                lambda n: split_keys(settings, "train", n, options.seed))
+    per_policy = ", ".join(f"{p} {len(keys)}" for (p, _), keys in zip(choices, train_of, strict=True))
+    say(f"rollouts: train tasks per policy: {per_policy}; {len(test_keys)} test tasks for every policy "
         f"(trajectories already stored are reused)")
-    train_labels = evaluator_labels(settings, collect(train_keys, policies, options.concurrency))
-    test_labels = evaluator_labels(settings, collect(test_keys, policies, options.concurrency))
+    train_labels = evaluator_labels(settings, collect(policies, train_of, options.concurrency))
+    test_labels = evaluator_labels(settings, collect(policies, [test_keys] * len(policies), options.concurrency))
     balanced = balance(train_labels, options.seed)
     budget = f", at most {options.max_minutes:g} min" if options.max_minutes else ""
     how = (f"fitting a classification head on the frozen backbone's states of all {len(train_labels)}"
@@ -367,7 +393,8 @@ def train_orm(settings: Settings, options: TrainOrmOptions,
                        report_dir)
     report = {"options": asdict(options), "start": asdict(start), "policies": [p.model_dump() for p in policies],
               "orm": trained.model_dump(),
-              "data": {"train_trajectories": len(train_labels), "train_successes": sum(train_labels.values()),
+              "data": {"train_tasks_per_policy": {p: len(keys) for (p, _), keys in zip(choices, train_of, strict=True)},
+                       "train_trajectories": len(train_labels), "train_successes": sum(train_labels.values()),
                        "train_balanced": len(balanced),
                        "train_used": len(train_labels) if options.objective == "head" else len(balanced),
                        "test_trajectories": len(test_labels),

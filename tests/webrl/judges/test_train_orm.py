@@ -17,7 +17,7 @@ from webrl.models.orm import (
     plot_calibration,
     roc_auc,
 )
-from webrl.orchestration.train_orm import balance, measure, parse_policy
+from webrl.orchestration.train_orm import balance, measure, parse_policy, split_policy_cap, tasks_per_policy
 
 
 @pytest.fixture
@@ -60,6 +60,30 @@ def test_policy_specs() -> None:
     for bad in ("oracle:2", "mystery", "checkpoint:"):
         with pytest.raises(ValueError):
             parse_policy(bad, "/sft", 0)
+
+
+def test_a_policy_can_be_capped_to_fewer_train_tasks() -> None:
+    assert split_policy_cap("sft@120") == ("sft", 120)
+    assert split_policy_cap("oracle:0.3@40") == ("oracle:0.3", 40)
+    assert split_policy_cap("sft") == ("sft", None)
+    assert split_policy_cap("endpoint:http://user@host:8000/v1") == ("endpoint:http://user@host:8000/v1", None)
+    for bad in ("sft@0", "@5"):
+        with pytest.raises(ValueError, match="at least 1"):
+            split_policy_cap(bad)
+    with pytest.raises(ValueError, match="@N"):
+        parse_policy(split_policy_cap("sft@many")[0], "/sft", 0)
+
+
+def test_a_capped_policy_gets_the_seeded_sample_of_its_size() -> None:
+    keys = [f"t{i}" for i in range(10)]
+    asked: list[int] = []
+
+    def sample(n: int) -> list[str]:
+        asked.append(n)
+        return keys[:n]
+
+    assert tasks_per_policy([None, 3, 10, 50], keys, sample) == [keys, keys[:3], keys, keys]
+    assert asked == [3]  # a cap at or above the train tasks changes nothing
 
 
 def test_balance_downsamples_the_larger_class() -> None:

@@ -38,7 +38,7 @@ def _rollouts_stored(store_trajectories: Callable[..., list[int]], monkeypatch: 
     test = [_trajectory(item, success) for item in items[2:] for success in (True, False)]
     ids = {"train": store_trajectories(train, "train"), "test": store_trajectories(test, "test")}
     monkeypatch.setattr(train_orm, "split_keys", lambda settings, split, limit, seed: [split])
-    monkeypatch.setattr(train_orm, "collect", lambda keys, policies, concurrency: ids[keys[0]])
+    monkeypatch.setattr(train_orm, "collect", lambda policies, keys, concurrency: ids[keys[0][0]])
     return ids, test
 
 
@@ -161,6 +161,7 @@ def test_base_and_actor_are_told_apart(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "option", "words"), [
     (["--base", "no-such-base"], "--base", "neither a pretrained base"),
     (["--base", "smollm2-135m", "--policy", "oracle", "--policy", "sft"], "--policy", "--actor"),
+    (["--base", "smollm2-135m", "--policy", "oracle", "--policy", "oracle:0.3@0"], "--policy", "at least 1"),
     (["--base", "smollm2-135m", "--actor", "/no/such/actor"], "--actor", "not a model"),
     (["--base", "ADAPTER", "--lora-rank", "8"], "--lora-rank", "already a LoRA adapter"),
     (["--base", "FULL", "--max-prompt-tokens", "512"], "--max-prompt-tokens", "WEBRL_ORM__MAX_PROMPT_TOKENS"),
