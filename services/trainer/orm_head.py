@@ -2,7 +2,8 @@
 
 1. Each labelled trajectory's ORM prompt, cut to the budget the ORM service will cut it to
    (:func:`webrl.prompts.orm.orm_prompt_budget` of what the published folder declares it reads).
-2. The frozen backbone's last-token state of each prompt (forward passes only: no backward, no optimizer state).
+2. The frozen backbone's last-token state of each prompt (forward passes only: no backward, no optimizer state),
+   cached by backbone and prompt (:mod:`webrl.models.feature_cache`), so a rerun reads only new trajectories.
 3. L2 chosen on held-out training tasks, the head refitted on all (:func:`webrl.models.orm_head.choose_and_fit`).
 4. Published at ``job.output``: the backbone's files (an adapter is MBs), the tokenizer declaring the length read,
    and the head. Idempotent: the same job finds its published checkpoint and returns it.
@@ -25,6 +26,7 @@ from webrl.contracts import OrmHeadJob
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
+from webrl.models.feature_cache import FeatureCache, prompt_key
 from webrl.models.loading import load_tokenizer, save_tokenizer
 from webrl.models.orm_head import (
     HEAD_CONFIG_FILE,
@@ -41,6 +43,10 @@ from webrl.prompts.orm import build_orm_prompt, orm_context_tokens, orm_prompt_b
 from webrl.rewards import is_success
 
 log = logging.getLogger("webrl.trainer.orm_head")
+
+#: Where the backbone's features of ORM prompts are cached, under the artifacts store
+#: (:mod:`webrl.models.feature_cache`): a rerun on grown data reads only the new trajectories.
+FEATURE_CACHE_DIR = Path("cache") / "orm-features"
 
 #: Files of the backbone folder that the published ORM does not copy: its manifest and a head it may already carry
 #: (refitted). The tokenizer is copied, then saved again over it with the length the ORM reads.
@@ -80,16 +86,20 @@ def run_orm_head(settings: Settings, job: OrmHeadJob) -> CheckpointInfo:
     context = job.max_length or orm_context_tokens(backbone.config, tokenizer)
     budget = orm_prompt_budget(context, settings.orm.max_prompt_tokens) if context else settings.orm.max_prompt_tokens
     prompts, labels, groups = labelled_prompts(settings, job, tokenizer, budget)
-    log.info("orm head: features of %d prompts (at most %d tokens each)", len(prompts), budget)
+    cache = FeatureCache.for_backbone(Path(str(settings.artifacts_dir)) / FEATURE_CACHE_DIR, job.base)
+    new = len({prompt_key(p) for p in prompts} - set(cache.rows))
+    log.info("orm head: features of %d prompts (at most %d tokens each): %d cached, %d to read", len(prompts),
+             budget, len(prompts) - new, new)
     done_prompts = 0
 
     def progress(n: int) -> None:
         nonlocal done_prompts
         done_prompts += n
-        if done_prompts % 40 < n or done_prompts == len(prompts):
-            log.info("orm head: %d/%d prompts read", done_prompts, len(prompts))
+        if done_prompts % 40 < n or done_prompts == new:
+            log.info("orm head: %d/%d prompts read", done_prompts, new)
 
-    features = prompt_features(backbone, tokenizer, prompts, job.batch_size, progress)
+    features = cache.features(prompts, lambda chunk: prompt_features(backbone, tokenizer, chunk, job.batch_size,
+                                                                      progress))
     fit = choose_and_fit(features, labels, groups, job.seed)
     with torch.no_grad():
         train_p = success_probability(fit.head(features))

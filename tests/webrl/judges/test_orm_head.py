@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from webrl.models.feature_cache import FeatureCache
 from webrl.models.orm_head import (
     L2_GRID,
     balanced_accuracy,
@@ -73,6 +74,35 @@ def test_features_are_read_at_each_prompt_s_last_token_whatever_the_batch(tiny_l
     assert heard == [3, 1]
 
 
+def test_cached_features_are_read_once_and_survive_a_crash(tiny_llama3, tmp_path: Path) -> None:
+    from transformers import AutoModel
+
+    folder, _, tokenizer = tiny_llama3
+    backbone = AutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
+    read: list[str] = []
+
+    def compute(prompts) -> torch.Tensor:
+        read.extend(prompts)
+        if "crash" in prompts:
+            raise RuntimeError("killed mid-pass")
+        return prompt_features(backbone, tokenizer, prompts, batch_size=2)
+
+    prompts = [f"The User Intent: buy item {i}" for i in range(5)]
+    cache = FeatureCache.for_backbone(tmp_path, folder)
+    first = cache.features(prompts + prompts[:1], compute, save_every=2)
+    torch.testing.assert_close(first, prompt_features(backbone, tokenizer, prompts + prompts[:1], batch_size=1),
+                               atol=1e-5, rtol=1e-4)
+    assert read == prompts  # each distinct prompt once
+    read.clear()
+    with pytest.raises(RuntimeError):
+        FeatureCache.for_backbone(tmp_path, folder).features(["new one", "crash", *prompts], compute, save_every=1)
+    again = FeatureCache.for_backbone(tmp_path, folder)  # from disk: the chunk before the crash was kept
+    assert len(again) == 6
+    read.clear()
+    torch.testing.assert_close(again.features([*prompts[::-1], "new one"], compute)[:5], first[:5].flip(0))
+    assert read == []
+
+
 def test_the_trainer_fits_publishes_and_the_orm_service_judges_with_the_head(settings, tiny_llama3, tmp_path,
                                                                             store_trajectories, purchases) -> None:
     from services.orm.scoring import LocalOrm
@@ -94,6 +124,8 @@ def test_the_trainer_fits_publishes_and_the_orm_service_judges_with_the_head(set
     assert result["metrics"]["examples"] == 20 and result["metrics"]["l2"] in L2_GRID
     assert result["metrics"]["train_balanced_accuracy"] == 1.0
     assert dispatch("train.orm_head", job) == result  # the same job finds its checkpoint
+    cached = list((Path(settings.artifacts_dir) / "cache" / "orm-features").glob("*.pt"))
+    assert len(cached) == 1 and len(FeatureCache(cached[0])) == 20  # a job on grown data reads only the new ones
 
     judge = LocalOrm(orm, settings)
     assert judge.classifier is not None and judge.max_tokens == 1024 - 256  # the length it was fitted at
