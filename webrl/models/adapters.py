@@ -167,10 +167,21 @@ def load_trainable(path: str | Path, settings: Settings, dtype: torch.dtype, *, 
     return model
 
 
+def sort_target_modules(config_file: Path) -> None:
+    """peft writes ``target_modules`` from a set, in an order that changes with Python's string hashing, so the
+    same adapter saved twice differed in its bytes (and its folder sha256: the feature cache, the manifests). Sorted
+    here, the folder is a function of its contents."""
+    config = json.loads(config_file.read_text())
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def save_adapter(model: Any, folder: Path, state_dict: dict[str, Any] | None = None) -> None:
     """Write a peft model's adapter (not its base) and the record of its base into ``folder``."""
     model.save_pretrained(str(folder), state_dict=state_dict, safe_serialization=True)
     (folder / "README.md").unlink(missing_ok=True)  # peft's empty model-card template; the manifest says more
+    sort_target_modules(folder / "adapter_config.json")
     record = getattr(model, "webrl_adapter_record", None)
     if record is None:
         raise AdapterError("this peft model was not loaded by webrl.models.adapters: its base is unknown")

@@ -82,6 +82,7 @@ def test_an_adapter_trained_elsewhere_republishes_naming_the_base_it_resolved_he
     (before: a warning that it "could not find a config file" on every save)."""
     import warnings
 
+    from webrl.checkpoints import folder_sha256
     from webrl.models.adapters import load_trainable, save_adapter
 
     out, _ = _sft_adapter(tiny_dir, store_trajectory, db)
@@ -97,6 +98,11 @@ def test_an_adapter_trained_elsewhere_republishes_naming_the_base_it_resolved_he
     assert not [w for w in caught if "config file" in str(w.message)]
     saved = json.loads((again / "adapter_config.json").read_text())
     assert saved["base_model_name_or_path"] == str(resolve_base(out, db))
+    # peft lists target_modules from a set (its order follows Python's string hashing): sorted, an adapter saved
+    # in another process has the same bytes, so its folder sha256 (the feature cache's key) is its contents'
+    assert len(saved["target_modules"]) > 2 and saved["target_modules"] == sorted(saved["target_modules"])
+    save_adapter(model, tmp_path / "twice")
+    assert folder_sha256(tmp_path / "twice") == folder_sha256(again)
 
 
 def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_dir: Path, store_trajectory,
