@@ -35,17 +35,16 @@ from rich.progress import Progress
 from rich.table import Table
 from sqlalchemy import select
 
-from services.trainer.orm_head import FEATURE_CACHE_DIR
+from services.trainer.orm_head import FEATURE_CACHE_DIR, labelled_prompts
 from webrl.config import get_settings
 from webrl.db import models as m
-from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
-from webrl.models.feature_cache import FeatureCache, prompt_key
+from webrl.models.feature_cache import FeatureCache
 from webrl.models.loading import load_tokenizer
 from webrl.models.orm import roc_auc
 from webrl.models.orm_head import choose_and_fit, load_backbone, prompt_features, success_probability
 from webrl.orchestration.train_orm import ORM_ATTEMPT_BASE, ORM_PURPOSE, split_keys
-from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS, build_orm_prompt
+from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
 from webrl.rewards import is_success
 
 
@@ -78,7 +77,8 @@ def stored(split: str, tasks: int | None = None) -> Labelled:
 
 
 def features(backbone: str, data: list[Labelled], budget: int, console: Console) -> list[torch.Tensor]:
-    """The backbone's cached features of each split's ORM prompts (the missing ones read and cached)."""
+    """The backbone's cached features of each split's ORM prompts, rendered as ``train.orm_head`` renders them
+    (the missing ones read and cached)."""
     settings = get_settings()
     tokenizer = load_tokenizer(backbone, settings)
     cache = FeatureCache.for_backbone(Path(str(settings.artifacts_dir)) / FEATURE_CACHE_DIR, backbone)
@@ -86,17 +86,14 @@ def features(backbone: str, data: list[Labelled], budget: int, console: Console)
 
     with Progress(console=console, transient=True) as progress:
         def compute(chunk: list[str]) -> torch.Tensor:
-            model.append(model[0] if model else load_backbone(backbone, settings))
+            if not model:
+                model.append(load_backbone(backbone, settings))
             return prompt_features(model[0], tokenizer, chunk, 4, lambda n: progress.advance(bar, n))
 
         out = []
         for split in data:
-            with session_scope(settings) as session:
-                rows = {r.id: r for r in session.scalars(select(m.Trajectory)
-                                                         .where(m.Trajectory.id.in_(split.ids)))}
-                prompts = [build_orm_prompt(tokenizer, load_trajectory(rows[i]), max_tokens=budget)
-                           for i in split.ids]
-            missing = len({prompt_key(p) for p in prompts} - set(cache.rows))
+            prompts, _, _ = labelled_prompts(settings, split.ids, tokenizer, budget)
+            missing = cache.count_missing(prompts)
             bar = progress.add_task(f"features of {len(prompts)} prompts, {missing} to read", total=missing)
             out.append(cache.features(prompts, compute))
     return out

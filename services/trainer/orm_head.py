@@ -26,7 +26,7 @@ from webrl.contracts import OrmHeadJob
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
-from webrl.models.feature_cache import FeatureCache, prompt_key
+from webrl.models.feature_cache import FeatureCache
 from webrl.models.loading import load_tokenizer, save_tokenizer
 from webrl.models.orm_head import (
     HEAD_CONFIG_FILE,
@@ -53,13 +53,13 @@ FEATURE_CACHE_DIR = Path("cache") / "orm-features"
 NOT_COPIED = {MANIFEST_FILE, HEAD_FILE, HEAD_CONFIG_FILE}
 
 
-def labelled_prompts(settings: Settings, job: OrmHeadJob, tokenizer: object, budget: int
+def labelled_prompts(settings: Settings, trajectory_ids: list[int], tokenizer: object, budget: int
                      ) -> tuple[list[str], torch.Tensor, list[str]]:
-    """(ORM prompts, 0/1 evaluator labels, task keys) of the job's trajectories that have an env score."""
+    """(ORM prompts, 0/1 evaluator labels, task keys) of the trajectories that have an env score, by id."""
     with session_scope(settings) as session:
-        rows = session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_(job.trajectory_ids))
+        rows = session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_(trajectory_ids))
                                .order_by(m.Trajectory.id)).all()
-        missing = sorted(set(job.trajectory_ids) - {r.id for r in rows})
+        missing = sorted(set(trajectory_ids) - {r.id for r in rows})
         if missing:
             raise ValueError(f"unknown trajectory ids: {missing[:10]}")
         scored = [r for r in rows if r.env_score is not None]
@@ -85,9 +85,9 @@ def run_orm_head(settings: Settings, job: OrmHeadJob) -> CheckpointInfo:
     backbone = load_backbone(job.base, settings)
     context = job.max_length or orm_context_tokens(backbone.config, tokenizer)
     budget = orm_prompt_budget(context, settings.orm.max_prompt_tokens) if context else settings.orm.max_prompt_tokens
-    prompts, labels, groups = labelled_prompts(settings, job, tokenizer, budget)
+    prompts, labels, groups = labelled_prompts(settings, job.trajectory_ids, tokenizer, budget)
     cache = FeatureCache.for_backbone(Path(str(settings.artifacts_dir)) / FEATURE_CACHE_DIR, job.base)
-    new = len({prompt_key(p) for p in prompts} - set(cache.rows))
+    new = cache.count_missing(prompts)
     log.info("orm head: features of %d prompts (at most %d tokens each): %d cached, %d to read", len(prompts),
              budget, len(prompts) - new, new)
     done_prompts = 0

@@ -56,6 +56,10 @@ class FeatureCache:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def count_missing(self, prompts: Sequence[str]) -> int:
+        """How many distinct prompts :meth:`features` would read."""
+        return len({prompt_key(p) for p in prompts} - self.rows.keys())
+
     def save(self) -> None:
         """Write every row to :attr:`file` atomically (temporary file, then rename)."""
         if not self.rows:

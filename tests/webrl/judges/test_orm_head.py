@@ -89,7 +89,9 @@ def test_cached_features_are_read_once_and_survive_a_crash(tiny_llama3, tmp_path
 
     prompts = [f"The User Intent: buy item {i}" for i in range(5)]
     cache = FeatureCache.for_backbone(tmp_path, folder)
+    assert cache.count_missing(prompts + prompts[:1]) == 5
     first = cache.features(prompts + prompts[:1], compute, save_every=2)
+    assert cache.count_missing([*prompts, "new one"]) == 1
     torch.testing.assert_close(first, prompt_features(backbone, tokenizer, prompts + prompts[:1], batch_size=1),
                                atol=1e-5, rtol=1e-4)
     assert read == prompts  # each distinct prompt once
