@@ -2,6 +2,8 @@
 
 Idempotent per (task, phase, attempt, run): tasks that already have a trajectory for this phase, attempt and run
 are not run again; their stored ids are returned with the new ones. Another run's trajectory never counts.
+Each trajectory is stored as its episode ends, so a job that fails part-way (a worker killed, an actor service gone)
+keeps the episodes it finished, and its retry runs only the rest.
 """
 
 from __future__ import annotations
@@ -53,17 +55,14 @@ def _plan(payload: RolloutRequest, settings: Settings) -> tuple[list[tuple[int, 
     return todo, done
 
 
-def _store(payload: RolloutRequest, settings: Settings, task_ids: list[int], trajs: list[Trajectory]) -> dict[int, int]:
-    """Each trajectory with its steps (and their screenshots, when taken, beside it in the artifacts)."""
-    ids = {}
-    for task_id, traj in zip(task_ids, trajs, strict=True):
-        with session_scope(settings) as session:
-            row = repository.save_trajectory(session, task_id, payload.phase, payload.attempt, traj,
-                                             purpose=payload.purpose, run_id=payload.run_id)
-            if payload.screenshots:
-                screenshots.record(settings, row, traj.steps)
-            ids[task_id] = row.id
-    return ids
+def _store(payload: RolloutRequest, settings: Settings, task_id: int, traj: Trajectory) -> int:
+    """One trajectory with its steps (and their screenshots, when taken, beside it in the artifacts): its id."""
+    with session_scope(settings) as session:
+        row = repository.save_trajectory(session, task_id, payload.phase, payload.attempt, traj,
+                                         purpose=payload.purpose, run_id=payload.run_id)
+        if payload.screenshots:
+            screenshots.record(settings, row, traj.steps)
+        return row.id
 
 
 def _scores(settings: Settings, trajectory_ids: list[int]) -> list[float]:
@@ -82,14 +81,18 @@ async def run_rollout(payload: RolloutRequest, settings: Settings, pool: Browser
         policy = policy_from_spec(payload.policy, settings)
         own = pool is None
         pool = pool or BrowserPool(settings, size=min(payload.concurrency, len(todo)))
+
+        async def store(index: int, traj: Trajectory) -> None:  # as each episode ends: a failed job keeps them
+            task_id = todo[index][0]
+            new[task_id] = await asyncio.to_thread(_store, payload, settings, task_id, traj)
+
         try:
-            trajs = await run_batch([c for _, c in todo], policy, pool, settings, payload.concurrency,
-                                    max_steps=payload.max_steps, stop_rules=payload.stop_rules(),
-                                    screenshots=payload.screenshots)
+            await run_batch([c for _, c in todo], policy, pool, settings, payload.concurrency,
+                            max_steps=payload.max_steps, stop_rules=payload.stop_rules(),
+                            screenshots=payload.screenshots, on_trajectory=store)
         finally:
             if own:
                 await pool.close()
-        new = await asyncio.to_thread(_store, payload, settings, [i for i, _ in todo], trajs)
     by_task = {**done, **new}
     with session_scope(settings) as session:
         order = [r.id for r in repository.tasks_by_keys(session, payload.task_keys)]

@@ -5,7 +5,7 @@ their policy calls batched (:class:`services.browser_pool.batcher.Batcher`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 from playwright.async_api import Error as PlaywrightError
@@ -89,26 +89,35 @@ async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, setti
     return await _run(task, decide, pool, settings, max_steps, stop_rules)
 
 
+#: Hears each finished episode as (index of its task in the batch, trajectory), before the next one takes its slot.
+OnTrajectory = Callable[[int, Trajectory], Awaitable[None]]
+
+
 async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, settings: Settings,
                     concurrency: int, max_steps: int = MAX_STEPS, batch_wait_s: float = BATCH_WAIT_S,
-                    stop_rules: StopRules = StopRules(), screenshots: bool = False) -> list[Trajectory]:
+                    stop_rules: StopRules = StopRules(), screenshots: bool = False,
+                    on_trajectory: OnTrajectory | None = None) -> list[Trajectory]:
     """Run ``tasks`` with up to ``concurrency`` episodes at once (bounded by the pool's size); the policy
     gets batches of requests. Trajectories come back in task order; with ``screenshots`` each step carries the
-    image of the page it saw."""
+    image of the page it saw. ``on_trajectory`` hears each episode as it ends (a rollout stores it there, so a
+    batch that fails part-way keeps what it finished); the episode's slot is released after it returns."""
     limit = asyncio.Semaphore(max(1, min(concurrency, pool.size)))
     batcher = Batcher(policy, batch_wait_s)
 
-    async def one(task: TaskConfig) -> Trajectory:
+    async def one(index: int, task: TaskConfig) -> Trajectory:
         async with limit:
             batcher.join()
             try:
-                return await _run(task, batcher.act, pool, settings, max_steps, stop_rules, screenshots)
+                traj = await _run(task, batcher.act, pool, settings, max_steps, stop_rules, screenshots)
             finally:
-                batcher.leave()
+                batcher.leave()  # the other episodes' policy batches no longer wait for this one
+            if on_trajectory is not None:
+                await on_trajectory(index, traj)
+            return traj
 
     try:
         async with asyncio.TaskGroup() as group:
-            running = [group.create_task(one(task)) for task in tasks]
+            running = [group.create_task(one(i, task)) for i, task in enumerate(tasks)]
     except BaseExceptionGroup as group_error:
         raise group_error.exceptions[0] from None
     return [t.result() for t in running]
