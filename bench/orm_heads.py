@@ -11,7 +11,8 @@ shipped head (L2 chosen on held-out train tasks, :func:`webrl.models.orm_head.ch
 - a share of the train tasks (``--shares``, ``--seeds`` draws each): how accuracy grows with labelled data;
 - the train trajectories of some policies only (``--policies``: e.g. the oracles' without the SFT actor's);
 - ``--train-tasks N``: every row on the sample of N train tasks that ``webrl train-orm --train-tasks N`` picks (a
-  smaller run's data, when a larger one is stored in the same home).
+  smaller run's data, when a larger one is stored in the same home);
+- ``--train-prior``: all the train trajectories, the head's verdict moved from even odds to their base rate.
 
 It prints, per row, held-out accuracy at 0.5, AUC and accuracy on each policy's test trajectories.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -100,13 +102,20 @@ def features(backbone: str, data: list[Labelled], budget: int, console: Console)
 
 
 def evaluate(train_x: torch.Tensor, train: Labelled, keep: list[bool], test_x: torch.Tensor, test: Labelled,
-             seed: int) -> dict[str, float]:
-    """Fit the shipped head on the kept train rows; accuracy, AUC and per-policy accuracy on the test split."""
+             seed: int, train_prior: bool = False) -> dict[str, float]:
+    """Fit the shipped head on the kept train rows; accuracy, AUC and per-policy accuracy on the test split.
+
+    The head is fitted class-balanced, so its P(success) assumes even odds; with ``train_prior`` the success logit
+    is moved by the training rows' log-odds, log(pi / (1 - pi)), so that 0.5 is the threshold for their base rate."""
     index = [i for i, k in enumerate(keep) if k]
     y = torch.tensor([train.labels[i] for i in index])
     fit = choose_and_fit(train_x[index], y, [train.tasks[i] for i in index], seed)
     with torch.no_grad():
-        p = success_probability(fit.head(test_x)).tolist()
+        logits = fit.head(test_x)
+        if train_prior:
+            pi = float(y.float().mean())
+            logits[:, 1] += math.log(pi / (1 - pi))
+        p = success_probability(logits).tolist()
     right = [int(pi >= 0.5) == yi for pi, yi in zip(p, test.labels, strict=True)]
     row = {"n": float(len(index)), "accuracy": sum(right) / len(right), "auc": roc_auc(p, test.labels) or 0.0}
     for policy in sorted(set(test.policies)):
@@ -123,6 +132,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="draws per share below 1")
     parser.add_argument("--policies", default="", help="policy index sets to train on, e.g. '0,1,2;3' (first backbone)")
     parser.add_argument("--train-tasks", type=int, help="only the train-orm sample of this many train tasks")
+    parser.add_argument("--train-prior", action="store_true",
+                        help="a row more: all train rows, the head's success logit moved to their base rate")
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args()
     console = Console()
@@ -149,6 +160,9 @@ def main() -> None:
         keep_policies = {int(p) for p in group.split(",")}
         rows.append((f"policies {group}", evaluate(first_x, train, [p in keep_policies for p in train.policies],
                                                    first_test_x, test, 0)))
+    if args.train_prior:
+        rows.append((f"{Path(args.backbone[0]).name}: all, train prior", evaluate(first_x, train, everything,
+                                                                                 first_test_x, test, 0, True)))
     table = Table(title="classification-head ORM, held-out test split")
     columns = list(rows[0][1])
     table.add_column("head trained on")

@@ -34,7 +34,7 @@ def test_sigkill_during_rollout_then_resume(world: Settings, tiny_actor: Path) -
            "--actor", str(tiny_actor), "--orm", str(tiny_actor)]
     env = dict(os.environ)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # phase 0 evaluates 8 test tasks in chunks of 4: kill once the first chunk is stored, mid-rollout
+    # phase 0 evaluates 8 test tasks in chunks of 4, each trajectory stored as it ends: kill once 4 are, mid-rollout
     deadline = time.monotonic() + KILL_DEADLINE_S
     while _trajectories(world) < 4:
         assert proc.poll() is None, "train exited before it could be killed"
