@@ -113,8 +113,8 @@ def evaluate(train_x: torch.Tensor, train: Labelled, keep: list[bool], test_x: t
     with torch.no_grad():
         logits = fit.head(test_x)
         if train_prior:
-            pi = float(y.float().mean())
-            logits[:, 1] += math.log(pi / (1 - pi))
+            base_rate = float(y.float().mean())
+            logits[:, 1] += math.log(base_rate / (1 - base_rate))
         p = success_probability(logits).tolist()
     right = [int(pi >= 0.5) == yi for pi, yi in zip(p, test.labels, strict=True)]
     row = {"n": float(len(index)), "accuracy": sum(right) / len(right), "auc": roc_auc(p, test.labels) or 0.0}
