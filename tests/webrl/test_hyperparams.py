@@ -96,6 +96,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "train", "--preset", "smoke", "--actor", str(actor), "--beta", "2", "--value-low", "0.1",
         "--value-high", "0.6", "--replay-cap", "3", "--rollout-temperature", "0.3", "--max-steps", "12", "--no-kl",
         "--critic-heads-only", "--eval-tasks", "20", "--actor-lr", "3e-5",
+        "--actor-epochs", "2",
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -105,10 +106,10 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert (hp.curriculum.value_low, hp.curriculum.value_high) == (0.1, 0.6)
     assert (hp.rollout.temperature, hp.rollout.max_steps) == (0.3, 12)
     assert hp.critic.train_backbone is False
-    assert (hp.evaluation.tasks, hp.actor.lr) == (20, 3e-5)
+    assert (hp.evaluation.tasks, hp.actor.lr, hp.actor.epochs) == (20, 3e-5, 2)
     smoke = PRESETS["smoke"]
-    assert (hp.actor.epochs, hp.batching.batch_size, hp.curriculum.phases) == (
-        smoke.actor.epochs, smoke.batching.batch_size, smoke.curriculum.phases)  # what no flag names: the preset's
+    assert (hp.critic.epochs, hp.batching.batch_size, hp.curriculum.phases) == (
+        smoke.critic.epochs, smoke.batching.batch_size, smoke.curriculum.phases)  # what no flag names: the preset's
 
 
 def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
@@ -116,7 +117,7 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
 
     result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "200"})
     for flag in ("--beta", "--value-low", "--value-high", "--replay-cap", "--rollout-temperature", "--max-steps",
-                 "--critic-heads-only", "--eval-tasks", "--actor-lr"):
+                 "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs"):
         assert flag in result.output, flag
 
 

@@ -164,6 +164,10 @@ def register(app: typer.Typer) -> None:
         actor_lr: float = typer.Option(None, help="The actor's AdamW learning rate "
                                        f"(paper: {DEFAULTS.actor.lr}, an 8B model's full weights; cpu-demo's LoRA "
                                        "adapter: 1e-4). Default: the preset's."),
+        actor_epochs: int = typer.Option(None, min=1, help="Passes of the actor's update over a phase's steps with "
+                                         f"A > 0 (paper: {DEFAULTS.actor.epochs}). With Adam a pass moves each "
+                                         "weight by about the learning rate a step, so the policy's movement is set "
+                                         "by epochs x lr. Default: the preset's."),
         beta: float = typer.Option(None, min=0.0, help="beta, weight of the KL constraint of the actor loss "
                                    f"(paper: {DEFAULTS.actor.beta}; the adaptive rule raises it to beta_high)."),
         value_low: float = typer.Option(None, min=0.0, max=1.0, help="Keep generated tasks whose critic value "
@@ -216,6 +220,7 @@ def register(app: typer.Typer) -> None:
             "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
             "replay.enabled": replay, "replay.cap_ratio": replay_cap, "replay.demo_tasks": demo_tasks,
             "actor.kl": kl, "actor.beta": beta, "actor.lr": actor_lr,
+            "actor.epochs": actor_epochs,
             "critic.train_backbone": critic_backbone, "evaluation.tasks": eval_tasks,
         })
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
