@@ -34,7 +34,7 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # A phase's A > 0 steps are few (the successes of 24 rollouts plus replay: ~10-60 steps, 3-14 optimizer steps
     # an epoch), so the actor makes three passes over them. At 2.5e-4 one phase lost 12-13 of the SFT actor's 25 test
     # tasks; two phases at 1e-4 kept 21, gained 11: 15.2% -> 19.4% (docs/measurements.md, session 19). One pass at
-    # 3e-4 (a third of the actor's time) lost 14 of the 25 in three phases: 7.3% (session 23)
+    # 3e-4 (a third of the optimizer steps) lost 14 of the 25 in three phases: 7.3% (session 23)
     actor=ActorLoss(lr=1e-4, epochs=3),
     critic=Critic(lr=1e-4, epochs=1, head_init_std=None),
     batching=Batching(batch_size=4),
