@@ -448,7 +448,14 @@ class OrmHeadJob(Contract):
     seed: int = Field(0, description="Which training tasks are held out to choose the L2 strength.")
     max_length: int | None = Field(None, ge=16, description="Tokens the ORM reads (prompt + reserve, as ORM SFT); "
                                    "default the model's context.")
-    batch_size: int = Field(4, ge=1, description="Prompts per forward pass.")
+    batch_size: int = Field(4, ge=1, description="Prompts per forward pass (and per training step).")
+    backbone_epochs: int = Field(0, ge=0, le=100, description="Epochs of training the backbone's LoRA adapter "
+                                 "with the head (0: the frozen backbone); the epoch that scores best on the held-out "
+                                 "training tasks is kept.")
+    backbone_lr: float = Field(1e-4, gt=0, le=1, description="AdamW learning rate of the adapter and the head when "
+                               "the backbone trains.")
+    max_minutes: float | None = Field(None, gt=0, description="Stop training the backbone after this long (the "
+                                      "best epoch so far is kept).")
 
 
 class PublishedCheckpoint(Contract):

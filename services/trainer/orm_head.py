@@ -5,8 +5,11 @@
 2. The frozen backbone's last-token state of each prompt (forward passes only: no backward, no optimizer state),
    cached by backbone and prompt (:mod:`webrl.models.feature_cache`), so a rerun reads only new trajectories.
 3. L2 chosen on held-out training tasks, the head refitted on all (:func:`webrl.models.orm_head.choose_and_fit`).
-4. Published at ``job.output``: the backbone's files (an adapter is MBs), the tokenizer declaring the length read,
-   and the head. Idempotent: the same job finds its published checkpoint and returns it.
+   With ``job.backbone_epochs``, the backbone's LoRA adapter then trains with the head, and the epoch that scores
+   best on the held-out tasks is kept (:mod:`services.trainer.orm_backbone`; epoch 0 is the frozen head).
+4. Published at ``job.output``: the backbone's files (an adapter is MBs; the trained one when an epoch was kept),
+   the tokenizer declaring the length read, and the head. Idempotent: the same job finds its published checkpoint
+   and returns it.
 """
 
 from __future__ import annotations
@@ -14,25 +17,34 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from sqlalchemy import select
 
+from services.trainer.loop import LoopConfig
+from services.trainer.orm_backbone import BackboneFit, train_backbone
 from services.trainer.publish import already_published, payload_version
+from services.trainer.sft import lora_base_dtype
 from webrl.checkpoints import MANIFEST_FILE, CheckpointInfo, publish
 from webrl.config import Settings
 from webrl.contracts import OrmHeadJob
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
+from webrl.models.adapters import LoraSpec, load_trainable, save_adapter
 from webrl.models.feature_cache import FeatureCache
+from webrl.models.folders import is_adapter
 from webrl.models.loading import load_tokenizer, save_tokenizer
 from webrl.models.orm_head import (
     HEAD_CONFIG_FILE,
     HEAD_FILE,
+    HeadFit,
     balanced_accuracy,
     choose_and_fit,
+    held_out_tasks,
     load_backbone,
     prompt_features,
     success_probability,
@@ -101,13 +113,20 @@ def run_orm_head(settings: Settings, job: OrmHeadJob) -> CheckpointInfo:
     features = cache.features(prompts, lambda chunk: prompt_features(backbone, tokenizer, chunk, job.batch_size,
                                                                       progress))
     fit = choose_and_fit(features, labels, groups, job.seed)
+    tuned = tune_backbone(settings, job, prompts, labels, groups, fit, features) if job.backbone_epochs else None
+    if tuned is not None and tuned.fit.head is not None:  # an epoch beat the frozen head on the held-out tasks
+        fit = replace(fit, head=tuned.fit.head)
     with torch.no_grad():
-        train_p = success_probability(fit.head(features))
+        train_p = success_probability(fit.head(features)) if tuned is None or tuned.fit.head is None else None
     metrics = {"examples": len(prompts), "successes": int(labels.sum()), "l2": fit.l2,
                "validation_balanced_accuracy": max(fit.validation.values()) if fit.validation else None,
-               "train_balanced_accuracy": balanced_accuracy(train_p, labels), "prompt_tokens": budget,
-               "seconds": time.monotonic() - started}
-    log.info("orm head: lambda %g (validation %s), train balanced accuracy %.3f", fit.l2, fit.validation,
+               "train_balanced_accuracy": balanced_accuracy(train_p, labels) if train_p is not None else None,
+               "prompt_tokens": budget, "seconds": time.monotonic() - started}
+    if tuned is not None:
+        metrics["backbone_epoch"] = tuned.fit.epoch
+        metrics["backbone_history"] = tuned.fit.history
+        metrics["validation_balanced_accuracy"] = tuned.fit.history[tuned.fit.epoch]["validation_balanced_accuracy"]
+    log.info("orm head: lambda %g (validation %s), train balanced accuracy %s", fit.l2, fit.validation,
              metrics["train_balanced_accuracy"])
     base = Path(job.base)
 
@@ -115,9 +134,39 @@ def run_orm_head(settings: Settings, job: OrmHeadJob) -> CheckpointInfo:
         for file in base.iterdir():
             if file.is_file() and file.name not in NOT_COPIED:
                 shutil.copy2(file, folder / file.name)
+        if tuned is not None and tuned.fit.head is not None:  # the trained adapter replaces the start's files
+            tuned.model.load_state_dict(tuned.fit.adapter_state, strict=False)
+            save_adapter(tuned.model, folder)
         if context:
             tokenizer.model_max_length = context  # what the ORM service reads (orm_context_tokens)
         save_tokenizer(tokenizer, folder)
-        write_head(folder, fit)
+        write_head(folder, fit, None if tuned is None else
+                   {"epochs": job.backbone_epochs, "kept_epoch": tuned.fit.epoch, "lr": job.backbone_lr,
+                    "history": tuned.fit.history})
 
     return publish(settings, write, output, role="orm", version=version, metrics=metrics, replace=True)
+
+
+@dataclass
+class TunedBackbone:
+    """The trainable model the backbone trained in (its adapter is published) and what training kept."""
+
+    model: Any
+    fit: BackboneFit
+
+
+def tune_backbone(settings: Settings, job: OrmHeadJob, prompts: list[str], labels: torch.Tensor, groups: list[str],
+                  start: HeadFit, features: torch.Tensor) -> TunedBackbone:
+    """Train the backbone's LoRA adapter with the head (:mod:`services.trainer.orm_backbone`): the start's
+    adapter when ``job.base`` is an adapter folder, else a new one (:class:`webrl.models.adapters.LoraSpec`)."""
+    model = load_trainable(job.base, settings, lora_base_dtype(), lora=None if is_adapter(job.base) else LoraSpec())
+    tokenizer = load_tokenizer(job.base, settings)
+    config = LoopConfig(lr=job.backbone_lr, epochs=job.backbone_epochs, batch_size=job.batch_size, seed=job.seed,
+                        max_minutes=job.max_minutes)
+    log.info("orm head: training the backbone's adapter with the head, %d epochs at lr %g", job.backbone_epochs,
+             job.backbone_lr)
+    fit = train_backbone(model, tokenizer, prompts, labels, held_out_tasks(groups, job.seed), start, features, config)
+    log.info("orm head: kept epoch %d of %d (validation balanced accuracy %.3f; the frozen head's %.3f)", fit.epoch,
+             job.backbone_epochs, fit.history[fit.epoch]["validation_balanced_accuracy"],
+             fit.history[0]["validation_balanced_accuracy"])
+    return TunedBackbone(model=model, fit=fit)

@@ -90,11 +90,18 @@ def register(app: typer.Typer) -> None:
                                       "backbone's state; measured best on a CPU) or 'answer' (WebRL's YES/NO token, "
                                       "trained by SFT)."),
         epochs: int = typer.Option(2, min=1, help="SFT epochs (--objective answer)."),
-        lr: float = typer.Option(None, min=0.0, help=f"SFT learning rate (--objective answer). Default {FULL_LR:g} "
-                                 f"(full fine-tuning), {LORA_LR:g} (LoRA)."),
-        batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step (--objective answer)."),
+        backbone_epochs: int = typer.Option(0, min=0, max=100, help="--objective head: epochs of training the "
+                                            "backbone's LoRA adapter with the head after the frozen fit; the epoch "
+                                            "that scores best on held-out train tasks is kept. 0: the frozen "
+                                            "backbone (forward passes only)."),
+        lr: float = typer.Option(None, min=0.0, help=f"Learning rate of the SFT (--objective answer) or of the "
+                                 f"backbone (--backbone-epochs). Default {FULL_LR:g} (full fine-tuning), "
+                                 f"{LORA_LR:g} (LoRA)."),
+        batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step (--objective answer, "
+                                       "--backbone-epochs)."),
         seed: int = typer.Option(0),
-        max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT (--objective answer)."),
+        max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT (--objective answer) "
+                                          "or of the backbone's training (--backbone-epochs)."),
         concurrency: int = typer.Option(4, min=1, help="Episodes in flight per rollout."),
         threshold: float = typer.Option(DEFAULTS.reward.orm_threshold, min=0.0, max=1.0,
                                         help="reward = 1 if p >= threshold."),
@@ -105,6 +112,9 @@ def register(app: typer.Typer) -> None:
         artifacts = Path(str(settings.artifacts_dir))
         if objective not in OBJECTIVES:
             raise typer.BadParameter(f"{objective!r}: use one of {', '.join(OBJECTIVES)}", param_hint="--objective")
+        if backbone_epochs and objective != "head":
+            raise typer.BadParameter("trains the classification head's backbone: use --objective head",
+                                     param_hint="--backbone-epochs")
         base, actor = resolve_models(artifacts, base, actor)
         check_start(base, lora_rank, max_prompt_tokens)
         policies = list(policy) if policy else default_policies(actor)
@@ -115,7 +125,7 @@ def register(app: typer.Typer) -> None:
         options = TrainOrmOptions(base=base, output=str(Path(output or artifacts / "models" / "orm").resolve()),
                                   actor=actor, policies=policies, train_tasks=train_tasks, test_tasks=test_tasks,
                                   lora_rank=lora_rank, max_prompt_tokens=max_prompt_tokens, objective=objective,
-                                  epochs=epochs, lr=lr,
+                                  epochs=epochs, backbone_epochs=backbone_epochs, lr=lr,
                                   batch_size=batch_size, seed=seed, max_minutes=max_minutes, concurrency=concurrency,
                                   threshold=threshold, report_dir=report_dir)
         note = f" ('sft' = {actor})" if "sft" in policies else "" if actor else " (no SFT actor: no 'sft' policy)"

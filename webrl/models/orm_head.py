@@ -119,13 +119,29 @@ def balanced_accuracy(p: torch.Tensor, labels: torch.Tensor, threshold: float = 
     return sum(recalls) / len(recalls)
 
 
+def held_out_tasks(groups: Sequence[str], seed: int) -> torch.Tensor:
+    """(N,) bool: the rows of a seeded :data:`VALIDATION_SHARE` of the ``groups`` (task keys: the trajectories
+    of one task stay on one side); none when there is a single task."""
+    names = sorted(set(groups))
+    if len(names) < 2:
+        return torch.zeros(len(groups), dtype=torch.bool)
+    held = set(random.Random(seed).sample(names, max(1, round(len(names) * VALIDATION_SHARE))))
+    return torch.tensor([g in held for g in groups], dtype=torch.bool)
+
+
+def balanced_log_loss(p: torch.Tensor, labels: torch.Tensor) -> float:
+    """Mean over the classes of -log P(the true class): the smooth measure that breaks ties of
+    :func:`balanced_accuracy` (lower is better)."""
+    p = p.float().clamp(1e-7, 1 - 1e-7)
+    losses = [float(-(p[labels == 1]).log().mean()), float(-(1 - p[labels == 0]).log().mean())]
+    return sum(v for v in losses if v == v) / sum(1 for v in losses if v == v)  # a class absent gives nan
+
+
 def choose_and_fit(features: torch.Tensor, labels: torch.Tensor, groups: Sequence[str], seed: int) -> HeadFit:
     """Pick lambda from :data:`L2_GRID` by balanced accuracy on a held-out :data:`VALIDATION_SHARE` of the
     ``groups`` (task keys: the trajectories of one task stay on one side), then refit on everything."""
-    names = sorted(set(groups))
-    rng = random.Random(seed)
-    held = set(rng.sample(names, max(1, round(len(names) * VALIDATION_SHARE)))) if len(names) > 1 else set()
-    val = torch.tensor([g in held for g in groups])
+    val = held_out_tasks(groups, seed)
+    held = bool(val.any())
     scores: dict[float, float] = {}
     if held and len(set(labels[~val].tolist())) == N_CLASSES and len(set(labels[val].tolist())) == N_CLASSES:
         for l2 in L2_GRID:
@@ -200,12 +216,32 @@ class OrmClassifier:
                                        ).tolist()
 
 
-def write_head(folder: Path, fit: HeadFit) -> None:
-    """The head's weights and the record of what it is and how it was fitted, into ``folder``."""
+class TunableOrm(nn.Module):
+    """A causal-LM backbone under a trainable LoRA adapter + :class:`OrmHead`, trained end to end
+    (:mod:`services.trainer.orm_backbone`). It reads what :class:`OrmClassifier` reads once published: the
+    decoder's last hidden state at each prompt's last token (the LM head is never run)."""
+
+    def __init__(self, backbone: Any, head: OrmHead) -> None:
+        super().__init__()
+        self.backbone = backbone  # a peft causal LM (its adapter is what is published)
+        self.head = head.float()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Logits (B, 2) of right-padded prompts."""
+        decoder = self.backbone.get_base_model().base_model  # e.g. LlamaModel, the adapter's layers in place
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return self.head(last_token_states(out.last_hidden_state, attention_mask))
+
+
+def write_head(folder: Path, fit: HeadFit, backbone: dict[str, Any] | None = None) -> None:
+    """The head's weights and the record of what it is and how it was fitted, into ``folder``; ``backbone`` records
+    how the backbone was trained with it (absent: the backbone is the frozen one it was fitted on)."""
     save_file({k: v.contiguous() for k, v in fit.head.state_dict().items()}, str(folder / HEAD_FILE))
     config = {"kind": HEAD_KIND, "hidden_size": int(fit.head.mu.numel()), "n_classes": N_CLASSES,
               "features": "last hidden state at the prompt's last token, standardised",
               "p": "softmax(W z + b)[1]", "l2": fit.l2,
               "validation_balanced_accuracy": {str(k): v for k, v in fit.validation.items()},
               "n_train": fit.n_train, "n_validation": fit.n_validation}
+    if backbone is not None:
+        config["backbone_training"] = backbone
     (folder / HEAD_CONFIG_FILE).write_text(json.dumps(config, indent=2))

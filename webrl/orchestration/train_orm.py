@@ -146,8 +146,9 @@ class TrainOrmOptions:
     # base); None on a full folder: every weight trains, as before adapters existed
     max_prompt_tokens: int | None = None  # ORM prompt budget of a LoRA ORM (None: default_prompt_tokens)
     objective: str = "head"  # one of OBJECTIVES
-    epochs: int = 2  # answer objective only, as lr, batch_size and max_minutes
-    lr: float | None = None  # None: FULL_LR, or LORA_LR for an adapter
+    epochs: int = 2  # answer objective only
+    backbone_epochs: int = 0  # head objective: epochs of training the backbone's adapter with the head (0: frozen)
+    lr: float | None = None  # None: FULL_LR, or LORA_LR for an adapter (and for the head's backbone)
     batch_size: int = 8
     seed: int = 0
     max_minutes: float | None = None
@@ -158,6 +159,8 @@ class TrainOrmOptions:
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective {self.objective!r}: use one of {', '.join(OBJECTIVES)}")
+        if self.backbone_epochs and self.objective != "head":
+            raise ValueError("backbone epochs train the classification head's backbone: use objective 'head'")
         if self.policies is None:
             self.policies = default_policies(self.actor)
 
@@ -358,8 +361,11 @@ def fit(options: TrainOrmOptions, start: OrmStart, labels: dict[int, int]) -> Sf
     from webrl.contracts import OrmHeadJob
 
     if options.objective == "head":
+        tuning = {"backbone_epochs": options.backbone_epochs, "backbone_lr": options.lr or LORA_LR,
+                  "batch_size": options.batch_size, "max_minutes": options.max_minutes} \
+            if options.backbone_epochs else {}
         return train_orm_head(OrmHeadJob(base=start.path, output=options.output, trajectory_ids=sorted(labels),
-                                         seed=options.seed, max_length=start.max_length))
+                                         seed=options.seed, max_length=start.max_length, **tuning))
     lr = options.lr if options.lr is not None else (LORA_LR if start.lora else FULL_LR)
     job = SftJob(base=start.path, output=options.output, kind="orm", trajectory_ids=balance(labels, options.seed),
                  epochs=options.epochs, lr=lr, seed=options.seed, max_minutes=options.max_minutes,
@@ -385,7 +391,9 @@ def train_orm(settings: Settings, options: TrainOrmOptions,
     test_labels = evaluator_labels(settings, collect(policies, [test_keys] * len(policies), options.concurrency))
     balanced = balance(train_labels, options.seed)
     budget = f", at most {options.max_minutes:g} min" if options.max_minutes else ""
-    how = (f"fitting a classification head on the frozen backbone's states of all {len(train_labels)}"
+    tuned = (f", then its backbone's adapter with it ({options.backbone_epochs} epochs{budget})"
+             if options.backbone_epochs else "")
+    how = (f"fitting a classification head on the frozen backbone's states of all {len(train_labels)}{tuned}"
            if options.objective == "head" else f"training towards YES/NO ({options.epochs} epochs{budget})")
     say(f"ORM data: {len(train_labels)} train trajectories ({sum(train_labels.values())} successes) -> "
         f"{len(balanced)} balanced; {len(test_labels)} held out. {how}")

@@ -162,3 +162,58 @@ def test_the_rest_route_takes_a_head_job_and_names_a_bad_field(settings) -> None
     assert bad.status_code == 422 and "trajectory_ids" in bad.text
     outside = client.post("/v1/train/orm-head", json={"base": "/b", "output": "/elsewhere", "trajectory_ids": [1, 2]})
     assert outside.status_code == 422 and "output" in outside.text
+
+
+def test_the_backbone_trains_with_the_head_and_the_kept_epoch_is_what_the_orm_service_judges_with(
+        settings, tiny_llama3, store_trajectories, purchases, tmp_path) -> None:
+    import json
+
+    from safetensors.torch import load_file
+
+    from services.orm.scoring import LocalOrm
+    from webrl.db.migrate import upgrade
+    from webrl.models.folders import is_adapter
+    from webrl.models.orm_head import HEAD_CONFIG_FILE
+    from webrl.orchestration.train_orm import measure
+    from webrl.queue import dispatch
+
+    upgrade(settings)
+    folder, _, _ = tiny_llama3
+    train, test = purchases(12)
+    train_ids, test_ids = store_trajectories(train), store_trajectories(test, "test")
+    job = {"base": str(folder), "output": str(Path(settings.artifacts_dir) / "orm-tuned"), "trajectory_ids": train_ids,
+           "seed": 0, "max_length": 1024, "backbone_epochs": 2, "backbone_lr": 1e-3, "batch_size": 4}
+    result = dispatch("train.orm_head", job)
+    metrics = result["metrics"]
+    history = metrics["backbone_history"]
+    assert [r["epoch"] for r in history] == [0, 1, 2] and all(r["steps"] == 5 for r in history[1:])  # 18 of 24
+    assert history[0]["validation_balanced_accuracy"] == 1.0  # the frozen head already separates purchases ...
+    kept = metrics["backbone_epoch"]
+    assert kept >= 1 and history[kept]["validation_log_loss"] < history[0]["validation_log_loss"]  # ... less surely
+    orm = Path(result["path"])
+    assert is_adapter(orm) and is_orm_classifier(orm)  # a new adapter on the full folder, beside the trained head
+    lora_b = [v for k, v in load_file(str(orm / "adapter_model.safetensors")).items() if "lora_B" in k]
+    assert lora_b and any(bool(v.abs().sum() > 0) for v in lora_b)  # the trained adapter, not the B = 0 start
+    record = json.loads((orm / HEAD_CONFIG_FILE).read_text())["backbone_training"]
+    assert record["kept_epoch"] == kept and record["epochs"] == 2
+    assert dispatch("train.orm_head", job) == result  # the same job finds its checkpoint
+
+    judge = LocalOrm(orm, settings)
+    assert judge.classifier is not None
+    labels = {i: int(t.env_score >= 0.5) for i, t in zip(test_ids, test, strict=True)}
+    report = measure({"trained": str(orm)}, labels, 0.5, tmp_path / "report")
+    assert report["metrics"]["trained"]["accuracy"] >= 0.9, report
+
+
+def test_backbone_training_is_checked_where_it_is_asked_for(settings) -> None:
+    from fastapi.testclient import TestClient
+
+    from services.trainer.app import create_trainer_app
+    from webrl.orchestration.train_orm import TrainOrmOptions
+
+    client = TestClient(create_trainer_app(settings))
+    body = {"base": "/b", "output": str(Path(settings.artifacts_dir) / "o"), "trajectory_ids": [1, 2]}
+    bad = client.post("/v1/train/orm-head", json={**body, "backbone_epochs": -1})
+    assert bad.status_code == 422 and "backbone_epochs" in bad.text
+    with pytest.raises(ValueError, match="objective 'head'"):
+        TrainOrmOptions(base="b", output="o", objective="answer", backbone_epochs=1)
