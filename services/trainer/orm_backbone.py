@@ -41,8 +41,9 @@ from webrl.models.orm_head import (
 
 log = logging.getLogger("webrl.trainer.orm_backbone")
 
-#: Called after each epoch with its record (epoch, loss, validation balanced accuracy, seconds, ...).
-EpochHook = Callable[[dict[str, float]], None]
+#: Called after each epoch with its record (epoch, loss, validation balanced accuracy, seconds, ...) and the model
+#: as that epoch left it (:class:`~webrl.models.orm_head.TunableOrm`; None for epoch 0, the frozen head).
+EpochHook = Callable[[dict[str, float], TunableOrm | None], None]
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def train_backbone(model: Any, tokenizer: Any, prompts: Sequence[str], labels: t
         frozen = scored(success_probability(head(features[held_out])))
     best = BackboneFit(epoch=0, head=None, adapter_state=None, history=[{"epoch": 0, **frozen, "seconds": 0.0}])
     if on_epoch is not None:
-        on_epoch(best.history[0])
+        on_epoch(best.history[0], None)
     for epoch in range(1, config.epochs + 1):
         started = time.monotonic()
         summary = train(accelerator, prepared, loader, loss_fn, one_epoch)
@@ -166,7 +167,7 @@ def train_backbone(model: Any, tokenizer: Any, prompts: Sequence[str], labels: t
                  record["loss"], record["validation_balanced_accuracy"], record["validation_log_loss"],
                  record["seconds"])
         if on_epoch is not None:
-            on_epoch(record)
+            on_epoch(record, accelerator.unwrap_model(prepared.model))
         if rank(record) > rank(best.history[best.epoch]):
             unwrapped = accelerator.unwrap_model(prepared.model)
             best.epoch = epoch
