@@ -7,7 +7,7 @@ read the page for the verdict:
 
 - start: the frozen head fitted on the training tasks that are not held out (:func:`webrl.models.orm_head.fit_head`
   at the lambda :func:`~webrl.models.orm_head.choose_and_fit` chose) and the ORM start's adapter (B = 0 when it
-  is new): at step 0 the model scores exactly as that frozen head
+  is new, so training starts from that frozen head on the unchanged backbone)
 - L(theta, W, b) = sum_i w_{y_i} CE(W z_i + b, y_i) / sum_i w_{y_i} + lambda ||W||^2,
   z_i = (h_theta(x_i) - mu) / sigma, h_theta the adapted backbone's last-token state    # AdamW on theta, W, b
 - after every epoch, balanced accuracy on the held-out training tasks (those that chose lambda), ties broken by
@@ -32,8 +32,8 @@ from webrl.models.orm_head import (
     HeadFit,
     OrmHead,
     TunableOrm,
-    _balanced_weights,
     balanced_accuracy,
+    balanced_class_weights,
     balanced_log_loss,
     fit_head,
     success_probability,
@@ -138,7 +138,7 @@ def train_backbone(model: Any, tokenizer: Any, prompts: Sequence[str], labels: t
     val_loader = prepared_loader(accelerator, val_items, [len(it.input_ids) for it in val_items],
                                  prompt_collate(pad), config.batch_size, shuffle=False, seed=config.seed)
     val_labels = labels[held_out]
-    loss_fn = head_loss_fn(_balanced_weights(labels[~held_out]), start.l2)
+    loss_fn = head_loss_fn(balanced_class_weights(labels[~held_out]), start.l2)
 
     def scored(p: torch.Tensor) -> dict[str, float]:
         return {"validation_balanced_accuracy": balanced_accuracy(p, val_labels),

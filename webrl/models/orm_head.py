@@ -82,7 +82,7 @@ class HeadFit:
     n_validation: int
 
 
-def _balanced_weights(labels: torch.Tensor) -> torch.Tensor:
+def balanced_class_weights(labels: torch.Tensor) -> torch.Tensor:
     """Per-class weights n / (2 n_c), so each class counts as much in the loss whatever the base rate."""
     counts = torch.bincount(labels, minlength=N_CLASSES).float().clamp(min=1)
     return labels.numel() / (N_CLASSES * counts)
@@ -98,7 +98,7 @@ def fit_head(features: torch.Tensor, labels: torch.Tensor, l2: float) -> OrmHead
     head.sigma.copy_(features.std(0).clamp(min=1e-6))
     nn.init.zeros_(head.linear.weight)
     nn.init.zeros_(head.linear.bias)
-    loss_fn = nn.CrossEntropyLoss(weight=_balanced_weights(labels))
+    loss_fn = nn.CrossEntropyLoss(weight=balanced_class_weights(labels))
     optimizer = torch.optim.LBFGS(head.linear.parameters(), lr=1.0, max_iter=LBFGS_STEPS,
                                   line_search_fn="strong_wolfe")
 

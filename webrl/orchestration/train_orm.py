@@ -361,7 +361,8 @@ def fit(options: TrainOrmOptions, start: OrmStart, labels: dict[int, int]) -> Sf
     from webrl.contracts import OrmHeadJob
 
     if options.objective == "head":
-        tuning = {"backbone_epochs": options.backbone_epochs, "backbone_lr": options.lr or LORA_LR,
+        backbone_lr = LORA_LR if options.lr is None else options.lr
+        tuning = {"backbone_epochs": options.backbone_epochs, "backbone_lr": backbone_lr,
                   "batch_size": options.batch_size, "max_minutes": options.max_minutes} \
             if options.backbone_epochs else {}
         return train_orm_head(OrmHeadJob(base=start.path, output=options.output, trajectory_ids=sorted(labels),
