@@ -113,7 +113,9 @@ def run_orm_head(settings: Settings, job: OrmHeadJob) -> CheckpointInfo:
     features = cache.features(prompts, lambda chunk: prompt_features(backbone, tokenizer, chunk, job.batch_size,
                                                                       progress))
     fit = choose_and_fit(features, labels, groups, job.seed)
-    tuned = tune_backbone(settings, job, prompts, labels, groups, fit, features) if job.backbone_epochs else None
+    backbone = None  # the frozen fp32 model is done: the backbone trains in its own (LoRA) copy
+    tuned = tune_backbone(settings, job, tokenizer, prompts, labels, groups, fit, features) \
+        if job.backbone_epochs else None
     if tuned is not None and tuned.fit.head is not None:  # an epoch beat the frozen head on the held-out tasks
         fit = replace(fit, head=tuned.fit.head)
     with torch.no_grad():
@@ -155,12 +157,11 @@ class TunedBackbone:
     fit: BackboneFit
 
 
-def tune_backbone(settings: Settings, job: OrmHeadJob, prompts: list[str], labels: torch.Tensor, groups: list[str],
-                  start: HeadFit, features: torch.Tensor) -> TunedBackbone:
+def tune_backbone(settings: Settings, job: OrmHeadJob, tokenizer: Any, prompts: list[str], labels: torch.Tensor,
+                  groups: list[str], start: HeadFit, features: torch.Tensor) -> TunedBackbone:
     """Train the backbone's LoRA adapter with the head (:mod:`services.trainer.orm_backbone`): the start's
     adapter when ``job.base`` is an adapter folder, else a new one (:class:`webrl.models.adapters.LoraSpec`)."""
     model = load_trainable(job.base, settings, lora_base_dtype(), lora=None if is_adapter(job.base) else LoraSpec())
-    tokenizer = load_tokenizer(job.base, settings)
     config = LoopConfig(lr=job.backbone_lr, epochs=job.backbone_epochs, batch_size=job.batch_size, seed=job.seed,
                         max_minutes=job.max_minutes)
     log.info("orm head: training the backbone's adapter with the head, %d epochs at lr %g", job.backbone_epochs,
