@@ -13,7 +13,6 @@ Rerunning resumes where the last run stopped.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -62,9 +61,9 @@ def sft_actor(settings: Settings) -> Path:
 def main() -> None:
     from webrl.cli import app
 
-    # Embedded, the model shares the CPU with Chromium and the sites: one intra-op thread avoids OpenMP spinning
-    # against them (measured faster on the 2-core machine); WEBRL_MODELS__TORCH_THREADS overrides it.
-    os.environ.setdefault("WEBRL_MODELS__TORCH_THREADS", "1")
+    # The policy's intra-op threads are torch's default (every physical core), although the model shares the CPU
+    # with Chromium and the sites: on the 2-core machine evaluation runs 1.23x faster with 2 threads than with 1,
+    # token for token the same (bench/eval_concurrency.py, docs/measurements.md). WEBRL_MODELS__TORCH_THREADS sets it.
     settings = get_settings()
     console.rule("webrl demo: WebRL on the built-in sandbox sites, SmolLM2-135M + LoRA on the CPU")
     actor = sft_actor(settings)

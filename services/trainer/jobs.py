@@ -53,8 +53,9 @@ def check_outputs(settings: Settings, job: TrainJob) -> None:
 @contextmanager
 def training_threads(settings: Settings) -> Iterator[None]:
     """torch's intra-op threads set to ``settings.trainer.threads`` (default: every core) while a job trains in this
-    process, then restored: an embedded run keeps 1 thread for its policy calls (they share the CPU with Chromium)
-    but has the CPU to itself while it trains (a critic step of the demo: 1 thread vs 2, docs/measurements.md)."""
+    process, then restored: an embedded run may hold its policy calls to fewer threads
+    (``WEBRL_MODELS__TORCH_THREADS``: they share the CPU with Chromium) but has the CPU to itself while it trains
+    (a critic step of the demo: 1 thread vs 2, docs/measurements.md)."""
     import torch
 
     before = torch.get_num_threads()
