@@ -62,8 +62,9 @@ def main() -> None:
     from webrl.cli import app
 
     # The policy's intra-op threads are torch's default (every physical core), although the model shares the CPU
-    # with Chromium and the sites: on the 2-core machine evaluation runs 1.23x faster with 2 threads than with 1,
-    # token for token the same (bench/eval_concurrency.py, docs/measurements.md). WEBRL_MODELS__TORCH_THREADS sets it.
+    # with Chromium and the sites: on the 2-core machine evaluation runs 1.23x faster with 2 threads than with 1, the
+    # same 80 responses token for token (bench/eval_concurrency.py, docs/measurements.md). WEBRL_MODELS__TORCH_THREADS
+    # sets it.
     settings = get_settings()
     console.rule("webrl demo: WebRL on the built-in sandbox sites, SmolLM2-135M + LoRA on the CPU")
     actor = sft_actor(settings)
