@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 GOTO_TIMEOUT_MS = 30_000  # opening a start URL
 POPUP_WAIT_S = 5.0  # a page that opened a tab: wait this long at most for the tab to show up
 NAVIGATION_WAIT_S = 10.0  # a navigation that started while observing: wait this long at most for it
+LEAVING_WAIT_S = 5.0  # a page that said it is leaving: wait this long at most for its navigation to show
 EPISODE_CLEANUP_TIMEOUT_S = 5.0  # freeing a sandbox episode's state and closing the context
 SCREENSHOT_TIMEOUT_MS = 10_000  # one viewport screenshot (a few tens of ms on the sandbox pages)
 
@@ -159,6 +161,7 @@ class BrowserEpisode:
         self._navigations: set[Request] = set()  # main-frame navigation requests not yet committed or done
         self._navigation_done = asyncio.Event()
         self._navigation_done.set()
+        self._navigation_seen = asyncio.Event()  # a main-frame navigation began or committed since the last action
 
     # ----- reset ---------------------------------------------------------------------------------------
     @classmethod
@@ -226,6 +229,7 @@ class BrowserEpisode:
         if request.is_navigation_request() and request.frame.parent_frame is None:
             self._navigations.add(request)
             self._navigation_done.clear()
+            self._navigation_seen.set()
 
     def _on_request_done(self, request: Request) -> None:
         self._navigations.discard(request)
@@ -234,6 +238,7 @@ class BrowserEpisode:
 
     def _on_navigated(self, frame: Frame) -> None:
         if frame.parent_frame is None:
+            self._navigation_seen.set()
             self._navigations = {r for r in self._navigations if r.frame is not frame}
             if not self._navigations:
                 self._navigation_done.set()
@@ -292,7 +297,7 @@ class BrowserEpisode:
         for _ in range(4):
             page = await self._active_page()
             try:
-                view = await observe_view(page)
+                view = await observe_view(page, on_stayed=self._wait_leaving)
             except PlaywrightError as exc:
                 self._check_alive()
                 if page is not self.active:
@@ -337,6 +342,25 @@ class BrowserEpisode:
             self._navigations.clear()
             self.notes.add(f"a navigation did not finish within {NAVIGATION_WAIT_S:.0f} s")
 
+    async def _wait_leaving(self, page: Page) -> None:
+        """``page`` said it is leaving (a form submitted, a link followed) and was still there after observe.js's
+        quick wait: on a loaded machine the navigation's request reaches us later than that (CI: the oracle
+        read a search's old page). Wait for the navigation to show (at most LEAVING_WAIT_S: one answered
+        with 204, or cancelled, never does), then for it to finish."""
+        if page is not self.active:
+            return
+        started = time.perf_counter()
+        if not self._navigations:
+            try:
+                await asyncio.wait_for(self._navigation_seen.wait(), LEAVING_WAIT_S)
+            except TimeoutError:
+                log.info("episode %s: %s said it was leaving; no navigation in %.0f s", self.id, page.url,
+                         LEAVING_WAIT_S)
+                return
+        await self._wait_navigation()
+        log.info("episode %s: waited %.0f ms for %s to leave", self.id, (time.perf_counter() - started) * 1000,
+                 page.url)
+
     async def _active_page(self) -> Page:
         if self.active is None:  # every tab was closed: open a blank one (the context's page handler watches it)
             self.active = await self.context.new_page()
@@ -360,6 +384,7 @@ class BrowserEpisode:
             return StepResult(observation=obs, action=action, done=True, answer=action.message)
         self._check_alive()
         assert self.active is not None
+        self._navigation_seen.clear()
         try:
             error = await execute(self.active, action, self.elements)
         except PlaywrightError as exc:

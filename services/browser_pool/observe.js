@@ -2,8 +2,9 @@
 //
 // 0. When the page said it is about to be replaced (inflight.js: a form submitted, a navigation begun, and the
 //    page's handlers did not cancel it), wait `leaveMs` for the new document: the evaluate is then interrupted
-//    and observe.py observes the new page; a navigation still waiting for its response by then is in the
-//    episode's navigation requests, which it waits for (episode.py).
+//    and observe.py observes the new page. A document still here by then is not read: the call returns
+//    { stayed: true } and observe.py waits for the navigation (the episode knows its requests, episode.py)
+//    before it calls again (the mark is cleared, so that call reads whatever page is there).
 // 1. Wait until the page is settled, at most `capMs` (event-driven: MutationObserver and inflight.js's
 //    "webrl-idle" event): no DOM mutation for `quietMs`, no fetch/XHR in flight and, with `settleTimers`, no
 //    short page timer pending (inflight.js). With `quietSinceLast`, the quiet time counts from the page's last
@@ -36,7 +37,10 @@ async (opts) => {
 
   const leaving = window.__webrlLeaving;
   window.__webrlLeaving = null;
-  if (leaving && !leaving.defaultPrevented) await new Promise((resolve) => later(resolve, leaveMs));
+  if (leaving && !leaving.defaultPrevented) {
+    await new Promise((resolve) => later(resolve, leaveMs));
+    return { stayed: true };  // not gone yet: observe.py waits for the navigation, then observes again
+  }
   if (document.readyState === "loading") {
     await new Promise((resolve) => {
       document.addEventListener("DOMContentLoaded", resolve, { once: true });

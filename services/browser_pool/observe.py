@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,7 @@ MAX_TEXT_CHARS = 200  # a text node longer than this is truncated ("..."); keeps
 MAX_VALUE_CHARS = 100  # other attribute values (titles, labels) are truncated at this length
 MAX_FIELD_CHARS = 1000  # an input's or textarea's value shows this much; Scroll on a textarea shows the rest
 MAX_OPTIONS = 50  # options listed per <select>
-LEAVE_WAIT_MS = 500  # how long an observation waits for a page that said it is leaving (a form submitted) to go
+LEAVE_WAIT_MS = 500  # observe.js waits this long for a page that said it is leaving (a form submitted) to go
 LOAD_TIMEOUT_MS = 10_000  # waiting for the load event after an action; past it the page is observed as is
 NAVIGATION_RETRIES = 3  # an evaluate interrupted by a navigation is retried after the new page loads
 
@@ -122,9 +123,12 @@ def _interrupted_by_navigation(exc: PlaywrightError) -> bool:
 
 
 async def observe_view(page: Page, *, tabs: list[Page] | None = None, error: str | None = None,
-                       bbox: bool = False, paths: bool = False, settle_rule: SettleRule = SETTLE) -> PageView:
+                       bbox: bool = False, paths: bool = False, settle_rule: SettleRule = SETTLE,
+                       on_stayed: Callable[[Page], Awaitable[None]] | None = None) -> PageView:
     """Settle, then extract the simplified HTML and the id map (and the titles of ``tabs``, default: every
-    page of the context). Retries when a navigation interrupts it."""
+    page of the context). Retries when a navigation interrupts it. A page that said it is leaving and was
+    still there after the quick wait (observe.js, step 0) is observed again after ``on_stayed(page)``, which
+    waits for its navigation (the episode's navigation requests); without it, at once, as it is."""
     opts = {**settle_rule.options(), "maxText": MAX_TEXT_CHARS, "maxValue": MAX_VALUE_CHARS,
             "maxField": MAX_FIELD_CHARS, "maxOptions": MAX_OPTIONS, "bbox": bbox, "paths": paths}
     last: PlaywrightError | None = None
@@ -139,6 +143,11 @@ async def observe_view(page: Page, *, tabs: list[Page] | None = None, error: str
             if page.is_closed() or not _interrupted_by_navigation(exc):
                 raise
             last = exc  # the page navigated mid-way; observe the new one
+            continue
+        if data.get("stayed"):
+            last = PlaywrightError("the page kept saying it was leaving and did not go")
+            if on_stayed is not None:
+                await on_stayed(page)
             continue
         elements = {k: ElementInfo(tag=v["tag"], type=v.get("type", ""), path=v.get("path", ""))
                     for k, v in data["elements"].items()}
