@@ -14,7 +14,9 @@
 - exit: nothing to do here; the episode loop stops.
 
 Failures (unknown id, element gone, not fillable, no such option, timeouts) come back as error text for
-the next observation; they never raise.
+the next observation; they never raise. A click or key press does not wait for the page it leads to
+(``no_wait_after``): the episode's observation waits for that (episode.py), so the action's timeout covers the
+action alone and a slow next page never turns a click that happened into "Click failed".
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 
 SCROLL_FRACTION = 2 / 3  # WebRL scrolls by two thirds of the viewport height per Scroll action
 ACTION_TIMEOUT_MS = 5_000  # Playwright actionability wait per action; the step timeout bounds the whole step
+# Playwright's click and press wait, within their timeout, for a navigation they start to commit: under load
+# (0.2 CPU) a search whose results took over 5 s to come came back as "Search failed" though it was done
+NO_WAIT_AFTER = True
 NAVIGATION_TIMEOUT_MS = 15_000  # Go Backward / Forward wait for the load event at most this long
 FILLABLE_TAGS = {"input", "textarea"}
 
@@ -105,7 +110,7 @@ async def _type(page: Page, action: Action, elements: ElementMap) -> None:
 
 async def _search(page: Page, action: Action, elements: ElementMap) -> None:
     await _type(page, action, elements)
-    await _element(page, action, elements).press("Enter", timeout=ACTION_TIMEOUT_MS)
+    await _element(page, action, elements).press("Enter", timeout=ACTION_TIMEOUT_MS, no_wait_after=NO_WAIT_AFTER)
 
 
 async def _select(page: Page, action: Action, elements: ElementMap) -> None:
@@ -127,7 +132,7 @@ async def _click(page: Page, action: Action, elements: ElementMap) -> None:
     if elements[action.element or ""].tag == "option":  # only a <select multiple>'s options have ids
         await loc.evaluate(_TOGGLE_OPTION_JS, timeout=ACTION_TIMEOUT_MS)
         return
-    await loc.click(timeout=ACTION_TIMEOUT_MS)
+    await loc.click(timeout=ACTION_TIMEOUT_MS, no_wait_after=NO_WAIT_AFTER)
 
 
 async def _scroll(page: Page, action: Action, elements: ElementMap, fraction: float) -> None:

@@ -344,9 +344,9 @@ class BrowserEpisode:
 
     async def _wait_leaving(self, page: Page) -> None:
         """``page`` said it is leaving (a form submitted, a link followed) and was still there after observe.js's
-        quick wait: on a loaded machine the navigation's request reaches us later than that (CI: the oracle
-        read a search's old page). Wait for the navigation to show (at most LEAVING_WAIT_S: one answered
-        with 204, or cancelled, never does), then for it to finish."""
+        quick wait: on a loaded machine the navigation's request can reach us later than that, and reading the
+        page then gives the step the page it left. Wait for the navigation to show (at most LEAVING_WAIT_S: one
+        answered with 204, or cancelled, never does), then for it to finish."""
         if page is not self.active:
             return
         started = time.perf_counter()

@@ -9,8 +9,9 @@ of it, when a page is not what it expected).
 A template's solver is a generator (see :mod:`webrl.sandbox.tasks.base`). :class:`OraclePolicy` implements
 :class:`webrl.agent.policy.Policy`: for each request it finds the solver by ``task.intent_template_id``, replays it
 over the episode's earlier observations (so it keeps no state between calls and many episodes can run at
-once) and returns its next action. With ``corrupt > 0`` each step is, with that probability, replaced by a
-random valid action on the page (negative data for the ORM); the draw is seeded by (seed, task, step).
+once; a step whose action failed is asked again) and returns its next action. With ``corrupt > 0`` each step
+is, with that probability, replaced by a random valid action on the page (negative data for the ORM); the
+draw is seeded by (seed, task, step).
 """
 
 from __future__ import annotations
@@ -148,19 +149,33 @@ def random_action(obs: Observation, rng: random.Random) -> str:
     return rng.choice([scroll_down(), go_back(), _fmt(ActionType.SCROLL_UP)])
 
 
+def pages_seen(history: list[Step], observation: Observation) -> list[Observation]:
+    """The observations a solver is replayed over: a step whose action failed (its ``error``: a timeout under
+    load, an id gone stale) left the page where it was, so the page after it stands in for the page before
+    it, and the solver is asked again there (its action retried)."""
+    pages: list[Observation] = []
+    for step in history:
+        pages.append(step.observation)
+        if step.error:
+            pages.pop()
+    return [*pages, observation]
+
+
 def next_oracle_action(task: TaskConfig, history: list[Step], observation: Observation) -> str:
-    """Replay the task's solver over ``history`` and return its action for ``observation``."""
+    """Replay the task's solver over the pages of ``history`` (:func:`pages_seen`) and return its action for
+    ``observation``."""
     from webrl.sandbox.tasks.suite import template_by_id
 
     template = template_by_id().get(task.intent_template_id) if task.intent_template_id is not None else None
     if template is None:
         return answer(f"no oracle for intent_template_id {task.intent_template_id}")
     script = template.solver(task)
+    *earlier, current = pages_seen(history, observation)
     try:
         next(script)
-        for step in history:
-            script.send(step.observation)
-        action = script.send(observation)
+        for page in earlier:
+            script.send(page)
+        action = script.send(current)
     except NotOnPage as exc:
         return answer(f"stuck: {exc}")
     except StopIteration:

@@ -70,6 +70,25 @@ def test_policy_replays_its_solver_over_history() -> None:
     assert parse_action(second.response).element == "2"
 
 
+def test_policy_asks_again_after_an_action_that_failed() -> None:
+    """A click that timed out under load left the results page where it was: the solver clicks again there,
+    rather than reading a price off the results (the CI failure of template 101 under load)."""
+    task = next(c for c in build_suite(0)["train"] if c.intent_template_id == 101)
+    product = task.instantiation_dict["product"]
+    policy = OraclePolicy()
+    first = asyncio.run(policy.act([_request(task, [])]))[0].response
+    results = f'<a id="0"> One Stop Market </a> <button id="1"> Apply </button> <a id="2"> {product} </a>'
+    searched = Step(index=0, observation=Observation(html=OBSERVATION, url="http://shop/"), response=first)
+    click = asyncio.run(policy.act([_request(task, [searched], results)]))[0].response
+    failed = Step(index=1, observation=Observation(html=results, url="http://shop/search"), response=click,
+                  error="Click failed: Locator.click: Timeout 5000ms exceeded.")
+    again = asyncio.run(policy.act([_request(task, [searched, failed], results)]))[0].response
+    assert again == click and parse_action(again).element == "2"
+    done = failed.model_copy(update={"error": None})  # had the click worked, this page would be read
+    assert parse_action(asyncio.run(policy.act([_request(task, [searched, done], results)]))[0].response).type \
+        is ActionType.SCROLL_DOWN
+
+
 def test_policy_exits_when_stuck_or_without_a_solver() -> None:
     task = next(c for c in build_suite(0)["train"] if c.intent_template_id == 101)
     stuck = asyncio.run(OraclePolicy().act([_request(task, [], "<p>nothing here</p>")]))[0]
