@@ -151,13 +151,14 @@ def random_action(obs: Observation, rng: random.Random) -> str:
 
 def pages_seen(history: list[Step], observation: Observation) -> list[Observation]:
     """The observations a solver is replayed over: a step whose action failed (its ``error``: a timeout under
-    load, an id gone stale) left the page where it was, so the page after it stands in for the page before
-    it, and the solver is asked again there (its action retried)."""
+    load, an id gone stale) and left the tab on the same URL left the page where it was, so the page after it
+    stands in for the page before it and the solver is asked again there (its action retried). An action
+    that reported a failure but moved the tab (under load a click can land and still time out) counts as done."""
+    after = [*(step.observation for step in history), observation][1:]  # the page each step led to
     pages: list[Observation] = []
-    for step in history:
-        pages.append(step.observation)
-        if step.error:
-            pages.pop()
+    for step, following in zip(history, after, strict=True):
+        if not (step.error and following.url == step.observation.url):
+            pages.append(step.observation)
     return [*pages, observation]
 
 
