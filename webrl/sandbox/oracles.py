@@ -150,14 +150,15 @@ def random_action(obs: Observation, rng: random.Random) -> str:
 
 
 def pages_seen(history: list[Step], observation: Observation) -> list[Observation]:
-    """The observations a solver is replayed over: a step whose action failed (its ``error``: a timeout under
-    load, an id gone stale) and left the tab on the same URL left the page where it was, so the page after it
-    stands in for the page before it and the solver is asked again there (its action retried). An action
-    that reported a failure but moved the tab (under load a click can land and still time out) counts as done."""
+    """The observations a solver is replayed over. A step whose action failed (its ``error``: a timeout under
+    load, an id gone stale) and left the page exactly as it was is dropped: the page after it stands in for the
+    page before it, and the solver is asked again there (its action retried). An action that reported a
+    failure but changed the page counts as done: under load a click can land and still time out."""
     after = [*(step.observation for step in history), observation][1:]  # the page each step led to
     pages: list[Observation] = []
     for step, following in zip(history, after, strict=True):
-        if not (step.error and following.url == step.observation.url):
+        unchanged = following.url == step.observation.url and following.html == step.observation.html
+        if not (step.error and unchanged):
             pages.append(step.observation)
     return [*pages, observation]
 

@@ -85,9 +85,11 @@ def test_policy_asks_again_after_an_action_that_failed() -> None:
                   error="Click failed: Locator.click: Timeout 5000ms exceeded.")
     again = asyncio.run(policy.act([_request(task, [searched, failed], results, "http://shop/search")]))[0].response
     assert again == click and parse_action(again).element == "2"
-    # under load a click can land and still time out: the tab moved on, so the click counts as done
+    # under load a click can land and still time out: the page changed, so the click counts as done
     moved = _request(task, [searched, failed], results, "http://shop/product/7")
     assert parse_action(asyncio.run(policy.act([moved]))[0].response).type is ActionType.SCROLL_DOWN
+    changed = _request(task, [searched, failed], results + " <p> A menu opened </p>", "http://shop/search")
+    assert parse_action(asyncio.run(policy.act([changed]))[0].response).type is ActionType.SCROLL_DOWN
     done = failed.model_copy(update={"error": None})  # had the click worked, this page would be read
     assert parse_action(asyncio.run(policy.act([_request(task, [searched, done], results)]))[0].response).type \
         is ActionType.SCROLL_DOWN
