@@ -149,15 +149,24 @@ def random_action(obs: Observation, rng: random.Random) -> str:
     return rng.choice([scroll_down(), go_back(), _fmt(ActionType.SCROLL_UP)])
 
 
+_FIELD_VALUE = re.compile(r' value="[^"]*"')
+
+
+def _layout(page: Observation) -> str:
+    """The page without its fields' values: a Search whose fill timed out half-way changed only those."""
+    return _FIELD_VALUE.sub("", page.html)
+
+
 def pages_seen(history: list[Step], observation: Observation) -> list[Observation]:
     """The observations a solver is replayed over. A step whose action failed (its ``error``: a timeout under
-    load, an id gone stale) and left the page exactly as it was is dropped: the page after it stands in for the
-    page before it, and the solver is asked again there (its action retried). An action that reported a
-    failure but changed the page counts as done: under load a click can land and still time out."""
+    load, an id gone stale) and left the page as it was (its fields' values aside) is dropped: the page after
+    it stands in for the page before it, and the solver is asked again there (its action retried). An action
+    that reported a failure but changed the page counts as done: under load a click can land and still time
+    out."""
     after = [*(step.observation for step in history), observation][1:]  # the page each step led to
     pages: list[Observation] = []
     for step, following in zip(history, after, strict=True):
-        unchanged = following.url == step.observation.url and following.html == step.observation.html
+        unchanged = following.url == step.observation.url and _layout(following) == _layout(step.observation)
         if not (step.error and unchanged):
             pages.append(step.observation)
     return [*pages, observation]

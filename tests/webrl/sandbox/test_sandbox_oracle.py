@@ -90,6 +90,11 @@ def test_policy_asks_again_after_an_action_that_failed() -> None:
     assert parse_action(asyncio.run(policy.act([moved]))[0].response).type is ActionType.SCROLL_DOWN
     changed = _request(task, [searched, failed], results + " <p> A menu opened </p>", "http://shop/search")
     assert parse_action(asyncio.run(policy.act([changed]))[0].response).type is ActionType.SCROLL_DOWN
+    # a Search whose fill timed out half-way: only the field's value changed, so the search is asked again
+    half = Step(index=0, observation=Observation(html=OBSERVATION, url="http://shop/"), response=first,
+                error="Search failed: Locator.fill: Timeout 5000ms exceeded.")
+    typed = OBSERVATION.replace('type="text"', 'type="text" value="Sonex"')
+    assert asyncio.run(policy.act([_request(task, [half], typed)]))[0].response == first
     done = failed.model_copy(update={"error": None})  # had the click worked, this page would be read
     assert parse_action(asyncio.run(policy.act([_request(task, [searched, done], results)]))[0].response).type \
         is ActionType.SCROLL_DOWN
