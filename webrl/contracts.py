@@ -395,6 +395,8 @@ class PhaseJob(Contract):
     critic: str | None = Field(None, description="The previous critic; None in phase 1 (fresh heads).")
     critic_base: str | None = Field(None, description="Backbone of a fresh critic (the SFT model); default actor.")
     reference: str | None = Field(None, description="Frozen reference; default the actor at the phase start.")
+    probe: str | None = Field(None, description="A flips probe (``webrl probe build``, ``*.jsonl.gz``): after every "
+                              "actor epoch, the share of its steps whose greedy action changed; None: not measured.")
     hyperparams: WebRLHyperparams = Field(default_factory=WebRLHyperparams,
                                           description="The run's WebRL hyperparameters (replay, advantage, actor "
                                                       "loss, critic, batching are read here).")

@@ -154,7 +154,11 @@ class ActorLoss:
     __pydantic_config__ = _FORBID_EXTRA
 
     kl: bool = True
-    """False: the "w/o KL" ablation (paper section 4.3): loss = -mean(A * lp / N * 1[A > 0])."""
+    """False: the "w/o KL" ablation (paper section 4.3): loss = -mean(A * lp / n * 1[A > 0])."""
+    objective: Literal["smooth-l1", "squared"] = "smooth-l1"
+    """``smooth-l1``: the published trainer's SmoothL1(beta * r_hat, A) / beta on A > 0 steps, r_hat the per-token
+    log-ratio, beta adaptive and capped at |A / r_hat| (published code). ``squared``: the paper's (beta * log(pi /
+    pi_ref) - A)^2 on every step, the action's summed log-ratio, beta fixed (paper eq. 5)."""
     beta: PositiveFloat = 1.0
     """beta: weight of the KL constraint (paper eq. 4; published code ``torch.ones_like``)."""
     beta_high: PositiveFloat = 5.0
@@ -167,6 +171,17 @@ class ActorLoss:
     """AdamW learning rate of the actor (published config ``lm_lr``, for 8B models)."""
     epochs: Count = 1
     """Passes over the phase's experience (published code ``actor_epochs``)."""
+    max_grad_norm: PositiveFloat = 1.0
+    """Clip the actor's gradient norm at this (published config ``max_grad_norm``: 0.01, for 8B full weights)."""
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    """Linear learning-rate warm-up over this many optimizer steps of each phase (the published code has none)."""
+    failed_positives: Literal["keep", "confident", "drop"] = "keep"
+    """A > 0 steps of reward-0 trajectories: ``keep`` (published code), ``confident`` (only where the clamped A is
+    at least ``failed_margin``: the critic is sure the step moved towards success), or ``drop`` (train on
+    successful trajectories' positives only). This project's; the paper lets the critic decide."""
+    failed_margin: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    """The clamped A a reward-0 step needs to stay a positive under ``failed_positives="confident"``: with r = G = 0
+    it is V(s') - V(s) - 0.05, so 0.3 asks the critic for a rise of 0.35 in P(success)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@ LossFn = Callable[[Any, dict[str, torch.Tensor]], tuple[torch.Tensor, Metrics]]
 #: Called after every optimizer step with the step number (from 1) and that step's metrics: the loss's metrics
 #: averaged over the step's micro-batches, ``grad_norm``, ``lr``, ``tokens_per_s`` and ``samples_per_s``.
 StepHook = Callable[[int, Metrics], None]
+#: Called after every epoch with the epoch (from 1) and the loss's metrics averaged over its micro-batches; what it
+#: returns (measurements of the model as the epoch left it: a probe, a KL) joins that epoch's record.
+EpochHook = Callable[[int, Metrics], Metrics]
 
 #: Log the running metrics every this many optimizer steps.
 LOG_EVERY = 10
@@ -82,6 +85,8 @@ class TrainSummary:
     first_loss: float | None = None
     last_loss: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    epochs: list[dict[str, float]] = field(default_factory=list)
+    """Per epoch: the loss's metrics averaged over its micro-batches, with what the epoch hook measured."""
     stopped_early: bool = False
 
     @property
@@ -217,9 +222,10 @@ def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig
 
 
 def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: LossFn, config: LoopConfig,
-          on_step: StepHook | None = None) -> TrainSummary:
+          on_step: StepHook | None = None, on_epoch: EpochHook | None = None) -> TrainSummary:
     """Run ``config.epochs`` epochs: loss_fn -> backward -> (every ``grad_accum`` micro-batches) clip, step;
-    ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.tracking`)."""
+    ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.tracking`), ``on_epoch`` each
+    finished epoch's (its result joins ``summary.epochs``)."""
     summary = TrainSummary()
     totals: dict[str, float] = defaultdict(float)
     count = 0
@@ -228,6 +234,7 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
     window = StepWindow()
     prepared.model.train()
     for epoch in range(config.epochs):
+        epoch_window = StepWindow()
         for batch in loader:
             grad_norm, lr = 0.0, float(prepared.optimizer.param_groups[0]["lr"])  # the lr this step uses
             with accelerator.accumulate(prepared.model):
@@ -246,6 +253,7 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
             summary.samples += samples
             summary.tokens += tokens
             window.add({k: v for k, v in metrics.items() if k != "grad_norm"}, tokens, samples)
+            epoch_window.add({k: v for k, v in metrics.items() if k != "grad_norm"}, tokens, samples)
             for key, value in metrics.items():
                 totals[key] += value
             count += 1
@@ -260,6 +268,11 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
             if time.perf_counter() > deadline:
                 summary.stopped_early = True
                 break
+        record = {k: v / max(1, epoch_window.micro_batches) for k, v in epoch_window.totals.items()}
+        if on_epoch is not None:
+            record.update(on_epoch(epoch + 1, record))
+            prepared.model.train()
+        summary.epochs.append(record)
         if summary.stopped_early:
             log.info("time budget of %.1f min reached after %d steps", config.max_minutes, summary.steps)
             break

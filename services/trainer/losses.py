@@ -44,43 +44,96 @@ def adaptive_beta(advantage: torch.Tensor, p_ref: torch.Tensor, r_hat: torch.Ten
     return torch.minimum(beta, ratio).detach()
 
 
-def actor_loss_mask(advantage: torch.Tensor) -> torch.Tensor:
-    """The steps the actor loss learns from, 1[A > 0] (paper eq. 5; published code): (B,) -> (B,) bool."""
+def actor_loss_mask(advantage: torch.Tensor, config: ActorLoss = DEFAULTS.actor) -> torch.Tensor:
+    """The steps the actor loss learns from: (B,) -> (B,) bool. ``smooth-l1`` (published code): 1[A > 0];
+    ``squared`` (paper eq. 5, an expectation over the buffer): every step, A > 0 and A < 0 alike."""
+    if config.objective == "squared":
+        return torch.ones_like(advantage, dtype=torch.bool)
     return advantage > 0
+
+
+def per_token_log_ratio(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
+    """r_hat = (lp - lp_ref) / n: each step's log(pi / pi_ref) per action token, over its *own* n (B,).
+
+    The published trainer runs one sequence per batch, so its N is that sequence's action tokens; dividing by the
+    tokens of the whole batch instead would shrink r_hat by ~B and the KL term would never reach A (DESIGN.md
+    step 6)."""
+    return (lp - lp_ref) / n_tokens.clamp(min=1)
+
+
+def _smooth_l1_positive(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, advantage: torch.Tensor,
+                        config: ActorLoss) -> tuple[torch.Tensor, Metrics]:
+    """Published trainer (batch 1, as a mean of per-sequence losses): with r_hat = (lp - lp_ref) / n,
+        loss = mean_i( SmoothL1(beta_i * r_hat_i, A_i) / beta_i * 1[A_i > 0] ),   beta from :func:`adaptive_beta`.
+    The cap beta <= |A / r_hat| is the brake: once beta * r_hat reaches A the step's loss and gradient are 0."""
+    mask = actor_loss_mask(advantage, config).to(lp.dtype)  # (B,)
+    p_ref = confidence(lp_ref, n_tokens)  # (B,)
+    r_hat = per_token_log_ratio(lp, lp_ref, n_tokens)  # (B,)
+    beta = adaptive_beta(advantage, p_ref, r_hat, config)  # (B,)
+    per_step = F.smooth_l1_loss(beta * r_hat, advantage, reduction="none") / beta * mask  # (B,)
+    braked = ((beta * r_hat.detach() >= advantage - 1e-6) & (mask > 0)).float()  # the cap has reached A
+    return per_step.mean(), {"beta_mean": float(beta.mean()), "p_ref_mean": float(p_ref.detach().mean()),
+                             "beta_r_hat_mean": _masked_mean((beta * r_hat).detach(), mask),
+                             "braked_fraction": _masked_mean(braked, mask)}
+
+
+def _squared(lp: torch.Tensor, lp_ref: torch.Tensor, advantage: torch.Tensor,
+             config: ActorLoss) -> tuple[torch.Tensor, Metrics]:
+    """The paper's objective (arXiv 2411.02337 eq. 5): the squared error of beta * log(pi(a|s) / pi_ref(a|s))
+    against A on every step of the buffer, the action's log-ratio summed over its tokens, beta fixed:
+        loss = mean_i( (beta * (lp_i - lp_ref_i) - A_i)^2 ).
+    Its minimiser is pi = pi_ref * exp(A / beta) (the KL-regularised optimum): a step with A = -0.6 is pushed down,
+    one with A = +1 up, each only as far as beta allows."""
+    x = config.beta * (lp - lp_ref)  # (B,)
+    per_step = (x - advantage) ** 2
+    return per_step.mean(), {"beta_mean": config.beta, "beta_r_hat_mean": float(x.detach().mean())}
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    kept = mask.sum()
+    return float((values * mask).sum() / kept) if kept > 0 else 0.0
 
 
 def actor_loss(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, advantage: torch.Tensor,
                config: ActorLoss = DEFAULTS.actor) -> tuple[torch.Tensor, Metrics]:
-    """WebRL's KL-constrained actor loss (DESIGN.md step 6).
+    """WebRL's KL-constrained actor loss (DESIGN.md step 6), the mean of per-step losses, so a batch of B gives the
+    mean of B batch-1 losses.
 
     lp, lp_ref: summed action-token log-probs under actor and reference (B,); n_tokens: action tokens (B,);
-    advantage: binarised A (B,). With mask = 1[A > 0] and N = sum(n_tokens * mask) (1 if no step is kept):
-        r_hat = (lp - lp_ref) / N,   p_ref = exp(lp_ref / n_tokens),
-        loss  = mean( SmoothL1(beta * r_hat, A) / beta * mask ),   beta from :func:`adaptive_beta`.
-    The "w/o KL" ablation (``config.kl`` False): loss = -mean(A * lp / N * mask).
+    advantage: binarised A (B,). ``config.objective`` picks :func:`_smooth_l1_positive` (published trainer) or
+    :func:`_squared` (paper). The "w/o KL" ablation (``config.kl`` False): loss = -mean_i(A_i lp_i / n_i * mask_i).
+    Metrics: ``log_ratio_k1`` is the mean per-token log(pi / pi_ref) on the trained steps: the k1 estimate of
+    KL(pi || pi_ref) on samples the actor did not draw (it may be negative); the exact KL is measured apart
+    (:func:`token_kl`).
     """
-    mask = actor_loss_mask(advantage).to(lp.dtype)  # (B,)
-    n_masked = (n_tokens * mask).sum()
-    big_n = torch.where(n_masked > 0, n_masked, torch.ones_like(n_masked))  # N
-    p_ref = confidence(lp_ref, n_tokens)  # (B,)
-    r_hat = (lp - lp_ref) / big_n  # (B,)
-    if config.kl:
-        beta = adaptive_beta(advantage, p_ref, r_hat, config)  # (B,)
-        per_step = F.smooth_l1_loss(beta * r_hat, advantage, reduction="none") / beta * mask  # (B,)
+    mask = actor_loss_mask(advantage, config).to(lp.dtype)  # (B,)
+    if not config.kl:
+        loss = (-advantage * lp / n_tokens.clamp(min=1) * mask).mean()
+        stats: Metrics = {"beta_mean": 0.0}
+    elif config.objective == "squared":
+        loss, stats = _squared(lp, lp_ref, advantage, config)
     else:
-        beta = torch.zeros_like(advantage)
-        per_step = -advantage * lp / big_n * mask
-    loss = per_step.mean()
-    log_ratio = ((lp - lp_ref) / n_tokens.clamp(min=1)).detach()  # per-token log(pi / pi_ref) (B,)
+        loss, stats = _smooth_l1_positive(lp, lp_ref, n_tokens, advantage, config)
+    log_ratio = per_token_log_ratio(lp, lp_ref, n_tokens).detach()  # (B,)
     return loss, {
         "actor_loss": float(loss.detach()),
-        "kl": float(log_ratio.mean()),
+        "log_ratio_k1": _masked_mean(log_ratio, mask),
         "mean_advantage": float(advantage.mean()),
         "masked_fraction": float(1.0 - mask.mean()),
-        "beta_mean": float(beta.mean()),
-        "p_ref_mean": float(p_ref.detach().mean()),
-        "r_hat_mean": float(r_hat.detach().mean()),
+        **stats,
     }
+
+
+def token_kl(logits_ref: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact KL(pi_ref || pi_theta) over the vocabulary at each masked position, summed per sequence.
+
+    logits_ref, logits: (B, T, V) at the same positions; mask (B, T). KL_t = sum_v p_ref(v) (log p_ref(v) - log p(v)).
+    Returns (KL summed over the sequence's masked positions (B,), masked positions (B,))."""
+    log_ref = torch.log_softmax(logits_ref.float(), dim=-1)
+    log_cur = torch.log_softmax(logits.float(), dim=-1)
+    kl = (log_ref.exp() * (log_ref - log_cur)).sum(-1)  # (B, T)
+    m = mask.float()
+    return (kl * m).sum(1), m.sum(1)
 
 
 def sft_loss(token_logp: torch.Tensor, target_mask: torch.Tensor) -> tuple[torch.Tensor, Metrics]:

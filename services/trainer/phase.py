@@ -30,6 +30,16 @@ from typing import Any
 import torch
 
 from services.trainer import replay
+from services.trainer.actor_update import (
+    Reference,
+    actor_loss_fn,
+    last_epoch,
+    positives_from_failed,
+    probe_hook,
+    reference_pass,
+    step_advantages,
+    trained_steps,
+)
 from services.trainer.critic_heads import train_heads
 from services.trainer.data import (
     SequenceItem,
@@ -55,7 +65,7 @@ from services.trainer.loop import (
     prepared_loader,
     train,
 )
-from services.trainer.losses import actor_loss, actor_loss_mask, critic_loss
+from services.trainer.losses import actor_loss_mask, critic_loss
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model
 from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
 from webrl.checkpoints import CheckpointInfo, find, verify
@@ -63,16 +73,19 @@ from webrl.config import Settings
 from webrl.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
 from webrl.db.repository import StepValues, save_step_values
 from webrl.db.session import session_scope
-from webrl.hyperparams import ActorLoss
 from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
 from webrl.models.folders import is_adapter
-from webrl.models.logprobs import sequence_logprobs, sequence_logprobs_and_entropy
+from webrl.models.probe import load_probe
 from webrl.paths import confined_path
 from webrl.returns import advantages, binarise
 from webrl.tracking import Tracker
 
 log = logging.getLogger("webrl.trainer.phase")
+
+#: The actor's drift measurements a phase records after its last epoch (and by epoch): ``actor_update``.
+DRIFT_METRICS = ("kl_exact", "log_ratio_k1", "flips", "flips_shopping", "flips_shopping_admin", "flips_reddit",
+                 "flips_gitlab")
 
 
 @dataclass
@@ -110,43 +123,36 @@ def _loop_config(job: PhaseJob, lr: float, epochs: int) -> LoopConfig:
                       seed=job.seed, max_minutes=job.max_minutes)
 
 
+def actor_loop_config(job: PhaseJob) -> LoopConfig:
+    """The actor's optimisation: its lr, epochs, clip norm and warm-up (``ActorLoss``) on the run's batching."""
+    actor = job.hyperparams.actor
+    config = _loop_config(job, actor.lr, actor.epochs)
+    config.max_grad_norm, config.warmup_steps = actor.max_grad_norm, actor.warmup_steps
+    return config
+
+
 def _action_items(tokenizer: Any, examples: list[StepExample], max_length: int,
                   scalars: list[dict[str, float]] | None = None) -> list[SequenceItem]:
     return [SequenceItem(i, encode_action(tokenizer, ex, max_length), scalars[i] if scalars else {})
             for i, ex in enumerate(examples)]
 
 
-def reference_logprobs(accelerator: Any, model: Any, tokenizer: Any, items: list[SequenceItem],
-                       batch_size: int) -> list[float]:
-    """lp_ref of every item's action under ``model`` (no gradient), in item order."""
-    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items],
-                             sequence_collate(pad_id_of(tokenizer)), batch_size, shuffle=False, seed=0)
-
-    def fn(m: Any, batch: dict) -> dict:
-        lp, _ = sequence_logprobs(m, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
-        return {"lp": lp}
-
-    with accelerator.autocast():
-        return evaluate(accelerator, model, loader, fn, len(items))["lp"]
-
-
-def positive_steps(advantage: torch.Tensor) -> list[int]:
-    """Indices of the steps with A > 0: the steps ``actor_loss`` keeps (mask = 1[A > 0]), in order."""
-    return torch.nonzero(advantage > 0).flatten().tolist()
-
-
-def _reference_logprobs(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
-                        items: list[SequenceItem], batch_size: int) -> list[float]:
-    """lp_ref of ``items`` under the frozen reference: the job's ``reference`` folder when it names another model,
-    else the actor before any update of this phase."""
+def _reference(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
+               items: list[SequenceItem], batch_size: int) -> Reference:
+    """lp_ref of ``items`` (and pi_ref's distribution at their action tokens) under the frozen reference: the job's
+    ``reference`` folder when it names another model, else the actor before any update of this phase."""
     if not items:
-        return []
+        return Reference([], {})
+    pad_id = pad_id_of(tokenizer)
     if job.reference and Path(job.reference).resolve() != Path(job.actor).resolve():
         ref_model, _ = load_for_training(job.reference, settings)
-        lp_ref = reference_logprobs(accelerator, ref_model.to(accelerator.device), tokenizer, items, batch_size)
+        with accelerator.autocast():
+            reference = reference_pass(ref_model.to(accelerator.device), items, pad_id, batch_size,
+                                       accelerator.device)
         _free(ref_model)
-        return lp_ref
-    return reference_logprobs(accelerator, actor.model, tokenizer, items, batch_size)
+        return reference
+    with accelerator.autocast():
+        return reference_pass(accelerator.unwrap_model(actor.model), items, pad_id, batch_size, accelerator.device)
 
 
 def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
@@ -281,27 +287,27 @@ def _version_of(path: str | None) -> str | None:
     return checkpoint_version(path)
 
 
-def actor_loss_fn(config: ActorLoss):
-    """Actor objective on one batch: lp under the actor, lp_ref and A from the batch -> ``losses.actor_loss``."""
+def train_actor(accelerator: Any, actor: Prepared, items: list[SequenceItem], tokenizer: Any, job: PhaseJob,
+                config: LoopConfig, tracker: Tracker | None, reference: Reference | None = None,
+                max_length: int = MAX_LENGTH) -> TrainSummary:
+    """Train the prepared actor on ``items`` (each with its lp_ref and binarised advantage), measuring the exact KL
+    against ``reference``'s distributions and, with ``job.probe``, the flips after every epoch; the tracker, when
+    the job has one, gets every optimizer step and epoch and is closed."""
+    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items],
+                             sequence_collate(pad_id_of(tokenizer)), config.batch_size, shuffle=True, seed=job.seed)
+    probe = (probe_hook(accelerator.unwrap_model(actor.model), tokenizer, load_probe(job.probe), max_length,
+                        config.batch_size) if job.probe else None)
 
-    def fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-        lp, n_tokens, entropy = sequence_logprobs_and_entropy(model, batch["input_ids"], batch["attention_mask"],
-                                                              batch["target_mask"])
-        loss, stats = actor_loss(lp, batch["lp_ref"], n_tokens, batch["advantage"], config)
-        return loss, {**stats, "entropy": entropy}  # the policy's per-token entropy (reported only)
+    def on_epoch(epoch: int, record: dict[str, float]) -> dict[str, float]:
+        measured = probe(epoch, record) if probe else {}
+        if tracker is not None:
+            tracker.scalars({**record, **measured}, step=epoch, prefix="actor-epoch/")
+        return measured
 
-    return fn
-
-
-def train_actor(accelerator: Any, actor: Prepared, items: list[SequenceItem], pad_id: int, job: PhaseJob,
-                config: LoopConfig, tracker: Tracker | None) -> TrainSummary:
-    """Train the prepared actor on ``items`` (each with its lp_ref and binarised advantage); the tracker, when
-    the job has one, gets every optimizer step and is closed."""
-    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items], sequence_collate(pad_id),
-                             config.batch_size, shuffle=True, seed=job.seed)
     try:
-        return train(accelerator, actor, loader, actor_loss_fn(job.hyperparams.actor), config,
-                     on_step=tracker.step_hook("actor/") if tracker else None)
+        return train(accelerator, actor, loader, actor_loss_fn(job.hyperparams.actor,
+                                                               reference.distributions if reference else None),
+                     config, on_step=tracker.step_hook("actor/") if tracker else None, on_epoch=on_epoch)
     finally:
         if tracker is not None:
             tracker.close()
@@ -328,7 +334,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     context = int(getattr(model.config, "max_position_embeddings", MAX_LENGTH))
     max_length = min(job.max_length or MAX_LENGTH, context)
     hp = job.hyperparams
-    config = _loop_config(job, hp.actor.lr, hp.actor.epochs)
+    config = actor_loop_config(job)
     accelerator = make_accelerator(config)
     actor = prepare(accelerator, model, config)
     experience, demonstrations, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
@@ -343,19 +349,20 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     a = binarise(clamped, hp.advantage)  # (N,)
     if critic_info is not None:  # the main process records what the phase made of each step (the viewer shows it)
         _record_step_values(settings, job.phase, critic_info.version, experience, v_s, v_next, clamped, a)
-    trained = positive_steps(a)  # the only steps actor_loss does not multiply by 0
-    anchor = replay.select_demonstrations(demonstrations, len(trained), seed=job.seed + job.phase, replay=hp.replay)
-    step_advantage = [float(a[i]) for i in trained] + [hp.advantage.positive] * len(anchor)
+    trained = trained_steps(a, clamped, experience, hp.actor)  # the steps actor_loss does not multiply by 0
+    positives = sum(bool(a[i] > 0) for i in trained)
+    anchor = replay.select_demonstrations(demonstrations, positives, seed=job.seed + job.phase, replay=hp.replay)
+    step_advantage = step_advantages(a, trained, len(anchor), hp.advantage)
     items = _action_items(tokenizer, [experience[i] for i in trained] + anchor, max_length)
-    lp_ref = _reference_logprobs(settings, job, accelerator, actor, tokenizer, items, config.batch_size)
-    items = [SequenceItem(it.index, it.encoded, {"lp_ref": lp_ref[k], "advantage": step_advantage[k]})
+    reference = _reference(settings, job, accelerator, actor, tokenizer, items, config.batch_size)
+    items = [SequenceItem(it.index, it.encoded, {"lp_ref": reference.lp[k], "advantage": step_advantage[k]})
              for k, it in enumerate(items)]
     tracker = phase_tracker(settings, job, accelerator, "actor")
     if tracker is not None:  # the actor's training signal, before its first step
         tracker.histogram("advantage/clamped", clamped.tolist(), step=0)
         tracker.histogram("advantage/binarised", a.tolist(), step=0)
     if items:
-        summary = train_actor(accelerator, actor, items, pad_id_of(tokenizer), job, config, tracker)
+        summary = train_actor(accelerator, actor, items, tokenizer, job, config, tracker, reference, max_length)
     else:
         log.info("phase %d: no step has A > 0; the actor is published unchanged", job.phase)
         summary = TrainSummary()
@@ -364,7 +371,10 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
                "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
+               **last_epoch(summary.epochs, DRIFT_METRICS),
                "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(items),
+               "positives_from_failed": positives_from_failed(a, experience, [i for i in range(len(a)) if a[i] > 0]),
+               "trained_positives_from_failed": positives_from_failed(a, experience, trained),
                "demonstration_steps": len(anchor),
                "experience_steps": len(experience), "value_mean": float(torch.tensor(v_s).mean()),
                "critic_loss": (critic_info.metrics or {}).get("critic_loss") if critic_info else None,

@@ -47,6 +47,19 @@ def _targets(target_mask: torch.Tensor) -> torch.Tensor:
     return target
 
 
+def target_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  target_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits (B, T', V) float32, targets (B, T') token ids, mask (B, T') bool): the logits that predict each
+    position from the batch's earliest target on, the tokens they predict, and which of them are targets. Empty
+    (T' = 0) when the batch has no target."""
+    target = _targets(target_mask)
+    if not target.any():
+        empty = input_ids[:, :0]
+        return torch.zeros((*empty.shape, 0)), empty, target[:, :0]
+    logits, first = _target_logits(model, input_ids, attention_mask, target)
+    return logits, input_ids[:, first:], target[:, first:]
+
+
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    target_mask: torch.Tensor) -> torch.Tensor:
     """log pi(x_t | x_<t) on target positions, 0 elsewhere: (B, T) float32.

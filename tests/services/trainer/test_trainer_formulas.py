@@ -75,18 +75,82 @@ def test_actor_loss_by_hand() -> None:
     n = torch.tensor([2.0, 3.0, 1.0])
     a = torch.tensor([1.0, 1.0, -0.6])
     loss, metrics = actor_loss(lp, lp_ref, n, a)
-    # mask = [1, 1, 0]; N = 2 + 3 = 5; r_hat = [0.1, 0, 0.04]
-    # p_ref = [e^-1.25, e^-1, e^-1.2] -> beta = [1, 1, 5]; caps |A/r_hat| = [10, inf, 15] leave them
+    # mask = [1, 1, 0]; each step's own N: r_hat = [0.5 / 2, 0 / 3, 0.2 / 1] = [0.25, 0, 0.2]
+    # p_ref = [e^-1.25, e^-1, e^-1.2] -> beta = [1, 1, 5]; caps |A/r_hat| = [4, inf, 3] leave them (row 3: 3 < 5 -> 3)
     # SmoothL1(x, y) = 0.5 (x-y)^2 if |x-y| < 1 else |x-y| - 0.5
-    # SmoothL1(0.1, 1) = 0.5 * 0.81 = 0.405;  SmoothL1(0, 1) = 0.5;  row 3 masked
-    assert float(loss.detach()) == pytest.approx((0.405 + 0.5 + 0.0) / 3, rel=1e-6)
+    # SmoothL1(0.25, 1) = 0.5 * 0.5625 = 0.28125;  SmoothL1(0, 1) = 0.5;  row 3 masked
+    assert float(loss.detach()) == pytest.approx((0.28125 + 0.5 + 0.0) / 3, rel=1e-6)
     loss.backward()
-    # d/dlp_i = SmoothL1'(beta r_hat - A) * beta / N / beta / B; SmoothL1'(d) = d for |d| < 1 else sign(d)
-    # row 0: d = -0.9 -> -0.9;  row 1: d = -1 -> -1;  row 2 masked
-    assert lp.grad.tolist() == pytest.approx([-0.9 / 5 / 3, -1.0 / 5 / 3, 0.0], rel=1e-5)
+    # d/dlp_i = SmoothL1'(beta r_hat - A) * beta / n_i / beta / B; SmoothL1'(d) = d for |d| < 1 else sign(d)
+    # row 0: d = -0.75 -> -0.75 / 2;  row 1: d = -1 -> -1 / 3;  row 2 masked
+    assert lp.grad.tolist() == pytest.approx([-0.75 / 2 / 3, -1.0 / 3 / 3, 0.0], rel=1e-5)
     assert metrics["masked_fraction"] == pytest.approx(1 / 3)
     assert metrics["mean_advantage"] == pytest.approx((1 + 1 - 0.6) / 3)
-    assert metrics["kl"] == pytest.approx((0.5 / 2 + 0.0 / 3 + 0.2 / 1) / 3)
+    assert metrics["log_ratio_k1"] == pytest.approx((0.5 / 2 + 0.0 / 3) / 2)  # the trained (A > 0) steps only
+
+
+def _batch_one_losses(lp, lp_ref, n, a, config=ActorLoss()):
+    """The published trainer's view: one sequence per batch, the mean of those losses and their gradient."""
+    lp = lp.detach().clone().requires_grad_(True)
+    losses = [actor_loss(lp[i:i + 1], lp_ref[i:i + 1], n[i:i + 1], a[i:i + 1], config)[0] for i in range(len(a))]
+    mean = torch.stack(losses).mean()
+    mean.backward()
+    return float(mean.detach()), lp.grad.clone()
+
+
+@pytest.mark.parametrize("config", [ActorLoss(), ActorLoss(kl=False), ActorLoss(objective="squared", beta=0.5)],
+                         ids=["smooth-l1", "without-kl", "squared"])
+def test_a_batch_of_b_is_the_mean_of_b_batch_one_losses(config) -> None:
+    """DESIGN.md step 6: the published trainer runs batch 1, so a batch of B must give the mean of B batch-1
+    losses and gradients (N summed over the batch shrank r_hat by ~B and the brake never acted)."""
+    g = torch.Generator().manual_seed(0)
+    n = torch.tensor([7.0, 19.0, 12.0, 25.0, 3.0, 11.0])
+    lp_ref = -torch.rand(6, generator=g) * n * 0.2
+    lp = (lp_ref + torch.randn(6, generator=g) * 0.3).requires_grad_(True)
+    a = torch.tensor([1.0, 1.0, -0.6, 1.0, -0.6, 1.0])
+    loss, _ = actor_loss(lp, lp_ref, n, a, config)
+    loss.backward()
+    expected_loss, expected_grad = _batch_one_losses(lp, lp_ref, n, a, config)
+    assert float(loss) == pytest.approx(expected_loss, rel=1e-6)
+    assert lp.grad.tolist() == pytest.approx(expected_grad.tolist(), rel=1e-5, abs=1e-8)
+
+
+def test_the_brake_drives_beta_r_hat_to_a_and_the_gradient_to_zero() -> None:
+    """Repeated steps on fixed positives (in a batch of 4): beta * r_hat rises to A and stops there, its gradient
+    falls to 0; the per-token log-ratio settles at A / beta, whatever the batch size."""
+    n = torch.tensor([10.0, 20.0, 15.0, 30.0])
+    lp_ref = torch.log(torch.tensor([0.9, 0.5, 0.95, 0.3])) * n  # p_ref 0.9, 0.5, 0.95, 0.3 -> beta 5, 1, 5, 1
+    a = torch.ones(4)
+    delta = torch.zeros(4, requires_grad=True)  # per-token log-ratio the update may learn
+    optimizer = torch.optim.SGD([delta], lr=0.2)  # small steps: past A / beta the capped beta leaves no gradient
+    for _ in range(400):
+        optimizer.zero_grad()
+        loss, m = actor_loss(lp_ref + delta * n, lp_ref, n, a)
+        loss.backward()
+        optimizer.step()
+    assert delta.detach().tolist() == pytest.approx([1 / 5, 1.0, 1 / 5, 1.0], abs=2e-3)  # A / beta per token
+    optimizer.zero_grad()
+    loss, m = actor_loss(lp_ref + delta * n, lp_ref, n, a)
+    loss.backward()
+    assert float(delta.grad.abs().max()) < 1e-3
+    assert m["beta_r_hat_mean"] == pytest.approx(1.0, abs=2e-3)
+    assert m["braked_fraction"] == pytest.approx(1.0)
+
+
+def test_squared_objective_by_hand() -> None:
+    """The paper's (beta * log(pi / pi_ref) - A)^2 on every step, the action's log-ratio summed."""
+    lp = torch.tensor([-2.0, -3.0, -1.0], requires_grad=True)
+    lp_ref = torch.tensor([-2.5, -3.0, -1.2])
+    n = torch.tensor([2.0, 3.0, 1.0])
+    a = torch.tensor([1.0, 1.0, -0.6])
+    config = ActorLoss(objective="squared", beta=2.0)
+    loss, m = actor_loss(lp, lp_ref, n, a, config)
+    # beta * (lp - lp_ref) = [1.0, 0.0, 0.4]; errors [0, -1, 1.0] -> (0 + 1 + 1) / 3
+    assert float(loss) == pytest.approx(2.0 / 3)
+    loss.backward()
+    # d/dlp_i = 2 (x_i - A_i) beta / B
+    assert lp.grad.tolist() == pytest.approx([0.0, 2 * -1 * 2 / 3, 2 * 1.0 * 2 / 3], rel=1e-6)
+    assert m["masked_fraction"] == 0.0  # every step trains, A < 0 included
 
 
 def test_actor_loss_high_beta_and_cap() -> None:
@@ -112,7 +176,7 @@ def test_actor_loss_with_no_positive_step_is_zero_and_finite() -> None:
 def test_actor_loss_without_kl_is_masked_advantage_weighted_likelihood() -> None:
     loss, _ = actor_loss(torch.tensor([-2.0, -3.0, -1.0]), torch.tensor([-2.5, -3.0, -1.2]),
                          torch.tensor([2.0, 3.0, 1.0]), torch.tensor([1.0, 1.0, -0.6]), ActorLoss(kl=False))
-    assert float(loss) == pytest.approx(-(1 * -2 / 5 + 1 * -3 / 5) / 3)
+    assert float(loss) == pytest.approx(-(1 * -2 / 2 + 1 * -3 / 3) / 3)  # each step over its own n
 
 
 def test_sft_loss_averages_over_target_tokens_only() -> None:

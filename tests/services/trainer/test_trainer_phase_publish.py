@@ -10,7 +10,7 @@ import torch
 from sqlalchemy import select
 
 from services.trainer.loop import LoopConfig, make_accelerator, prepare
-from services.trainer.phase import positive_steps, run_phase
+from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version, publish_model
 from services.trainer.sft import run_sft
 from webrl.checkpoints import list_checkpoints, read_manifest, verify
@@ -79,7 +79,8 @@ def test_a_phase_trains_critic_then_actor_and_publishes_both(tiny_dir: Path, sto
     m = result.metrics
     assert m["current_steps"] == 6 and m["replay_candidates"] == 2
     assert m["replay_steps"] <= 2 * m["current_steps"]
-    for key in ("actor_loss", "kl", "mean_advantage", "masked_fraction", "beta_mean", "grad_norm"):
+    for key in ("actor_loss", "log_ratio_k1", "kl_exact", "mean_advantage", "masked_fraction", "beta_mean",
+                "grad_norm"):
         assert key in m and m[key] == m[key]  # present and not NaN
     # the actor's batches hold the A > 0 steps only (actor_loss would multiply every other step by 0)
     assert m["masked_fraction"] == 0.0
@@ -134,20 +135,6 @@ def test_actor_sft_trains_on_relabelled_copies_beside_each_demonstration(tiny_di
     plain_version = run_sft(db, plain).version
     assert plain_version == payload_version("actor-sft", plain.model_dump(exclude={"relabelled_copies", "lora_rank"}))
     assert info.version != plain_version
-
-
-def test_positive_steps_are_the_steps_the_actor_loss_keeps() -> None:
-    from services.trainer.losses import actor_loss
-
-    a = torch.tensor([-0.6, 1.0, -0.6, 1.0, -0.6])  # binarised: 1 or -0.6 (returns.binarise)
-    assert positive_steps(a) == [1, 3]
-    assert positive_steps(torch.zeros(3)) == []
-    # dropping the other steps from a batch leaves each kept step's share of the loss unchanged
-    lp, lp_ref, n = torch.tensor([-3.0, -2.0, -4.0, -1.0, -5.0]), torch.tensor([-2.5] * 5), torch.full((5,), 4.0)
-    whole, _ = actor_loss(lp, lp_ref, n, a)
-    kept = torch.tensor(positive_steps(a))
-    only, _ = actor_loss(lp[kept], lp_ref[kept], n[kept], a[kept])
-    assert torch.allclose(whole * len(a), only * len(kept))
 
 
 def test_the_anchor_adds_demonstration_steps_to_the_actors_update(tiny_dir: Path, store_trajectory, db) -> None:

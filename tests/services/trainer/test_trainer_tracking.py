@@ -39,7 +39,7 @@ def test_step_hook_gets_each_optimizer_step_with_the_lr_it_used(tiny) -> None:
     tokens = sum(len(it.encoded.input_ids) for it in items)
     assert summary.tokens == tokens and summary.tokens_per_second > 0
     for _, m in steps:
-        assert {"actor_loss", "kl", "beta_mean", "grad_norm", "tokens_per_s", "samples_per_s"} <= set(m)
+        assert {"actor_loss", "log_ratio_k1", "beta_mean", "grad_norm", "tokens_per_s", "samples_per_s"} <= set(m)
         assert m["tokens_per_s"] > 0 and m["grad_norm"] > 0
 
 
@@ -59,7 +59,8 @@ def test_a_tracked_phase_logs_every_step_and_the_advantages_and_keeps_its_versio
     actor, actor_histograms = read_stream(tracking_dir(db, "tracked") / "phase-1" / "actor")
     steps = result.metrics["steps"]
     assert steps >= 4  # 8 steps of experience, batches of 2, two epochs
-    for tag in ("actor/actor_loss", "actor/kl", "actor/beta_mean", "actor/lr", "actor/tokens_per_s",
+    for tag in ("actor/actor_loss", "actor/log_ratio_k1", "actor/kl_exact", "actor/beta_mean", "actor/lr",
+                "actor/tokens_per_s",
                 "actor/grad_norm", "actor/masked_fraction"):
         assert [step for step, _ in actor[tag]] == list(range(1, steps + 1)), tag
     assert all(value > 0 for _, value in actor["actor/tokens_per_s"])

@@ -1,0 +1,161 @@
+"""The actor's side of a phase (DESIGN.md step 6): which steps it trains on, their reference, the objective on a batch,
+and what each epoch did to the policy.
+
+Measured beside the loss, because the loss alone hides drift:
+- ``kl_exact``: KL(pi_ref || pi_theta) = sum_v p_ref(v) log(p_ref(v) / p_theta(v)) at every action token of the
+  trained steps, averaged over those tokens. pi_ref's distribution at those positions is kept from the reference
+  pass (fp16, :data:`EXACT_KL_BUDGET_BYTES` at most); pi_theta's comes from the training forward itself, so the
+  measurement costs no extra pass. An epoch's value is the mean over its batches, each measured as the batch is
+  trained (before its own optimizer step).
+- ``log_ratio_k1``: the mean per-token log(pi / pi_ref) on the same samples (``losses.actor_loss``): the k1
+  estimate, which is not a KL (the samples are not pi's) and goes negative when the update lowers its own targets.
+- ``flips`` / ``flips_<site>``: after each epoch, the share of the probe's steps (``webrl.models.probe``) whose
+  greedy action changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from services.trainer.data import SequenceItem, StepExample, sequence_collate
+from services.trainer.loop import EpochHook
+from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
+from webrl.hyperparams import ActorLoss, Advantage
+from webrl.models.logprobs import target_logits
+from webrl.models.probe import ProbeStep, encode_probe, flips, probe_matches
+from webrl.rewards import is_success
+
+log = logging.getLogger("webrl.trainer.actor")
+
+#: Largest reference distribution kept for ``kl_exact`` (positions x vocabulary x 2 bytes); beyond it the exact KL is
+#: not measured (a CPU phase keeps ~1-3k positions of a 49k vocabulary: 0.1-0.3 GB).
+EXACT_KL_BUDGET_BYTES = 2 * 1024**3
+
+
+def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[StepExample],
+                  config: ActorLoss) -> list[int]:
+    """Indices of the experience steps the actor's loss uses, in order: its mask (``losses.actor_loss_mask``) less
+    the A > 0 steps of reward-0 trajectories that ``config.failed_positives`` refuses (``drop``: all of them;
+    ``confident``: those whose clamped A is below ``config.failed_margin``)."""
+    used = actor_loss_mask(a, config).tolist()
+    out = []
+    for i, ex in enumerate(experience):
+        if not used[i]:
+            continue
+        refused = config.failed_positives == "drop" or float(clamped[i]) < config.failed_margin
+        if a[i] > 0 and not is_success(ex.reward) and config.failed_positives != "keep" and refused:
+            continue
+        out.append(i)
+    return out
+
+
+def positives_from_failed(a: torch.Tensor, experience: Sequence[StepExample], chosen: Sequence[int]) -> float:
+    """The share of the chosen A > 0 steps that come from reward-0 trajectories (0 when none is positive)."""
+    positives = [i for i in chosen if a[i] > 0]
+    if not positives:
+        return 0.0
+    return sum(not is_success(experience[i].reward) for i in positives) / len(positives)
+
+
+def step_advantages(a: torch.Tensor, chosen: Sequence[int], anchors: int, advantage: Advantage) -> list[float]:
+    """The binarised A of each chosen step, then A = +1 for each anchor (demonstration) step."""
+    return [float(a[i]) for i in chosen] + [advantage.positive] * anchors
+
+
+@dataclass
+class Reference:
+    """The reference pass: lp_ref of every item, and (when within budget) pi_ref's log-distribution at each item's
+    action tokens, (n_i, V) fp16, keyed by the item's index."""
+
+    lp: list[float]
+    distributions: dict[int, torch.Tensor]
+
+
+@torch.no_grad()
+def reference_pass(model: Any, items: Sequence[SequenceItem], pad_id: int, batch_size: int, device: Any,
+                   keep_distributions: bool = True) -> Reference:
+    """lp_ref of ``items`` under ``model`` (no gradient), with pi_ref's log-distribution at their action tokens.
+
+    Every process runs every item (no sharding), so each holds the distributions its own training batches need."""
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+    positions = sum(it.encoded.n_target for it in items)
+    keep = keep_distributions and positions * vocab * 2 <= EXACT_KL_BUDGET_BYTES
+    if keep_distributions and not keep:
+        log.info("kl_exact not measured: %d positions x %d vocabulary exceed the budget", positions, vocab)
+    was_training = model.training
+    model.eval()
+    lp = [0.0] * len(items)
+    distributions: dict[int, torch.Tensor] = {}
+    loader = DataLoader(list(items), batch_size=batch_size, shuffle=False, collate_fn=sequence_collate(pad_id))
+    for batch in loader:
+        logits, ids, mask = target_logits(model, batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                                          batch["target_mask"].to(device))
+        log_p = torch.log_softmax(logits, dim=-1)  # (B, T', V)
+        picked = torch.gather(log_p, -1, ids.unsqueeze(-1)).squeeze(-1) * mask  # (B, T')
+        for row, index in enumerate(batch["index"].tolist()):
+            lp[index] = float(picked[row].sum())
+            if keep:
+                distributions[index] = log_p[row][mask[row]].to(torch.float16).cpu()  # (n_i, V)
+    model.train(was_training)
+    return Reference(lp, distributions)
+
+
+def exact_kl(log_ref: torch.Tensor, log_cur: torch.Tensor) -> torch.Tensor:
+    """KL(pi_ref || pi_theta) at each position: sum_v p_ref(v) (log p_ref(v) - log p_theta(v)); (P, V) -> (P,)."""
+    log_ref = log_ref.float()
+    return (log_ref.exp() * (log_ref - log_cur.float())).sum(-1)
+
+
+def actor_loss_fn(config: ActorLoss, reference: dict[int, torch.Tensor] | None = None
+                  ) -> Callable[[Any, dict], tuple[torch.Tensor, Metrics]]:
+    """The actor objective on one batch: lp under the actor, lp_ref and A from the batch -> ``losses.actor_loss``,
+    with the policy's entropy and, where ``reference`` has the batch's distributions, the exact KL at its action
+    tokens (both reported only)."""
+
+    def fn(model: Any, batch: dict) -> tuple[torch.Tensor, Metrics]:
+        logits, ids, mask = target_logits(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
+        log_p = torch.log_softmax(logits, dim=-1)  # (B, T', V)
+        lp = (torch.gather(log_p, -1, ids.unsqueeze(-1)).squeeze(-1) * mask).sum(1)  # (B,)
+        n_tokens = mask.sum(1).to(lp.dtype)  # (B,)
+        loss, stats = actor_loss(lp, batch["lp_ref"], n_tokens, batch["advantage"], config)
+        with torch.no_grad():
+            current = log_p.detach()[mask]  # (sum n_i, V), rows in batch order
+            stats["entropy"] = float(-(current.exp() * current).sum(-1).mean()) if len(current) else 0.0
+            indices = batch["index"].tolist()
+            if reference and all(i in reference for i in indices):
+                ref = torch.cat([reference[i] for i in indices]).to(current.device)
+                stats["kl_exact"] = float(exact_kl(ref, current).mean())
+        return loss, stats
+
+    return fn
+
+
+def probe_hook(model: Any, tokenizer: Any, probe: Sequence[ProbeStep], max_length: int,
+               batch_size: int) -> EpochHook:
+    """An epoch hook that measures the flips of ``probe`` (encoded once) with the model as the epoch left it."""
+    encoded = encode_probe(tokenizer, probe, max_length)
+
+    def hook(epoch: int, record: Metrics) -> Metrics:
+        result = flips(probe, probe_matches(model, tokenizer, encoded, batch_size=batch_size))
+        log.info("epoch %d: flips %.3f of %d probe steps, kl_exact %s", epoch, result["flips"], len(probe),
+                 record.get("kl_exact"))
+        return result
+
+    return hook
+
+
+def last_epoch(epochs: Sequence[Metrics], keys: Sequence[str]) -> dict[str, Any]:
+    """The phase's record of the actor's drift: each key's value after the last epoch, and its values by epoch."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [e[key] for e in epochs if key in e]
+        if values:
+            out[key] = values[-1]
+            out[f"{key}_by_epoch"] = values
+    return out
