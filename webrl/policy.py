@@ -10,13 +10,17 @@ from webrl.agent.policy import Policy
 from webrl.allow_list import endpoint_problem
 from webrl.config import Settings
 from webrl.contracts import POLICY_SPEC, CheckpointSpec, EndpointSpec, InvalidRequest, OracleSpec, PolicySpec
+from webrl.paths import requested_model_folder
 
 
 def check_policy_spec(spec: PolicySpec, settings: Settings) -> None:
     """Raise :class:`~webrl.contracts.InvalidRequest` naming ``policy`` unless ``spec`` may be served here: an
     endpoint url must be a configured one (``Settings.endpoint_allow_list``: a request may not send the browser
-    pool to any server it likes; no url means ``settings.actor.url``). The shape of the spec is the contract's
-    business (pydantic)."""
+    pool to any server it likes; no url means ``settings.actor.url``), and a checkpoint path a model folder a
+    request may name (:func:`~webrl.paths.requested_model_folder`, or the configured ``actor.model``: the worker
+    loads it, running its pickles and code). The shape of the spec is the contract's business (pydantic)."""
+    if isinstance(spec, CheckpointSpec):
+        requested_model_folder(settings, spec.path, "policy.path", configured=settings.actor.model)
     if isinstance(spec, EndpointSpec) and spec.url is not None:
         problem = endpoint_problem(spec.url, settings.endpoint_allow_list())
         if problem:

@@ -11,6 +11,7 @@ from services.actor.engine import ActorEngine
 from webrl.config import get_settings
 from webrl.contracts import ActJob, InvalidRequest
 from webrl.models.policy import shared_backend
+from webrl.paths import requested_model_folder
 from webrl.queue import celery_app
 
 
@@ -25,6 +26,8 @@ def act(payload: dict[str, Any]) -> dict[str, Any]:
     model = job.model or settings.actor.model
     if not model:
         raise InvalidRequest("model", "actor.act needs a model: give 'model' or set WEBRL_ACTOR__MODEL")
+    if job.model:  # a folder the payload names is loaded only where a request may name one (webrl.paths)
+        requested_model_folder(settings, job.model, "model", configured=settings.actor.model)
     backend = shared_backend(model, settings)
     engine = ActorEngine(settings, backend, backend.tokenizer, path=str(model))
     return asyncio.run(engine.act(job)).model_dump(mode="json")  # an ActJob is an ActRequest

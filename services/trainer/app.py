@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel
 
-from services.trainer.jobs import check_outputs, kind_of, run_job
+from services.trainer.jobs import check_paths, kind_of, run_job
 from webrl.checkpoints import CheckpointInfo, list_checkpoints
 from webrl.config import Settings, get_settings
 from webrl.contracts import OrmHeadJob, PhaseJob, SftJob, TrainJob
@@ -68,8 +68,8 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 
 def submit(app: FastAPI, settings: Settings, job: TrainJob) -> JobAccepted:
     """Enqueue a job: Celery when a broker is configured, else the local executor. An output path outside the
-    artifacts store is a 422 naming its field (nothing is enqueued)."""
-    check_outputs(settings, job)
+    artifacts store, or a model folder a request may not name, is a 422 naming its field (nothing is enqueued)."""
+    check_paths(settings, job)
     task = f"train.{kind_of(job)}"
     if settings.eager:
         return JobAccepted(job_id=app.state.jobs.submit(settings, job), task=task, status="running")

@@ -23,7 +23,7 @@ from typing import Literal, overload
 
 from webrl.config import Settings
 from webrl.contracts import OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
-from webrl.paths import confined_path
+from webrl.paths import confined_path, requested_model_folder
 
 log = logging.getLogger("webrl.trainer.jobs")
 
@@ -42,12 +42,23 @@ def output_fields(job: TrainJob) -> dict[str, str]:
     return {name: value for name in names if (value := getattr(job, name)) is not None}
 
 
-def check_outputs(settings: Settings, job: TrainJob) -> None:
-    """Raise :class:`~webrl.paths.PathOutsideArtifacts` (an InvalidRequest naming the field) unless every output
-    path of ``job`` lies inside the artifacts store: a job replaces what is at its output, so it may write there
-    only. The REST routes call this before enqueueing, :func:`run_job` before running."""
+def input_fields(job: TrainJob) -> dict[str, str]:
+    """The job's fields that name model folders it loads (those given), by field name."""
+    names = ("actor", "critic", "critic_base", "reference") if isinstance(job, PhaseJob) else ("base",)
+    return {name: value for name in names if (value := getattr(job, name)) is not None}
+
+
+def check_paths(settings: Settings, job: TrainJob) -> None:
+    """Raise an :class:`~webrl.contracts.InvalidRequest` naming the field unless every output path of ``job`` lies
+    inside the artifacts store (a job replaces what is at its output, so it may write there only) and every model
+    folder it loads is one a request may name (:func:`~webrl.paths.requested_model_folder`: loading runs a
+    folder's pickles and code, and its error would tell whether any path exists). The configured models count as
+    named. The REST routes call this before enqueueing, :func:`run_job` before running."""
     for name, value in output_fields(job).items():
         confined_path(settings, value, name)
+    configured = (settings.actor.model, settings.critic.model, settings.orm.model)
+    for name, value in input_fields(job).items():
+        requested_model_folder(settings, value, name, configured=configured)
 
 
 @contextmanager
@@ -102,9 +113,9 @@ def run_job(settings: Settings, job: PhaseJob) -> PhaseResult: ...
 @overload
 def run_job(settings: Settings, job: SftJob | OrmHeadJob) -> SftResult: ...
 def run_job(settings: Settings, job: TrainJob) -> PhaseResult | SftResult:
-    """Run a trainer job here, or under ``accelerate launch`` when an Accelerate config is set. Output paths
-    outside the artifacts store are refused first (:func:`check_outputs`)."""
-    check_outputs(settings, job)
+    """Run a trainer job here, or under ``accelerate launch`` when an Accelerate config is set. Paths a request
+    may not name are refused first (:func:`check_paths`)."""
+    check_paths(settings, job)
     if settings.trainer.accelerate_config is None or isinstance(job, OrmHeadJob):
         result = run_here(settings, job)
         assert result is not None  # a single process is the main process

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from webrl.commands import quiet_model_loading
+from webrl.commands import check_loadable, quiet_model_loading
 from webrl.config import Settings, get_settings
 from webrl.contracts import LogWith, TrackingSpec
 from webrl.hyperparams import DEFAULTS, WebRLHyperparams, with_overrides
@@ -197,7 +197,6 @@ def register(app: typer.Typer) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.contracts import InvalidRequest
         from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
-        from webrl.paths import requested_model_folder
         from webrl.report import write_report
         from webrl.tracking import Tracker
 
@@ -209,11 +208,9 @@ def register(app: typer.Typer) -> None:
         orm_path = orm or (default_orm(settings) if is_model_folder(default_orm(settings)) else None)
         if orm is not None and not is_model_folder(orm):
             raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
+        check_loadable(settings, actor_path, "--actor", configured=settings.actor.model)
         if orm_path is not None:  # the ORM service loads only folders a request may name (webrl.paths)
-            try:
-                requested_model_folder(settings, str(orm_path), "orm", configured=settings.orm.model)
-            except InvalidRequest as refused:
-                raise typer.BadParameter(str(refused).removeprefix("orm: "), param_hint="--orm") from None
+            check_loadable(settings, orm_path, "--orm", configured=settings.orm.model)
         hyperparams = hyperparams_for(preset, {
             "curriculum.phases": phases, "curriculum.enabled": curriculum, "curriculum.fill_filter": fill_filter,
             "curriculum.value_low": value_low, "curriculum.value_high": value_high,
@@ -289,6 +286,7 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter(f"{flag} applies to --run", param_hint=flag)
         if not is_model_folder(actor):
             raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
+        check_loadable(settings, actor, "--actor", configured=settings.actor.model)
         if tasks is not None and not tasks.exists():
             raise typer.BadParameter(f"{tasks} does not exist", param_hint="--tasks")
         if tasks is not None:

@@ -17,6 +17,9 @@ def test_actor_act_task(actor_model_dir: Path, settings: Settings) -> None:
     assert result["results"][0]["token_ids"] == result["results"][1]["token_ids"]
     with pytest.raises(ValueError, match="needs a model"):
         dispatch("actor.act", {"batch": [item]})
+    for folder in ("/etc", "/nonexistent-webrl"):  # loading runs a folder's code: never one a request may not name
+        with pytest.raises(ValueError, match=r"^model: .*outside the artifacts store"):
+            dispatch("actor.act", {"model": folder, "batch": [item]})
 
 
 def test_typed_client_gives_what_the_act_route_gives(actor_model_dir: Path, settings: Settings) -> None:

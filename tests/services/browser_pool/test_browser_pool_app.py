@@ -73,6 +73,11 @@ def test_validation_errors_name_the_field(client, fixture_url, make_task):
     error = anywhere.json()["error"]
     assert anywhere.status_code == 422 and error["fields"][0]["field"] == "policy"
     assert "not a configured endpoint" in error["message"]
+    for path in ("/etc", "/nonexistent-webrl"):  # a checkpoint folder outside the model roots: nothing is loaded
+        loaded = client.post("/v1/rollouts", json={"task_keys": ["k"], "policy": {"kind": "checkpoint", "path": path}})
+        error = loaded.json()["error"]
+        assert loaded.status_code == 422 and error["fields"][0]["field"] == "policy.path", loaded.text
+        assert "outside the artifacts store" in error["message"]
     assert client.get("/v1/jobs/nope").status_code == 404
     assert client.delete("/v1/episodes/nope").status_code == 404
 

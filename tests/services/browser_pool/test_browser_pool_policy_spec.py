@@ -6,7 +6,7 @@ import pytest
 
 from webrl.agent.policy import Policy
 from webrl.config import Settings
-from webrl.contracts import EndpointSpec, InvalidRequest
+from webrl.contracts import CheckpointSpec, EndpointSpec, InvalidRequest
 from webrl.policy import check_policy_spec, policy_from_spec
 
 
@@ -57,3 +57,19 @@ def test_endpoint_spec_builds_the_http_policy():
     assert sampled.temperature == 0.7 and sampled._headers == {}  # another endpoint never does
     default = policy_from_spec({"kind": "endpoint"}, settings)  # what `webrl train` sends in the distributed mode
     assert default.url == "http://127.0.0.1:1/v1/act" and default._headers == {"Authorization": "Bearer the-key"}
+
+
+def test_checkpoint_paths_must_be_model_folders_a_request_may_name(tmp_path):
+    """A checkpoint policy loads (and so runs the code of) its folder: only the store, the shipped models,
+    WEBRL_SECURITY__MODEL_DIRS or the configured actor; /etc and an absent folder get the same refusal."""
+    from webrl.paths import SHIPPED_MODELS
+
+    settings = Settings(home=tmp_path / "home", security={"model_dirs": []}, _env_file=None)
+    for path in ("/etc", "/root", "/nonexistent-webrl", str(tmp_path)):
+        with pytest.raises(InvalidRequest, match=r"^policy\.path: .*outside the artifacts store") as refused:
+            check_policy_spec(CheckpointSpec(path=path), settings)
+        assert refused.value.field == "policy.path"
+        with pytest.raises(InvalidRequest, match="outside the artifacts store"):  # the Celery path too
+            policy_from_spec({"kind": "checkpoint", "path": path}, settings)
+    check_policy_spec(CheckpointSpec(path=str(SHIPPED_MODELS / "actor-sft")), settings)
+    check_policy_spec(CheckpointSpec(path=str(tmp_path)), settings.replace(actor={"model": str(tmp_path)}))

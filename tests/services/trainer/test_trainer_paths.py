@@ -58,3 +58,75 @@ def test_celery_tasks_refuse_outputs_outside_the_store(db, tiny_dir: Path, store
     assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
     with session_scope(db) as session:
         assert list_checkpoints(session) == []
+
+
+INPUT_FIELDS = {"/v1/train/sft": ["base"], "/v1/train/orm-head": ["base"],
+                "/v1/train": ["actor", "critic", "critic_base", "reference"]}
+
+
+def _job(route: str, db, tiny_dir: Path, **fields: str) -> dict[str, object]:
+    """A valid body of ``route`` (inputs the tiny model, outputs in the store) with ``fields`` replaced."""
+    store = Path(db.artifacts_dir)
+    bodies: dict[str, dict[str, object]] = {
+        "/v1/train/sft": {"base": str(tiny_dir), "output": str(store / "sft"), "trajectory_ids": [1]},
+        "/v1/train/orm-head": {"base": str(tiny_dir), "output": str(store / "orm"), "trajectory_ids": [1, 2]},
+        "/v1/train": {"phase": 1, "actor": str(tiny_dir)},
+    }
+    return {**bodies[route], **fields}
+
+
+def test_rest_refuses_input_folders_outside_the_model_roots(db, tiny_dir: Path) -> None:
+    """A job may load only folders in the store, the shipped models or WEBRL_SECURITY__MODEL_DIRS: /etc (which
+    exists) and a folder that does not exist get the same 422 naming the field, so nothing is probed or loaded."""
+    client = TestClient(create_trainer_app(db))
+    depth = len(Path(db.artifacts_dir).resolve().parts)
+    for route, fields in INPUT_FIELDS.items():
+        for field in fields:
+            for value in ("/etc", "/root", "/nonexistent-webrl", "../" * depth + "etc"):
+                reply = client.post(route, json=_job(route, db, tiny_dir, **{field: value}))
+                assert reply.status_code == 422, (route, field, value, reply.text)
+                error = reply.json()["error"]
+                assert error["fields"][0]["field"] == field, (route, value)
+                assert "outside the artifacts store and WEBRL_SECURITY__MODEL_DIRS" in error["message"]
+    with session_scope(db) as session:
+        assert list_checkpoints(session) == []
+
+
+def test_celery_tasks_refuse_input_folders_outside_the_model_roots(db, tiny_dir: Path) -> None:
+    from webrl.queue import configure, dispatch
+
+    configure(db)
+    with pytest.raises(InvalidRequest, match=r"^base: .*outside the artifacts store"):
+        dispatch("train.sft", {"base": "/etc", "output": "sft", "trajectory_ids": [1]})
+    with pytest.raises(InvalidRequest, match=r"^reference: .*outside the artifacts store"):
+        dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), "reference": "/root"})
+
+
+def test_names_too_long_for_the_file_system_are_a_422_naming_the_field(db, tiny_dir: Path) -> None:
+    client = TestClient(create_trainer_app(db))
+    too_long = {"a" * 5000: "a path holds at most 4096", "models/" + "a" * 300: "a file or folder name holds at most"}
+    for value, message in too_long.items():
+        sft = client.post("/v1/train/sft", json=_job("/v1/train/sft", db, tiny_dir, output=value))
+        assert sft.status_code == 422 and sft.json()["error"]["fields"][0]["field"] == "output", sft.text
+        assert message in sft.json()["error"]["message"]
+        phase = client.post("/v1/train", json=_job("/v1/train", db, tiny_dir, critic=value))
+        assert phase.status_code == 422 and phase.json()["error"]["fields"][0]["field"] == "critic", phase.text
+        assert message in phase.json()["error"]["message"]
+
+
+def test_the_store_the_shipped_models_and_the_configured_actor_may_be_loaded(db, tiny_dir: Path,
+                                                                            tmp_path: Path) -> None:
+    """What the demo and the tests start from stays allowed: the converted base and copied actors in the store, the
+    shipped SFT actors (webrl/assets), the folders of WEBRL_SECURITY__MODEL_DIRS, and the configured actor."""
+    from services.trainer.jobs import check_paths
+    from webrl.contracts import PhaseJob, SftJob
+    from webrl.paths import SHIPPED_MODELS
+
+    in_store = Path(db.artifacts_dir) / "models" / "base" / "smollm2-135m"
+    in_store.mkdir(parents=True)
+    for base in (in_store, SHIPPED_MODELS / "actor-sft", tiny_dir):
+        check_paths(db, SftJob(base=str(base), output="models/out"))
+    configured = db.replace(actor={"model": "/etc"}, security={"model_dirs": []})
+    check_paths(configured, PhaseJob(phase=1, actor="/etc", critic=str(in_store)))
+    with pytest.raises(InvalidRequest, match=r"^actor: "):
+        check_paths(configured, PhaseJob(phase=1, actor=str(tiny_dir)))  # model_dirs emptied
