@@ -98,6 +98,36 @@ class DatabaseSettings(Group):
         None, description="SQLAlchemy URL. Default: SQLite at <home>/webrl.db. Postgres: postgresql+psycopg://..."
     )
 
+    @field_validator("url")
+    @classmethod
+    def _a_database_url(cls, url: str | None) -> str | None:
+        """Refused at load, in words that never quote the URL (it carries the password), rather than by SQLAlchemy
+        at the first connection with a traceback."""
+        problem = database_url_problem(url) if url is not None else None
+        if problem:
+            raise ValueError(f"{problem} (expected dialect+driver://user:password@host:port/database, e.g. "
+                             "postgresql+psycopg://webrl:...@127.0.0.1:5432/webrl or sqlite:///path/webrl.db)")
+        return url
+
+
+def database_url_problem(url: str) -> str | None:
+    """What is wrong with a SQLAlchemy URL (unparsable, a port that is no number, an unknown dialect or driver),
+    or None. Never quotes the URL: a password misplaced by a typo (a missing ``@``) would land in any part."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "not a database URL"
+    except ValueError:  # int() of the port
+        return "its port is not a number"
+    try:
+        parsed.get_dialect()
+    except NoSuchModuleError:
+        return "unknown database dialect or driver"
+    return None
+
 
 class JobsSettings(Group):
     """Jobs (webrl/queue.py): the Celery broker, how long one job may run and when Redis gives up on its worker;
@@ -166,9 +196,10 @@ class SecuritySettings(Group):
     )
     model_dirs: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Folders, besides the artifacts store, a request may name a model folder in (the ORM's "
-                    "`orm`, the critic's `critic`); the configured orm.model and critic.model are always allowed. "
-                    "Comma-separated.",
+        description="Folders, besides the artifacts store and the shipped models (webrl/assets), a request may "
+                    "name a model folder in (the ORM's `orm`, the critic's `critic`, a trainer job's base, actor, "
+                    "critic, critic_base and reference, a rollout policy's checkpoint path, actor.act's model); the "
+                    "configured models (actor.model, critic.model, orm.model) are always allowed. Comma-separated.",
     )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -328,8 +359,10 @@ class Settings(BaseSettings):
     """webrl's configuration. A top-level field is ``WEBRL_<FIELD>`` in the environment or ``.env``, a group's
     field ``WEBRL_<GROUP>__<FIELD>`` (:func:`setting_variables` lists them all)."""
 
+    # hide_input_in_errors: an invalid setting's error (a service's traceback at start) must not print its value,
+    # which may be a key or a URL with a password; the CLI names the variable and the problem only.
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED_DELIMITER,
-                                      env_file=".env", extra="ignore")
+                                      env_file=".env", extra="ignore", hide_input_in_errors=True)
 
     home: Path = Field(Path(".webrl"), description="Working directory for state: SQLite file, artifacts, logs.")
     artifacts_dir: Path | None = Field(None, description="Checkpoints and reports. Default: <home>/artifacts.")

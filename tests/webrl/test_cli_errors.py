@@ -109,3 +109,39 @@ def test_db_upgrade_never_prints_the_password(settings: Settings, postgres_url: 
     line = _one_line_error(_run(settings, "db", "upgrade", env={"WEBRL_DATABASE__URL": unreachable}))
     assert "cannot reach the database at postgresql+psycopg://postgres:***@127.0.0.1:1/" in line
     assert "s3cr" not in line
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("notascheme://", "unknown database dialect or driver"),
+    ("postgresql+psycopg://webrl:s3cret-pw@127.0.0.1:notaport/webrl", "its port is not a number"),
+    ("postgresql+psycopg://webrl:s3cret-pw/webrl", "its port is not a number"),  # the '@' forgotten
+    ("not a url", "not a database URL"),
+    ("mysql://webrl:s3cret-pw@127.0.0.1/webrl", "the driver of 'mysql' is not installed"),
+])
+def test_db_upgrade_with_a_malformed_database_url_is_one_line(settings: Settings, url: str, problem: str) -> None:
+    line = _one_line_error(_run(settings, "db", "upgrade", env={"WEBRL_DATABASE__URL": url}))
+    assert problem in line and "WEBRL_DATABASE__URL" in line
+    assert "s3cret" not in line
+
+
+def test_an_invalid_database_url_is_not_quoted_by_the_settings_error() -> None:
+    """A service that fails to start on it prints the settings error in its traceback: no password there."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as refused:
+        Settings(database={"url": "postgresql+psycopg://webrl:s3cret-pw@127.0.0.1:notaport/webrl"}, _env_file=None)
+    assert "s3cret" not in str(refused.value) and "port is not a number" in str(refused.value)
+
+
+def test_train_and_eval_refuse_an_actor_the_services_may_not_load(settings: Settings, tmp_path: Path) -> None:
+    """The trainer and the rollout workers load only folders a request may name (webrl.paths): an actor elsewhere
+    is refused as a bad --actor naming the setting that allows it (typer's usage error), before anything runs."""
+    import shutil
+
+    elsewhere = tmp_path / "actor"
+    shutil.copytree(TINY_ACTOR, elsewhere)
+    for args in (("eval", "--actor", str(elsewhere), "--limit", "1"), ("train", "--actor", str(elsewhere))):
+        done = _run(settings, *args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        words = " ".join(done.stderr.replace("│", " ").split())
+        assert "Invalid value for --actor" in words and "WEBRL_SECURITY__MODEL_DIRS" in words, words

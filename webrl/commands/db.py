@@ -30,6 +30,10 @@ def register(app: typer.Typer) -> None:
             password = make_url(settings.database.url).password
             reason = reason.replace(str(password), "***") if password else reason
             raise UserError(f"cannot reach the database at {where}: {reason} (WEBRL_DATABASE__URL)") from None
+        except ModuleNotFoundError as exc:  # the URL's dialect is known, its driver is not installed
+            driver = make_url(settings.database.url).drivername
+            raise UserError(f"the driver of {driver!r} is not installed (no module {exc.name!r}); webrl ships "
+                            "sqlite and postgresql+psycopg (WEBRL_DATABASE__URL)") from None
         typer.echo(f"database at {where} is at {revision}")
 
     app.add_typer(db, name="db")
