@@ -4,11 +4,19 @@ endpoints a request may send a service to.
 An entry is ``host:port`` (that port only) or a bare ``host`` (any port); hosts compare case-insensitively.
 The browser pool enforces these rules in the browser (``services/browser_pool/safety.py``,
 :mod:`webrl.navigation_guard`); the actor and the pool check start URLs with :func:`start_url_problem`.
+
+Browser URLs are read as Chromium reads them, by the WHATWG URL Standard (:func:`browser_url`, the Ada parser):
+Python's ``urlsplit`` reads ``http://127.0.0.1:18999\\@127.0.0.1:7770/`` as host 127.0.0.1 port 7770, Chromium
+(where a backslash is a slash) as port 18999, so a check by ``urlsplit`` passed a start URL the browser then took
+elsewhere. The start-URL check and the in-browser guard share this one reading, and the pool opens the URL as
+serialized by it (:func:`canonical_start_url`), so what was checked is what loads.
 """
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
+
+from ada_url import URL
 
 #: Schemes that never leave the browser (a page's own data: images, blob: downloads, error pages).
 LOCAL_SCHEMES = ("data:", "blob:", "about:", "chrome-error:", "javascript:")
@@ -16,34 +24,54 @@ LOCAL_SCHEMES = ("data:", "blob:", "about:", "chrome-error:", "javascript:")
 START_SCHEMES = ("http", "https")
 
 
+#: The port a URL without one goes to, per scheme (WHATWG serializes a default port away).
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def browser_url(url: str) -> URL | None:
+    """``url`` parsed as Chromium parses it (WHATWG URL Standard), or None when the browser would not load it."""
+    try:
+        return URL(url)
+    except ValueError:
+        return None
+
+
 def is_allowed(url: str, allowed: list[str]) -> bool:
     """May a page load ``url``? Local schemes yes; http(s)/ws(s) when the host (or host:port) is listed."""
-    if url.startswith(LOCAL_SCHEMES):
+    parsed = browser_url(url)
+    if parsed is None:
+        return False
+    scheme = parsed.protocol.removesuffix(":")
+    if f"{scheme}:" in LOCAL_SCHEMES:
         return True
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https", "ws", "wss"):
+    if scheme not in DEFAULT_PORTS or not parsed.hostname:
         return False
-    try:
-        port = parts.port
-    except ValueError:  # "host:7770.evil.com" and other malformed ports
-        return False
-    netloc = (parts.hostname or "") + (f":{port}" if port else "")
+    host = parsed.hostname.lower()
+    port = int(parsed.port) if parsed.port else DEFAULT_PORTS[scheme]
     wanted = {h.strip().lower() for h in allowed}
-    return netloc.lower() in wanted or (parts.hostname or "").lower() in wanted
+    return f"{host}:{port}" in wanted or host in wanted
 
 
 def start_url_problem(url: str, allowed: list[str]) -> str | None:
-    """Why ``url`` may not start an episode, or None when it may (an http(s) URL on the allow-list)."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError:
+    """Why ``url`` may not start an episode, or None when it may (an http(s) URL on the allow-list, its host
+    as the browser reads it)."""
+    parsed = browser_url(url)
+    if parsed is None:
         return f"{url!r} is not a valid URL"
-    if parts.scheme not in START_SCHEMES or not parts.hostname:
+    if parsed.protocol.removesuffix(":") not in START_SCHEMES or not parsed.hostname:
         return f"{url!r} is not an http(s) URL"
-    if not is_allowed(url, allowed):
-        return f"host {parts.netloc} is not on the allow-list {allowed}"
+    if not is_allowed(parsed.href, allowed):
+        return f"host {parsed.host} is not on the allow-list {allowed} (the browser reads {url!r} as {parsed.href})"
     return None
+
+
+def canonical_start_url(url: str) -> str:
+    """``url`` as the browser reads it (call after :func:`start_url_problem` found none): the pool opens this
+    serialization, so no second reading of the raw text can differ from the checked one."""
+    parsed = browser_url(url)
+    if parsed is None:
+        raise ValueError(f"{url!r} is not a valid URL")
+    return parsed.href
 
 
 def first_refused(urls: list[str], allowed: list[str]) -> str | None:

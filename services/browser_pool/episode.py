@@ -34,7 +34,7 @@ from services.browser_pool.stage import Stage
 from services.browser_pool.stock import ContextStock
 from webrl.actions import ActionParseError, ActionType, parse_action
 from webrl.agent.environment import EpisodeCrashed, StepResult
-from webrl.allow_list import origin, start_url_problem
+from webrl.allow_list import canonical_start_url, origin, start_url_problem
 from webrl.config import SITE_PLACEHOLDERS, Settings
 from webrl.paths import PathOutsideArtifacts, confined_path
 from webrl.schemas import Observation, TaskConfig
@@ -47,6 +47,10 @@ NAVIGATION_WAIT_S = 10.0  # a navigation that started while observing: wait this
 LEAVING_WAIT_S = 5.0  # a page that said it is leaving: wait this long at most for its navigation to show
 EPISODE_CLEANUP_TIMEOUT_S = 5.0  # freeing a sandbox episode's state and closing the context
 SCREENSHOT_TIMEOUT_MS = 10_000  # one viewport screenshot (a few tens of ms on the sandbox pages)
+#: Why a page did not load, for the failures an agent cannot read off Chromium's blank error page.
+FAILURE_REASONS = {"net::ERR_UNSAFE_REDIRECT": "it redirected to a page the browser never opens (file:, chrome:)"}
+#: Failed navigations not reported: one replaced by another, and the allow-list's own (reported as blocked).
+QUIET_FAILURES = ("net::ERR_ABORTED", "net::ERR_BLOCKED_BY_CLIENT")
 
 
 class StartUrlRefused(EpisodeCrashed):
@@ -176,6 +180,7 @@ class BrowserEpisode:
         urls = resolved.start_urls(settings)
         for problem in filter(None, (start_url_problem(url, allowed) for url in urls)):
             raise StartUrlRefused(problem)
+        urls = [canonical_start_url(url) for url in urls]  # opened as checked (webrl.allow_list)
         storage_state = storage_state_file(resolved, settings)
         slot = await pool.acquire()
         episode_id = uuid.uuid4().hex[:16]
@@ -219,7 +224,7 @@ class BrowserEpisode:
 
     def _handlers(self) -> list[tuple[str, Callable[..., object]]]:
         return [("request", self._on_request), ("requestfinished", self._on_request_done),
-                ("requestfailed", self._on_request_done), ("framenavigated", self._on_navigated),
+                ("requestfailed", self._on_request_failed), ("framenavigated", self._on_navigated),
                 ("dialog", self._on_dialog), ("download", self._on_download), ("crash", self._on_crash),
                 ("close", self._on_close)]
 
@@ -235,6 +240,15 @@ class BrowserEpisode:
         self._navigations.discard(request)
         if not self._navigations:
             self._navigation_done.set()
+
+    def _on_request_failed(self, request: Request) -> None:
+        """A main-frame navigation the browser refused, e.g. a redirect to ``file:`` or ``chrome:``: the tab shows
+        a blank error page, so the observation says why."""
+        self._on_request_done(request)
+        failure = request.failure or ""
+        if request.is_navigation_request() and request.frame.parent_frame is None and failure not in QUIET_FAILURES:
+            why = f"{FAILURE_REASONS[failure]} ({failure})" if failure in FAILURE_REASONS else failure
+            self.notes.add(f"{request.url} did not load: {why}")
 
     def _on_navigated(self, frame: Frame) -> None:
         if frame.parent_frame is None:
