@@ -1,17 +1,18 @@
-"""Every hop of a navigation checked against the allow-list, redirects included.
+"""Every hop of every request checked against the allow-list, redirects included.
 
 Playwright's request routing (``context.route``) sees only the first request of a redirect chain: its
 Chromium network manager continues redirected requests itself, so a 302 from an allowed site to any other
-host would load. The guard intercepts document requests (main frames and iframes) through the Chrome
-DevTools Protocol, where ``Fetch.requestPaused`` reports every hop (a redirect's hop carries
-``redirectedRequestId``) before it is sent, and fails those to hosts off the list with ``BlockedByClient``:
-the request never leaves the browser and the page shows Chromium's "blocked" error page.
+host would load, a document as well as an image, script, stylesheet, fetch or XHR (whose reply the page then
+reads when the other host allows CORS). The guard intercepts every request through the Chrome DevTools
+Protocol, where ``Fetch.requestPaused`` reports every hop (a redirect's hop carries ``redirectedRequestId``)
+before it is sent, and fails those to hosts off the list with ``BlockedByClient``: the request never leaves the
+browser, and a blocked document shows Chromium's "blocked" error page.
 
-Documents only: they are what an agent can steer (links, forms, typed URLs). A page's own subresources
-(scripts, images, fetch) are not paused in Python, which would slow every page load; their first hop is
-still checked by the route.
+Each request costs one round trip to this process before it is sent (``bench/reset_floor.py``'s navigation-guard
+layer measures it; docs/security.md has the numbers). WebSockets are not fetches and never pause here: the
+allow-list's WebSocket route covers them (``services/browser_pool/safety.py``).
 
-A guard on a browser (:meth:`NavigationGuard.on_browser`) watches every page of that browser, popups and
+A guard on a browser (:meth:`NavigationGuard.on_browser`) watches every page of that browser, popups, workers and
 cross-site iframes included; one on a page (:meth:`NavigationGuard.on_page`) watches that page alone.
 """
 
@@ -28,31 +29,34 @@ from webrl.allow_list import is_allowed
 
 log = logging.getLogger(__name__)
 
-#: What the guard pauses: document requests (every navigation hop), before they are sent.
-DOCUMENT_REQUESTS = [{"urlPattern": "*", "resourceType": "Document", "requestStage": "Request"}]
+#: What the guard pauses: every request (every hop of it), before it is sent.
+ALL_REQUESTS = [{"urlPattern": "*", "requestStage": "Request"}]
+
+#: Hears of each blocked hop: its URL, and whether it was a document (a navigation of a tab or frame).
+OnBlock = Callable[[str, bool], None]
 
 
 class NavigationGuard:
-    """Fails navigations to hosts off ``allowed`` at every hop; ``on_block(url)`` hears of each one."""
+    """Fails requests to hosts off ``allowed`` at every hop; ``on_block(url, is_document)`` hears of each one."""
 
-    def __init__(self, session: CDPSession, allowed: list[str], on_block: Callable[[str], None] | None) -> None:
+    def __init__(self, session: CDPSession, allowed: list[str], on_block: OnBlock | None) -> None:
         self.session, self.allowed, self.on_block = session, list(allowed), on_block
 
     @classmethod
     async def on_browser(cls, browser: Browser, allowed: list[str],
-                         on_block: Callable[[str], None] | None = None) -> NavigationGuard:
+                         on_block: OnBlock | None = None) -> NavigationGuard:
         """A guard over every page of ``browser`` (the browser pool runs one episode per browser)."""
         return await cls(await browser.new_browser_cdp_session(), allowed, on_block)._enable()
 
     @classmethod
     async def on_page(cls, page: Page, allowed: list[str],
-                      on_block: Callable[[str], None] | None = None) -> NavigationGuard:
+                      on_block: OnBlock | None = None) -> NavigationGuard:
         """A guard over ``page`` alone; attach it before the page navigates."""
         return await cls(await page.context.new_cdp_session(page), allowed, on_block)._enable()
 
     async def _enable(self) -> NavigationGuard:
         self.session.on("Fetch.requestPaused", self._paused)
-        await self.session.send("Fetch.enable", {"patterns": DOCUMENT_REQUESTS})
+        await self.session.send("Fetch.enable", {"patterns": ALL_REQUESTS})
         return self
 
     async def _paused(self, event: dict[str, Any]) -> None:
@@ -62,9 +66,11 @@ class NavigationGuard:
             if is_allowed(url, self.allowed):
                 await self.session.send("Fetch.continueRequest", {"requestId": request_id})
                 return
-            log.info("blocked navigation to %s (not on the allow-list %s)", url, self.allowed)
+            is_document = event.get("resourceType") == "Document"
+            log.info("blocked %s to %s (not on the allow-list %s)", "navigation" if is_document else "request", url,
+                     self.allowed)
             if self.on_block is not None:
-                self.on_block(url)
+                self.on_block(url, is_document)
             await self.session.send("Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"})
         except PlaywrightError as exc:  # the request was cancelled, or its page or browser went away
             log.debug("navigation guard could not answer for %s: %s", url, exc.message)

@@ -76,9 +76,9 @@ class ContextStock:
         stock._refill_soon()
         return stock
 
-    def _blocked(self, url: str) -> None:
+    def _blocked(self, url: str, is_document: bool) -> None:
         if self.current is not None:
-            self.current.record_navigation(url)
+            self.current.record_guarded(url, is_document)
 
     # ----- taking and giving back ----------------------------------------------------------------------
     async def take(self, start_origin: str, **options: object) -> Stage:

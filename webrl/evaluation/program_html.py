@@ -141,7 +141,7 @@ class _Pages:
             raise EvaluationError(f"program_html will not open {url}: its host is not on the allow-list {allowed}")
         if self.own is None:
             self.own = await self.end.context.new_page()
-            await NavigationGuard.on_page(self.own, allowed, self.blocked.append)
+            await NavigationGuard.on_page(self.own, allowed, self._blocked)
         try:
             await self.own.goto(url, wait_until="load", timeout=settings.evaluation.nav_timeout_s * 1000)
         except PlaywrightError as exc:
@@ -153,6 +153,11 @@ class _Pages:
             await asyncio.sleep(settings.evaluation.settle_s)
         self.current = self.own
         return self.own
+
+    def _blocked(self, url: str, is_document: bool) -> None:
+        """The guard failed a hop; a document's explains a failed goto (a subresource's leaves the page loading)."""
+        if is_document:
+            self.blocked.append(url)
 
     async def close(self) -> None:
         if self.own is not None and not self.own.is_closed():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import AsyncIterator
 from urllib.parse import quote
 
 import pytest
@@ -164,3 +165,64 @@ async def test_killed_browser_is_replaced(pool_settings, fixture_url, make_task)
         finally:
             await episode.close()
         assert own.restarts == 1 and own.browser_pids() and own.browser_pids()[0] != pid
+
+
+async def test_subresources_redirected_off_the_allow_list_are_blocked(pool, pool_settings, fixture_url, outside,
+                                                                     make_task):
+    """An image, script, stylesheet, fetch and XHR that the allowed host redirects (302) to an unlisted port:
+    no hop reaches it and the page reads nothing. Control: with the port listed, every one arrives."""
+    page = f"{fixture_url}/subresources.html?to={quote(outside.url)}"
+    outside.paths.clear()
+    episode = await BrowserEpisode.open(pool, make_task(page), pool_settings)
+    try:
+        html = episode.observation.html
+        assert "img: failed" in html and "fetch: failed" in html and "xhr: failed" in html, html
+    finally:
+        await episode.close()
+    assert outside.paths == []
+    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
+                                                                outside.url.split("//")[1]]})
+    episode = await BrowserEpisode.open(pool, make_task(page), listed)
+    try:
+        assert "fetch: read" in episode.observation.html and "xhr: read" in episode.observation.html
+    finally:
+        await episode.close()
+    assert {"/style.css", "/script.js", "/pixel.svg", "/outside.html"} <= set(outside.paths)
+
+
+@pytest.fixture
+async def socket_listener() -> AsyncIterator[tuple[str, list[str]]]:
+    """A WebSocket server on another loopback port (a host off the allow-list): its URL and the paths it was
+    asked for."""
+    from websockets.asyncio.server import ServerConnection, serve
+
+    asked: list[str] = []
+
+    async def greet(connection: ServerConnection) -> None:
+        asked.append(connection.request.path if connection.request else "?")
+        await connection.send("hello from outside")
+
+    async with serve(greet, "127.0.0.1", 0) as server:
+        yield f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/", asked
+
+
+async def test_a_web_socket_off_the_allow_list_is_closed_before_it_connects(pool, pool_settings, fixture_url,
+                                                                           socket_listener, make_task):
+    url, asked = socket_listener
+    page = f"{fixture_url}/subresources.html?ws={quote(url)}"
+    episode = await BrowserEpisode.open(pool, make_task(page), pool_settings)
+    try:
+        await episode.active.wait_for_function("!document.body.innerText.includes('socket: waiting')")
+        view = await episode.refresh()
+        assert "socket: closed" in view.observation.html, view.observation.html
+    finally:
+        await episode.close()
+    assert asked == []
+    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
+                                                                url.split("//")[1].rstrip("/")]})
+    episode = await BrowserEpisode.open(pool, make_task(page), listed)  # the control: listed, it connects
+    try:
+        await episode.active.wait_for_function("document.body.innerText.includes('socket: said')")
+    finally:
+        await episode.close()
+    assert asked == ["/"]
