@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from services.taskgen.dedup import Deduplicator
 from services.taskgen.grounded import GroundedGenerator, generated_task_id
-from services.taskgen.llm import LLMGenerator, OpenAICompatibleLLM, Rejection, llm_task_config
-from webrl.allow_list import endpoint_problem
+from services.taskgen.llm import NO_API_KEY, LLMGenerator, OpenAICompatibleLLM, Rejection, llm_task_config
+from webrl.allow_list import endpoint_problem, origin
 from webrl.config import Settings
 from webrl.contracts import (
     FilterRequest,
@@ -88,6 +88,16 @@ class EndpointRefused(InvalidRequest):
         super().__init__("endpoint", message)
 
 
+def endpoint_api_key(settings: Settings, endpoint: str) -> str:
+    """The bearer key for ``endpoint``: ``llm_judge.api_key`` when it is the configured ``llm_judge.endpoint`` (same
+    origin), else vLLM's placeholder "EMPTY" (the OpenAI client wants some key), so the key goes to its own server
+    only, never to another endpoint a request names."""
+    configured = settings.llm_judge.endpoint
+    if settings.llm_judge.api_key and configured and origin(endpoint) == origin(configured):
+        return settings.llm_judge.api_key
+    return NO_API_KEY
+
+
 def generate_llm(settings: Settings, phase: int, parent_keys: list[str], n: int, seed: int, *,
                  endpoint: str, model: str, mode: str = "chat", feasibility: bool = True) -> GenerationResult:
     """Group failures by site, ask the LLM for tasks in breadth, drop infeasible and duplicate ones.
@@ -99,7 +109,7 @@ def generate_llm(settings: Settings, phase: int, parent_keys: list[str], n: int,
     by_site: dict[str, list[m.Task]] = {}
     for p in parents:
         by_site.setdefault(p.site, []).append(p)
-    llm = LLMGenerator(OpenAICompatibleLLM(endpoint, model, mode=mode))
+    llm = LLMGenerator(OpenAICompatibleLLM(endpoint, model, api_key=endpoint_api_key(settings, endpoint), mode=mode))
     dedup = Deduplicator(_existing_intents(settings))
     rng = random.Random(seed)
     result = GenerationResult(task_keys=[])

@@ -18,6 +18,8 @@ MAX_INTENT_CHARS = 300
 MIN_WORDS = 3
 _META = re.compile(r"\b(given task|created task|example task|new task)s?\b", re.IGNORECASE)
 _CODE = re.compile(r"[{}<>\\]|do\(|exit\(")
+#: The key sent to an endpoint without one: vLLM's convention (the OpenAI client refuses an empty key).
+NO_API_KEY = "EMPTY"
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ def llm_task_config(site: str, intent: str, task_id: str, start_url: str | None 
 class OpenAICompatibleLLM:
     """Chat or plain completions against an OpenAI-compatible server, with the official client."""
 
-    def __init__(self, base_url: str, model: str, api_key: str = "EMPTY", mode: str = "chat",
+    def __init__(self, base_url: str, model: str, api_key: str = NO_API_KEY, mode: str = "chat",
                  max_tokens: int = 512, temperature: float = 1.0, timeout: float = 120.0) -> None:
         from openai import OpenAI
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import uvicorn
@@ -15,9 +15,7 @@ from services.taskgen.curriculum import generate_llm
 from services.taskgen.llm import OpenAICompatibleLLM
 from webrl.config import Settings, get_settings
 from webrl.db import repository as repo
-from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
-from webrl.schemas import TaskConfig
 
 
 def _free_port() -> int:
@@ -50,13 +48,10 @@ def actor_endpoint(settings: Settings, tmp_path, monkeypatch: pytest.MonkeyPatch
     thread.join(timeout=20)
 
 
-def test_completions_endpoint_answers_and_junk_is_rejected(actor_endpoint: str, settings: Settings) -> None:
+def test_completions_endpoint_answers_and_junk_is_rejected(actor_endpoint: str, settings: Settings,
+                                                           parent_task: Callable[..., None]) -> None:
     s = get_settings()
-    upgrade(s)
-    parent = TaskConfig.from_json({"task_id": 1, "sites": ["shopping"], "intent": "Find the cheapest red mug",
-                                   "start_url": "__SHOPPING__"})
-    with session_scope(s) as session:
-        repo.upsert_task(session, "p1", parent, origin="seed", split="train")
+    parent_task(s)
     llm = OpenAICompatibleLLM(actor_endpoint, model="actor", mode="completions", max_tokens=24)
     answer = llm.complete("Write tasks in backticks:", temperature=0.0)
     assert isinstance(answer, str) and answer  # a real completion came back over HTTP

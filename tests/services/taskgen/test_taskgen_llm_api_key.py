@@ -1,0 +1,95 @@
+"""The llm generator and its feasibility judge send the configured ``llm_judge.api_key`` to the configured
+endpoint, and only there: a real OpenAI-compatible server on loopback records each request's Authorization
+header, and the taskgen app's ``POST /v1/tasks/generate`` drives it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from fastapi.testclient import TestClient
+
+from webrl.config import Settings, get_settings
+
+KEY = "judge-key-123"
+TASK = "Find the cheapest blue mug in the store"
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """An OpenAI chat-completions server: a backticked task to the evolution prompt, YES to the judge."""
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet test output
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.seen.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
+        judge = body.get("max_tokens") == 4  # the feasibility judge asks for a few tokens
+        content = "YES" if judge else f"`{TASK}`"
+        reply = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                            "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": content}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+
+def _serve() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.seen = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", server.seen  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def judge() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """The configured judge: its base URL and the (path, Authorization) of each request it got."""
+    yield from _serve()
+
+
+@pytest.fixture
+def other() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """Another allowed endpoint (WEBRL_SECURITY__ALLOWED_ENDPOINTS): it must never see the judge's key."""
+    yield from _serve()
+
+
+@pytest.fixture
+def client(settings: Settings, judge, other, parent_task: Callable[..., None],
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    monkeypatch.setenv("WEBRL_LLM_JUDGE__ENDPOINT", judge[0] + "/v1")
+    monkeypatch.setenv("WEBRL_LLM_JUDGE__MODEL", "judge")
+    monkeypatch.setenv("WEBRL_LLM_JUDGE__API_KEY", KEY)
+    monkeypatch.setenv("WEBRL_SECURITY__ALLOWED_ENDPOINTS", other[0])
+    get_settings.cache_clear()
+    parent_task(get_settings())
+    from services.taskgen.app import app
+
+    with TestClient(app) as c:
+        yield c
+    get_settings.cache_clear()
+
+
+def test_the_configured_judge_gets_its_key(client: TestClient, judge) -> None:
+    reply = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["p1"], "n": 1, "generator": "llm"})
+    assert reply.status_code == 200, reply.text
+    assert len(reply.json()["task_keys"]) == 1  # the judge answered YES: the generated task was stored
+    seen = judge[1]
+    assert [path for path, _ in seen] == ["/v1/chat/completions"] * 2  # the evolution prompt, then the judge
+    assert {auth for _, auth in seen} == {f"Bearer {KEY}"}
+
+
+def test_another_endpoint_never_gets_the_key(client: TestClient, other) -> None:
+    reply = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["p1"], "n": 1, "generator": "llm",
+                                                    "endpoint": other[0], "model": "other"})
+    assert reply.status_code == 200, reply.text
+    assert other[1] and {auth for _, auth in other[1]} == {"Bearer EMPTY"}
