@@ -276,16 +276,27 @@ class Pipeline:
 
     # ---- stages -------------------------------------------------------------------------------------
     def _stage_evaluate(self, index: int, state: PhaseState) -> StageOutput:
-        """Success of the phase's resulting actor on the held-out test tasks, per site and overall."""
+        """Success of the phase's resulting actor on the held-out test tasks, per site and overall: all of them
+        (``evaluation.tasks``) in the first and the last phase, the run's fixed sample (:meth:`fixed_sample`) in
+        the phases between when ``evaluation.subset`` is set. ``keys`` records the tasks evaluated and ``sample``
+        the fixed sample, so every phase compares with every other on named tasks."""
         actor = self.options.actor if index == 0 else state.actor_path
         assert actor is not None, "the train stage records the phase's actor"
         keys = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
-        subset = self.hp.evaluation.subset if 0 < index < self.hp.curriculum.phases else None
-        sampled = subset is not None and subset < len(keys)
+        sample = self.fixed_sample()
+        sampled = sample is not None and 0 < index < self.hp.curriculum.phases
         if sampled:
-            keys = self._stratified(keys, subset)
+            keys = sample
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
-        return {**self._evaluation_metrics(ids), "subset": sampled}, state
+        return {**self._evaluation_metrics(ids), "subset": sampled, "keys": keys,
+                **({"sample": sample} if sample is not None else {})}, state
+
+    def fixed_sample(self) -> list[str] | None:
+        """The run's fixed stratified sample of ``evaluation.subset`` test tasks (of the first ``evaluation.tasks``),
+        the tasks every phase is scored on; None when the run evaluates all of them every phase."""
+        keys = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
+        n = self.hp.evaluation.subset
+        return self._stratified(keys, n) if n is not None and n < len(keys) else None
 
     def evaluate_in_full(self, index: int, tasks: int | None = None, stratified: int | None = None) -> dict[str, Any]:
         """Evaluate the actor phase ``index`` published on the first ``tasks`` test tasks (all when None), after the
@@ -293,8 +304,9 @@ class Pipeline:
         measured in full later, with the run's own horizon and early stops. ``stratified``: only the run's fixed
         stratified sample of that many of them (:meth:`_stratified`, the sample its middle phases evaluate when it
         is ``evaluation.subset``). The result replaces the phase's evaluate metrics (``evaluate.later`` marks it,
-        ``evaluate.keys`` lists the tasks; ``evaluate.seconds`` stays the run's own time). Episodes the phase
-        already stored are reused, so it is idempotent and resumes after a crash."""
+        ``evaluate.keys`` lists the tasks, ``evaluate.sample`` the run's fixed sample as the evaluate stage records
+        it; ``evaluate.seconds`` stays the run's own time). Episodes the phase already stored are reused, so it is
+        idempotent and resumes after a crash."""
         if not 0 <= index <= self.hp.curriculum.phases:
             raise InvalidRequest("phase", f"run {self.options.run!r} has phases 0-{self.hp.curriculum.phases}")
         if index not in self.evaluated_phases():
@@ -308,7 +320,9 @@ class Pipeline:
             keys = self._stratified(keys, stratified)
         started = time.perf_counter()
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
+        sample = self.fixed_sample()
         metrics = {**self._evaluation_metrics(ids), "subset": sampled, "later": True, "keys": keys,
+                   **({"sample": sample} if sample is not None else {}),
                    "later_seconds": round(time.perf_counter() - started, 2)}
         with session_scope(self.settings) as s:
             row = self._phase_row(s, index)

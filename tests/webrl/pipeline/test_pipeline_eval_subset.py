@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from webrl.config import Settings
 from webrl.db import repository as repo
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
 from webrl.hyperparams import DEFAULTS, with_overrides
-from webrl.orchestration.pipeline import Pipeline, PipelineOptions
+from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions
 from webrl.sandbox.tasks.suite import load_suite
 
 
@@ -25,3 +27,36 @@ def test_the_subset_is_fixed_and_covers_the_templates(settings: Settings) -> Non
     assert subset == sorted(subset, key=keys.index)
     covered = {template[k] for k in subset}
     assert len(covered) == min(40, len(set(template.values())))  # one per template before any second one
+
+
+def test_every_phase_records_the_tasks_it_evaluated_and_the_fixed_sample(settings: Settings,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phase 0 and the last evaluate every test task, the phases between the fixed sample; each records the keys it
+    evaluated (``keys``) and the sample (``sample``), so the report compares them on named tasks."""
+    upgrade(settings)
+    load_suite(settings, 0)
+    hp = with_overrides(DEFAULTS, {"curriculum.phases": 3, "evaluation.subset": 40})
+    pipeline = Pipeline(settings, PipelineOptions(run="sample", hyperparams=hp))
+    evaluated: dict[int, list[str]] = {}
+
+    def rollout(keys: list[str], phase: int, *args: object, **kwargs: object) -> list[int]:
+        evaluated[phase] = keys
+        return []
+
+    monkeypatch.setattr(pipeline, "_rollout", rollout)
+    monkeypatch.setattr(pipeline, "_evaluation_metrics", lambda ids: {"success": 0.0, "n": 0, "solved": []})
+    every = pipeline._task_keys(split="test", origin=None, limit=hp.evaluation.tasks)
+    sample = pipeline._stratified(every, 40)
+    metrics = {i: pipeline._stage_evaluate(i, PhaseState(actor_path="actor"))[0] for i in range(4)}
+    assert [len(evaluated[i]) for i in range(4)] == [len(every), 40, 40, len(every)]
+    assert all(metrics[i]["keys"] == evaluated[i] and metrics[i]["sample"] == sample for i in range(4))
+    assert [metrics[i]["subset"] for i in range(4)] == [False, True, True, False]
+    assert pipeline.fixed_sample() == sample
+
+    whole = Pipeline(settings, PipelineOptions(run="whole", hyperparams=with_overrides(DEFAULTS, {
+        "curriculum.phases": 3})))
+    monkeypatch.setattr(whole, "_rollout", lambda keys, phase, *a, **k: [])
+    monkeypatch.setattr(whole, "_evaluation_metrics", lambda ids: {"success": 0.0, "n": 0, "solved": []})
+    assert whole.fixed_sample() is None
+    middle = whole._stage_evaluate(1, PhaseState(actor_path="actor"))[0]
+    assert middle["keys"] == every and "sample" not in middle and middle["subset"] is False
