@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "webrl.commands.ui",
     "webrl.commands.pages",
     "webrl.commands.browser",
+    "webrl.commands.probe",
 ]
 
 

@@ -23,13 +23,15 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from services.trainer.data import SequenceItem, StepExample, sequence_collate
-from services.trainer.loop import EpochHook
+from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
+from services.trainer.loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
 from webrl.hyperparams import ActorLoss, Advantage
+from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import target_logits
 from webrl.models.probe import ProbeStep, encode_probe, flips, probe_matches
 from webrl.rewards import is_success
+from webrl.tracking import Tracker
 
 log = logging.getLogger("webrl.trainer.actor")
 
@@ -159,3 +161,35 @@ def last_epoch(epochs: Sequence[Metrics], keys: Sequence[str]) -> dict[str, Any]
             out[key] = values[-1]
             out[f"{key}_by_epoch"] = values
     return out
+
+
+def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Sequence[StepExample],
+                 step_advantage: Sequence[float], objective: ActorLoss, config: LoopConfig, *, max_length: int,
+                 probe: Sequence[ProbeStep] | None = None, tracker: Tracker | None = None,
+                 reference_model: Any = None) -> TrainSummary:
+    """Train the prepared actor on ``examples`` (each with its binarised A): the reference pass (lp_ref and pi_ref's
+    distributions, under ``reference_model`` or else the actor as it is now), then ``config.epochs`` epochs of
+    ``objective``, with the exact KL measured in every batch and, given a ``probe``, the flips after every epoch.
+    The tracker, when there is one, gets every optimizer step and epoch."""
+    if not examples:
+        return TrainSummary()
+    pad_id = pad_id_of(tokenizer)
+    items = [SequenceItem(i, encode_action(tokenizer, ex, max_length), {}) for i, ex in enumerate(examples)]
+    model = accelerator.unwrap_model(actor.model)
+    with accelerator.autocast():
+        reference = reference_pass(reference_model if reference_model is not None else model, items, pad_id,
+                                   config.batch_size, accelerator.device)
+    items = [SequenceItem(it.index, it.encoded, {"lp_ref": reference.lp[k], "advantage": float(step_advantage[k])})
+             for k, it in enumerate(items)]
+    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items], sequence_collate(pad_id),
+                             config.batch_size, shuffle=True, seed=config.seed)
+    measure = probe_hook(model, tokenizer, probe, max_length, config.batch_size) if probe else None
+
+    def on_epoch(epoch: int, record: Metrics) -> Metrics:
+        measured = measure(epoch, record) if measure else {}
+        if tracker is not None:
+            tracker.scalars({**record, **measured}, step=epoch, prefix="actor-epoch/")
+        return measured
+
+    return train(accelerator, actor, loader, actor_loss_fn(objective, reference.distributions), config,
+                 on_step=tracker.step_hook("actor/") if tracker else None, on_epoch=on_epoch)

@@ -31,25 +31,19 @@ import torch
 
 from services.trainer import replay
 from services.trainer.actor_update import (
-    Reference,
-    actor_loss_fn,
     last_epoch,
     positives_from_failed,
-    probe_hook,
-    reference_pass,
     step_advantages,
     trained_steps,
+    update_actor,
 )
 from services.trainer.critic_heads import train_heads
 from services.trainer.data import (
-    SequenceItem,
     StepExample,
     actor_prompt_fn,
     demonstration_examples,
-    encode_action,
     first_success_examples,
     load_phase_examples,
-    sequence_collate,
     state_pair_collate,
     state_pair_items,
     window_sampler,
@@ -57,12 +51,10 @@ from services.trainer.data import (
 from services.trainer.loop import (
     LoopConfig,
     Prepared,
-    TrainSummary,
     evaluate,
     make_accelerator,
     prepare,
     prepared_batches,
-    prepared_loader,
     train,
 )
 from services.trainer.losses import actor_loss_mask, critic_loss
@@ -131,28 +123,13 @@ def actor_loop_config(job: PhaseJob) -> LoopConfig:
     return config
 
 
-def _action_items(tokenizer: Any, examples: list[StepExample], max_length: int,
-                  scalars: list[dict[str, float]] | None = None) -> list[SequenceItem]:
-    return [SequenceItem(i, encode_action(tokenizer, ex, max_length), scalars[i] if scalars else {})
-            for i, ex in enumerate(examples)]
-
-
-def _reference(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
-               items: list[SequenceItem], batch_size: int) -> Reference:
-    """lp_ref of ``items`` (and pi_ref's distribution at their action tokens) under the frozen reference: the job's
-    ``reference`` folder when it names another model, else the actor before any update of this phase."""
-    if not items:
-        return Reference([], {})
-    pad_id = pad_id_of(tokenizer)
+def _reference_model(settings: Settings, job: PhaseJob, accelerator: Any) -> Any:
+    """The job's ``reference`` folder loaded, when it names another model than the actor; else None (the reference
+    is the actor before any update of this phase)."""
     if job.reference and Path(job.reference).resolve() != Path(job.actor).resolve():
         ref_model, _ = load_for_training(job.reference, settings)
-        with accelerator.autocast():
-            reference = reference_pass(ref_model.to(accelerator.device), items, pad_id, batch_size,
-                                       accelerator.device)
-        _free(ref_model)
-        return reference
-    with accelerator.autocast():
-        return reference_pass(accelerator.unwrap_model(actor.model), items, pad_id, batch_size, accelerator.device)
+        return ref_model.to(accelerator.device)
+    return None
 
 
 def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prepared, tokenizer: Any,
@@ -287,32 +264,6 @@ def _version_of(path: str | None) -> str | None:
     return checkpoint_version(path)
 
 
-def train_actor(accelerator: Any, actor: Prepared, items: list[SequenceItem], tokenizer: Any, job: PhaseJob,
-                config: LoopConfig, tracker: Tracker | None, reference: Reference | None = None,
-                max_length: int = MAX_LENGTH) -> TrainSummary:
-    """Train the prepared actor on ``items`` (each with its lp_ref and binarised advantage), measuring the exact KL
-    against ``reference``'s distributions and, with ``job.probe``, the flips after every epoch; the tracker, when
-    the job has one, gets every optimizer step and epoch and is closed."""
-    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items],
-                             sequence_collate(pad_id_of(tokenizer)), config.batch_size, shuffle=True, seed=job.seed)
-    probe = (probe_hook(accelerator.unwrap_model(actor.model), tokenizer, load_probe(job.probe), max_length,
-                        config.batch_size) if job.probe else None)
-
-    def on_epoch(epoch: int, record: dict[str, float]) -> dict[str, float]:
-        measured = probe(epoch, record) if probe else {}
-        if tracker is not None:
-            tracker.scalars({**record, **measured}, step=epoch, prefix="actor-epoch/")
-        return measured
-
-    try:
-        return train(accelerator, actor, loader, actor_loss_fn(job.hyperparams.actor,
-                                                               reference.distributions if reference else None),
-                     config, on_step=tracker.step_hook("actor/") if tracker else None, on_epoch=on_epoch)
-    finally:
-        if tracker is not None:
-            tracker.close()
-
-
 def _already_done(settings: Settings, version: str) -> TrainedPhase | None:
     with session_scope(settings) as session:
         actor, critic = find(session, "actor", version), find(session, "critic", version)
@@ -353,26 +304,27 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     positives = sum(bool(a[i] > 0) for i in trained)
     anchor = replay.select_demonstrations(demonstrations, positives, seed=job.seed + job.phase, replay=hp.replay)
     step_advantage = step_advantages(a, trained, len(anchor), hp.advantage)
-    items = _action_items(tokenizer, [experience[i] for i in trained] + anchor, max_length)
-    reference = _reference(settings, job, accelerator, actor, tokenizer, items, config.batch_size)
-    items = [SequenceItem(it.index, it.encoded, {"lp_ref": reference.lp[k], "advantage": step_advantage[k]})
-             for k, it in enumerate(items)]
     tracker = phase_tracker(settings, job, accelerator, "actor")
     if tracker is not None:  # the actor's training signal, before its first step
         tracker.histogram("advantage/clamped", clamped.tolist(), step=0)
         tracker.histogram("advantage/binarised", a.tolist(), step=0)
-    if items:
-        summary = train_actor(accelerator, actor, items, tokenizer, job, config, tracker, reference, max_length)
-    else:
-        log.info("phase %d: no step has A > 0; the actor is published unchanged", job.phase)
-        summary = TrainSummary()
+    if not step_advantage:
+        log.info("phase %d: no step to train the actor on; it is published unchanged", job.phase)
+    reference_model = _reference_model(settings, job, accelerator) if step_advantage else None
+    try:
+        summary = update_actor(accelerator, actor, tokenizer, [experience[i] for i in trained] + anchor,
+                               step_advantage, hp.actor, config, max_length=max_length,
+                               probe=load_probe(job.probe) if job.probe else None, tracker=tracker,
+                               reference_model=reference_model)
+    finally:
         if tracker is not None:
             tracker.close()
+    _free(reference_model)
     metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
                "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
                **last_epoch(summary.epochs, DRIFT_METRICS),
-               "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(items),
+               "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(step_advantage),
                "positives_from_failed": positives_from_failed(a, experience, [i for i in range(len(a)) if a[i] > 0]),
                "trained_positives_from_failed": positives_from_failed(a, experience, trained),
                "demonstration_steps": len(anchor),

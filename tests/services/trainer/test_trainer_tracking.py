@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from services.trainer.actor_update import actor_loss_fn
 from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
-from services.trainer.phase import actor_loss_fn, run_phase
+from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version
 from webrl.contracts import PhaseJob, TrackingSpec
 from webrl.hyperparams import DEFAULTS, with_overrides
