@@ -9,14 +9,21 @@ holds no secret, no service account token, and may reach only the sites (k8s/bas
 
 The browser is started with the switches Playwright itself launches it with (read off one Playwright launch
 when the server starts, :func:`playwright_command`), so a remote browser renders and behaves as a launched one.
-The server authenticates no one: only the pool may reach it (its NetworkPolicy), and ``max_browsers`` bounds
-what connections can start.
+
+Whoever holds a connection drives a browser, and a browser reads files (``file:``) and reaches whatever its
+machine reaches, so a handshake is admitted (:meth:`BrowserServer.admit`) before any browser starts only when
+- it carries no ``Origin`` header: a web page's WebSocket always does (a page in one of these very browsers
+  opening ``ws://127.0.0.1:PORT/``, which in a pod no NetworkPolicy polices), CDP clients (Playwright) send none;
+- with a credential (``browser.cdp_token``), it carries ``Authorization: Bearer <token>``.
+Off loopback the server will not start without a credential (:func:`start`). ``max_browsers`` bounds what
+admitted connections can start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import os
 import re
@@ -30,6 +37,10 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.connection import Connection
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from webrl.errors import UserError
+from webrl.service import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +79,32 @@ async def playwright_command(chromium_path: str) -> list[str]:
     return [arg for arg in command if not arg.startswith(OWN_SWITCHES)]
 
 
-class BrowserServer:
-    """Serves :meth:`handle`: one fresh Chromium per connection, at most ``max_browsers`` at once."""
+class UnguardedBrowserServer(UserError):
+    """A browser server asked to listen off loopback without a credential."""
 
-    def __init__(self, command: list[str], max_browsers: int) -> None:
-        self.command, self.max_browsers = list(command), max_browsers
+
+class BrowserServer:
+    """Serves :meth:`handle`: one fresh Chromium per admitted connection (:meth:`admit`), at most ``max_browsers``
+    at once."""
+
+    def __init__(self, command: list[str], max_browsers: int, token: str | None = None) -> None:
+        self.command, self.max_browsers, self.token = list(command), max_browsers, token
         self.browsers: set[asyncio.subprocess.Process] = set()  # running now (tests and logs count them)
+        self.refused = 0  # handshakes refused by :meth:`admit` (tests and logs count them)
+
+    def admit(self, connection: ServerConnection, request: Request) -> Response | None:
+        """None to go on with the handshake; a 403 for a web page (an ``Origin`` header), a 401 without the
+        credential the server has. Runs before :meth:`handle`, so a refused connection starts no browser."""
+        if request.headers.get("Origin") is not None:
+            return self._refuse(connection, 403, f"a web page ({request.headers['Origin']}) may not drive a browser")
+        if self.token is not None and not _bearer_matches(request.headers.get("Authorization"), self.token):
+            return self._refuse(connection, 401, "no valid credential (Authorization: Bearer WEBRL_BROWSER__CDP_TOKEN)")
+        return None
+
+    def _refuse(self, connection: ServerConnection, status: int, why: str) -> Response:
+        self.refused += 1
+        log.warning("refused a connection from %s: %s", connection.remote_address, why)
+        return connection.respond(status, why + "\n")
 
     async def handle(self, client: ServerConnection) -> None:
         if len(self.browsers) >= self.max_browsers:
@@ -100,6 +131,11 @@ class BrowserServer:
                 drain.cancel()
             shutil.rmtree(profile, ignore_errors=True)
             log.info("browser %d closed (%d running)", proc.pid, len(self.browsers))
+
+
+def _bearer_matches(header: str | None, token: str) -> bool:
+    """Constant-time comparison of an ``Authorization`` header with ``Bearer <token>``."""
+    return hmac.compare_digest((header or "").encode(), f"Bearer {token}".encode())
 
 
 async def _devtools_endpoint(stderr: asyncio.StreamReader) -> str:
@@ -140,17 +176,31 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
-async def start(host: str, port: int, chromium_path: str, max_browsers: int) -> tuple[Server, BrowserServer]:
-    """A listening browser server (``port`` 0: any free port, see ``server.sockets``)."""
-    browsers = BrowserServer(await playwright_command(chromium_path), max_browsers)
-    server = await serve(browsers.handle, host, port, max_size=None, compression=None)
+def unguarded_bind_problem(host: str, token: str | None) -> str | None:
+    """Why a browser server may not listen on ``host``, or None: off loopback anyone who reaches the address
+    would drive a browser, so it needs a credential there (there is no opting out, unlike the services)."""
+    if token or is_loopback(host):
+        return None
+    return (f"refusing to serve browsers on {host} without a credential: set WEBRL_BROWSER__CDP_TOKEN (e.g. "
+            "`openssl rand -hex 32`) here and in the browser pool, or listen on 127.0.0.1")
+
+
+async def start(host: str, port: int, chromium_path: str, max_browsers: int,
+                token: str | None = None) -> tuple[Server, BrowserServer]:
+    """A listening browser server (``port`` 0: any free port, see ``server.sockets``); ``token``: the credential
+    a connection must carry. Raises :class:`UnguardedBrowserServer` off loopback without one."""
+    if problem := unguarded_bind_problem(host, token):
+        raise UnguardedBrowserServer(problem)
+    browsers = BrowserServer(await playwright_command(chromium_path), max_browsers, token or None)
+    server = await serve(browsers.handle, host, port, process_request=browsers.admit, max_size=None,
+                         compression=None)
     return server, browsers
 
 
-async def run(host: str, port: int, chromium_path: str, max_browsers: int) -> None:
+async def run(host: str, port: int, chromium_path: str, max_browsers: int, token: str | None = None) -> None:
     """Serve until SIGTERM or SIGINT (``webrl browser serve``), then drain: take no new connection and wait for
     the open ones (browsers in use) to close, which a pod's termination grace period bounds."""
-    server, browsers = await start(host, port, chromium_path, max_browsers)
+    server, browsers = await start(host, port, chromium_path, max_browsers, token)
     log.info("browser server on %s:%d (at most %d browsers)", host, port, max_browsers)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -347,6 +347,10 @@ class BrowserSettings(Group):
     cdp_url: str | None = Field(
         None, description="A browser server (`webrl browser serve`, ws://HOST:PORT/) the pool connects each of its "
         "browsers to over CDP, a fresh Chromium per connection, instead of launching Chromium in its own process.")
+    cdp_token: str | None = Field(
+        None, description="The credential between a browser server and the pool: `webrl browser serve` admits only "
+        "connections with `Authorization: Bearer <token>` (and refuses to listen off loopback without one); the pool "
+        "sends it to cdp_url.")
     pool_size: int = Field(2, ge=1, description="Browsers the browser-pool service keeps.")
     step_timeout_s: float = Field(60.0, gt=0, description="Limit on one step (action + observation).")
     episode_timeout_s: float = Field(900.0, gt=0, description="Limit on one whole episode.")

@@ -105,8 +105,10 @@ class BrowserPool:
         (``webrl.browser_server``: Chromium in a pod of its own, which ends when the connection does)."""
         assert self._playwright is not None
         if self.settings.browser.cdp_url:
-            browser = await self._playwright.chromium.connect_over_cdp(self.settings.browser.cdp_url,
-                                                                       timeout=LAUNCH_TIMEOUT_MS)
+            token = self.settings.browser.cdp_token
+            browser = await self._playwright.chromium.connect_over_cdp(
+                self.settings.browser.cdp_url, timeout=LAUNCH_TIMEOUT_MS,
+                headers={"Authorization": f"Bearer {token}"} if token else None)
         else:
             browser = await self._playwright.chromium.launch(
                 executable_path=self.settings.browser.chromium_path,

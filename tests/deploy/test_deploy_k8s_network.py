@@ -63,8 +63,11 @@ def test_egress_limited_pods_reach_exactly_what_they_call(overlay: str) -> None:
         assert edges == wanted | {(pod, DNS, port) for port in dns}, pod
 
 
+BROWSER_TOKEN = "WEBRL_BROWSER__CDP_TOKEN"  # the credential of `webrl browser serve` (webrl/config.py)
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_chromium_runs_apart_reaching_only_the_sites_and_holding_no_secret(overlay: str) -> None:
+def test_chromium_runs_apart_reaching_only_the_sites_and_holding_only_its_credential(overlay: str) -> None:
     resources = _rendered(overlay)
     everyone = pods(resources)
     browsers = {name for name, pod in everyone.items() if pod.labels.get("webrl.dev/browser") == "true"}
@@ -77,9 +80,12 @@ def test_chromium_runs_apart_reaching_only_the_sites_and_holding_no_secret(overl
         {("sites", port) for port in SITE_PORTS} | {(DNS, 53)}
     for name in browsers | {"sites"}:  # what Chromium runs in, and what it reaches: nothing to steal
         pod = everyone[name].spec
-        text = str(pod)
+        text = str([{k: v for k, v in c.items() if k != "env"} for c in pod["containers"]])
         assert "secretRef" not in text and "secretKeyRef" not in text and "secret" not in {
             key for volume in pod.get("volumes", []) for key in volume}, name
+        secret_keys = {e["valueFrom"]["secretKeyRef"]["key"] for c in pod["containers"] for e in c.get("env", [])
+                       if "secretKeyRef" in e.get("valueFrom", {})}
+        assert secret_keys == ({BROWSER_TOKEN} if name in browsers else set()), name
     for pool in POOL:
         container = everyone[pool].spec["containers"][0]
         config = next(r for r in resources if r["kind"] == "ConfigMap")["data"]
@@ -88,6 +94,26 @@ def test_chromium_runs_apart_reaching_only_the_sites_and_holding_no_secret(overl
     chromium = everyone["chromium"].spec["containers"][0]
     assert chromium["command"][:3] == ["webrl", "browser", "serve"]
     assert chromium["command"][chromium["command"].index("--port") + 1] == str(CDP_PORT)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_browser_server_wants_a_credential_the_pool_holds(overlay: str) -> None:
+    """The chromium pod's server listens on every address, loopback included, where a page of its own browsers
+    can reach it and no NetworkPolicy looks: it must want a credential (webrl/browser_server.py), the same one the
+    pool sends, from the Secret."""
+    resources = _rendered(overlay)
+    everyone = pods(resources)
+    chromium = everyone["chromium"].spec["containers"][0]
+    command = chromium["command"]
+    assert command[command.index("--host") + 1] == "0.0.0.0"  # reached by the pool pods over the pod network
+    [token] = [e for e in chromium.get("env", []) if e["name"] == BROWSER_TOKEN]
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "webrl-secrets", "key": BROWSER_TOKEN}
+    for pool in POOL:
+        container = everyone[pool].spec["containers"][0]
+        assert {"secretRef": {"name": "webrl-secrets"}} in container["envFrom"], pool
+    if overlay == "dev":  # prod brings its own Secret (docs/deployment.md names the key)
+        secret = next(r for r in resources if r["kind"] == "Secret" and r["metadata"]["name"] == "webrl-secrets")
+        assert secret["stringData"][BROWSER_TOKEN]
 
 
 def test_prod_opens_the_database_to_one_narrow_block_not_the_private_ranges() -> None:

@@ -15,17 +15,21 @@ def register(app: typer.Typer) -> None:
 
     @browser.command("serve")
     def serve(
-        host: str = typer.Option("127.0.0.1", help="Address to listen on (anyone who reaches it drives a browser: "
-                                 "let only the browser pool reach it)."),
+        host: str = typer.Option("127.0.0.1", help="Address to listen on. Off loopback WEBRL_BROWSER__CDP_TOKEN is "
+                                 "required (anyone who connects drives a browser)."),
         port: int = typer.Option(BROWSER_SERVER_PORT, min=0, max=65535, help="Port."),
         max_browsers: int = typer.Option(16, min=1, help="Most browsers running at once (one per connection)."),
     ) -> None:
         """A fresh Chromium (WEBRL_BROWSER__CHROMIUM_PATH, Playwright's switches) for each WebSocket connection, relayed
-        over CDP, gone with its profile when the connection closes; point WEBRL_BROWSER__CDP_URL at ws://HOST:PORT/."""
+        over CDP, gone with its profile when the connection closes; point WEBRL_BROWSER__CDP_URL at ws://HOST:PORT/.
+        Connections from web pages (an Origin header) and, with WEBRL_BROWSER__CDP_TOKEN, without it are refused."""
         import asyncio
 
-        from webrl.browser_server import run
+        from webrl.browser_server import UnguardedBrowserServer, run, unguarded_bind_problem
 
-        asyncio.run(run(host, port, get_settings().browser.chromium_path, max_browsers))
+        browser_settings = get_settings().browser
+        if problem := unguarded_bind_problem(host, browser_settings.cdp_token):
+            raise UnguardedBrowserServer(problem)  # before Chromium is read off a launch: a one-line error
+        asyncio.run(run(host, port, browser_settings.chromium_path, max_browsers, browser_settings.cdp_token))
 
     app.add_typer(browser, name="browser")

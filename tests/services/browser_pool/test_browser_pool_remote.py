@@ -15,7 +15,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
-from webrl.browser_server import BrowserServer, start
+from webrl.browser_server import BrowserServer, UnguardedBrowserServer, start
 from webrl.config import Settings
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
@@ -143,3 +143,61 @@ async def test_webrl_browser_serve_drains_on_sigterm(pool_settings, fixture_url,
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("opener", ["page", "worker"])
+async def test_a_page_cannot_drive_the_browser_server(browser_server, remote_settings, fixture_url, make_task,
+                                                      opener):
+    """A page the pool opened on an allowed origin opens ``ws://127.0.0.1:PORT/`` to the very server its browser
+    runs on and asks it for CDP targets. The page's own socket is closed by the allow-list's WebSocket route; a
+    worker's, which that route does not see, is refused by the server (it carries an Origin): no CDP answer, no
+    browser started."""
+    server = browser_server[1]
+    refused = server.refused
+    page = f"{fixture_url}/subresources.html?ws={quote(browser_server[0])}&in={opener}"
+    async with BrowserPool(remote_settings, size=1) as remote:
+        await _until(lambda: len(server.browsers) == 1)
+        episode = await BrowserEpisode.open(remote, make_task(page), remote_settings)
+        try:
+            await episode.active.wait_for_function("/socket: (closed|said)/.test(document.body.innerText)")
+            await asyncio.sleep(0.5)  # a CDP answer would come now
+            html = (await episode.refresh()).observation.html
+        finally:
+            await episode.close()
+        assert "socket: closed" in html and "said" not in html, html
+        assert len(server.browsers) == 1  # the pool's own browser only
+    assert server.refused == refused + (opener == "worker")
+
+
+async def test_a_server_with_a_credential_admits_only_the_pool_that_sends_it(pool_settings, fixture_url, make_task):
+    server, browsers = await start("127.0.0.1", 0, pool_settings.browser.chromium_path, max_browsers=2,
+                                   token="s3cret-token")
+    url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    async with server:
+        for token in (None, "wrong"):
+            with pytest.raises(PlaywrightError):
+                async with BrowserPool(pool_settings.replace(browser={"cdp_url": url, "cdp_token": token}), size=1):
+                    pass
+        assert browsers.refused == 2 and not browsers.browsers
+        settings = pool_settings.replace(browser={"cdp_url": url, "cdp_token": "s3cret-token"})
+        async with BrowserPool(settings, size=1) as remote:
+            episode = await BrowserEpisode.open(remote, make_task(f"{fixture_url}/actions.html"), settings)
+            try:
+                assert "Add one" in episode.observation.html
+            finally:
+                await episode.close()
+
+
+async def test_webrl_browser_serve_refuses_a_network_address_without_a_credential(tmp_path):
+    """Off loopback anyone who reaches the port drives a browser: no credential, no server (the command exits at
+    once, naming the setting; :func:`start` raises)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "WEBRL_BROWSER__CDP_TOKEN"} | {"WEBRL_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "webrl.cli", "browser", "serve", "--host", "0.0.0.0", "--port", "0"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert "without a credential" in done.stderr and "WEBRL_BROWSER__CDP_TOKEN" in done.stderr, done.stderr
+    with pytest.raises(UnguardedBrowserServer):
+        await start("0.0.0.0", 0, "/nonexistent/chromium", max_browsers=1)
