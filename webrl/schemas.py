@@ -32,6 +32,17 @@ class EvalSpec(BaseModel):
     reference_answer_raw_annotation: str | None = None
 
 
+class Geolocation(BaseModel):
+    """Where a task's browser says it is (Playwright's ``set_geolocation``, whose preconditions these bounds are:
+    a value outside them is refused when the task is read, not by the browser halfway through a reset)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    latitude: float = Field(ge=-90.0, le=90.0)
+    longitude: float = Field(ge=-180.0, le=180.0)
+    accuracy: float | None = Field(None, ge=0.0, description="Metres; Playwright's default is 0.")
+
+
 class TaskConfig(BaseModel):
     """One WebArena task config (``config_files/*.json``)."""
 
@@ -43,7 +54,7 @@ class TaskConfig(BaseModel):
     start_url: str
     require_login: bool = False
     storage_state: str | None = None
-    geolocation: Any = None
+    geolocation: Geolocation | None = None
     intent_template: str | None = None
     instantiation_dict: dict[str, Any] | None = None
     require_reset: bool = False

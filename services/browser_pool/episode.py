@@ -15,13 +15,11 @@ background.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from playwright.async_api import BrowserContext, Dialog, Download, Frame, Page, Request
 from playwright.async_api import Error as PlaywrightError
@@ -32,6 +30,7 @@ from services.browser_pool.pool import BrowserPool, BrowserSlot
 from services.browser_pool.safety import AllowList
 from services.browser_pool.stage import Stage
 from services.browser_pool.stock import ContextStock
+from services.browser_pool.storage_state import StorageState, StorageStateInvalid, read_storage_state
 from webrl.actions import ActionParseError, ActionType, parse_action
 from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.allow_list import canonical_start_url, origin, start_url_problem
@@ -61,24 +60,30 @@ class StartUrlRefused(EpisodeCrashed):
 
 
 class StorageStateRefused(EpisodeCrashed):
-    """A ``storage_state`` path outside the artifacts store (the pool reads login files from there only); no
-    browser was used."""
+    """A ``storage_state`` path outside the artifacts store (the pool reads login files from there only), or a file
+    there that is no login file (:mod:`services.browser_pool.storage_state`); no browser was used."""
 
     def __init__(self, message: str) -> None:
         super().__init__("storage_state_refused", message)
 
 
-def storage_state_file(task: TaskConfig, settings: Settings) -> Path | None:
+def storage_state_file(task: TaskConfig, settings: Settings) -> StorageState | None:
     """The task's login file inside the artifacts store (``./.auth/shopping_state.json`` is
-    ``<artifacts>/.auth/shopping_state.json``), or None when the task names none or it does not exist there.
-    Raises :class:`StorageStateRefused` for a path that leaves the store."""
+    ``<artifacts>/.auth/shopping_state.json``), read and checked, or None when the task names none or it does not
+    exist there. Raises :class:`StorageStateRefused` for a path that leaves the store or a file that is no login
+    file."""
     if not task.storage_state:
         return None
     try:
         path = confined_path(settings, task.storage_state, "storage_state")
     except PathOutsideArtifacts as exc:
         raise StorageStateRefused(str(exc)) from None
-    return path if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return read_storage_state(path)
+    except StorageStateInvalid as exc:
+        raise StorageStateRefused(f"storage_state: {task.storage_state!r}: {exc}") from None
 
 
 @dataclass
@@ -95,37 +100,31 @@ class _Notes:
         return out
 
 
-def _dedicated_options(storage_state: Path | None) -> dict[str, object]:
+def _dedicated_options(storage_state: StorageState | None) -> dict[str, object]:
     """Context options a stock context cannot take afterwards: a storage_state that sets localStorage (its
     cookies alone are added to any context)."""
-    if storage_state is None:
+    if storage_state is None or not storage_state.sets_local_storage:
         return {}
-    try:
-        state = json.loads(storage_state.read_text())
-    except (OSError, ValueError):
-        return {"storage_state": str(storage_state)}  # let Playwright report what is wrong with it
-    if any(o.get("localStorage") for o in state.get("origins") or []):
-        return {"storage_state": str(storage_state)}
-    return {}
+    return {"storage_state": storage_state.playwright()}
 
 
 async def _prepare(stage: Stage, task: TaskConfig, settings: Settings, episode_id: str,
-                   storage_state: Path | None) -> None:
+                   storage_state: StorageState | None) -> None:
     """The task's login, geolocation and sandbox episode on a clean stage (``storage_state``: the task's login
     file in the artifacts store, :func:`storage_state_file`)."""
     context = stage.context
     cookies = _episode_cookies(settings, episode_id)
     has_state = storage_state is not None
     if storage_state is not None and not stage.dedicated:
-        cookies += json.loads(storage_state.read_text()).get("cookies") or []
+        cookies += storage_state.cookie_dicts()
     if (task.require_login or task.storage_state) and not has_state:
         cookies += _login_cookies(task, settings)
     if cookies:
         await context.add_cookies(cookies)
-    if isinstance(task.geolocation, dict) and {"latitude", "longitude"} <= set(task.geolocation):
+    if task.geolocation is not None:
         stage.overrides = True  # before the calls: a scrub must take back even a half-made override
         await context.grant_permissions(["geolocation"])
-        await context.set_geolocation(task.geolocation)  # type: ignore[arg-type]
+        await context.set_geolocation(task.geolocation.model_dump(exclude_none=True))  # type: ignore[arg-type]
 
 
 def _episode_cookies(settings: Settings, episode_id: str) -> list[dict]:

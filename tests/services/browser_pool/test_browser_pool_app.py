@@ -183,3 +183,40 @@ def test_an_abandoned_episode_expires_and_frees_its_browser(pool_settings, fixtu
             stepped = client.post(f"/v1/episodes/{live}/step", json={"action": 'do(action="Scroll Down")'})
             assert stepped.status_code == 200, stepped.text
         assert client.delete(f"/v1/episodes/{live}").status_code == 200
+
+
+@pytest.mark.parametrize(("geolocation", "field"), [
+    ({"latitude": 1e9, "longitude": 0}, "task.geolocation.latitude"),  # Playwright's precondition: [-90, 90]
+    ({"latitude": 0, "longitude": -181}, "task.geolocation.longitude"),
+    ({"latitude": 1e9}, "task.geolocation.latitude"),
+    ({"latitude": 1, "longitude": 1, "accuracy": -1}, "task.geolocation.accuracy"),
+    ("here", "task.geolocation"),
+])
+def test_a_geolocation_out_of_range_is_a_422_naming_it(client, fixture_url, make_task, geolocation, field):
+    task = {**make_task(f"{fixture_url}/next.html").to_json(), "geolocation": geolocation}
+    reply = client.post("/v1/episodes", json={"task": task})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"]["fields"][0]["field"] == field
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ("{not json", "Invalid JSON"),
+    ("[]", "Input should be an object"),
+    ('{"cookies": [{"name": "a", "value": "b", "domain": "127.0.0.1", "path": "/", "expires": "soon"}]}',
+     "cookies.0.expires: Input should be a valid number"),
+    ('{"cookies": [{"name": "a", "value": "b"}]}', "a cookie needs url, or domain and path"),
+    ('{"cookies": [], "origins": [{"origin": "http://127.0.0.1", "localStorage": "x"}]}',
+     "origins.0.localStorage: Input should be a valid array"),
+])
+def test_a_login_file_in_the_store_that_is_no_storage_state_is_a_422_naming_it(client, pool_settings, fixture_url,
+                                                                                make_task, content, problem):
+    """The file is read and checked before a browser is used: Playwright never gets a malformed one."""
+    state = pool_settings.artifacts_dir / ".auth" / "malformed.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(content)
+    task = make_task(f"{fixture_url}/next.html", storage_state="./.auth/malformed.json").to_json()
+    reply = client.post("/v1/episodes", json={"task": task})
+    assert reply.status_code == 422, reply.text
+    error = reply.json()["error"]
+    assert error["fields"][0]["field"] == "task.storage_state" and problem in error["message"], error
+    assert "not a Playwright storage state" in error["message"]

@@ -60,3 +60,17 @@ async def test_storage_state_outside_the_store_is_refused_before_a_browser_is_le
         assert refused.value.reason == "storage_state_refused"
     episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/next.html"), pool_settings)  # slot is free
     await episode.close()
+
+
+async def test_a_storage_state_with_local_storage_reaches_the_page(pool, pool_settings, fixture_url, make_task):
+    """localStorage needs a context made with the state: the checked records are what Playwright gets."""
+    state = pool_settings.artifacts_dir / ".auth" / "local.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps({"cookies": [], "origins": [
+        {"origin": fixture_url, "localStorage": [{"name": "token", "value": "t-1"}]}]}))
+    task = make_task(f"{fixture_url}/next.html", storage_state="./.auth/local.json")
+    episode = await BrowserEpisode.open(pool, task, pool_settings)
+    try:
+        assert await episode.active.evaluate("localStorage.getItem('token')") == "t-1"
+    finally:
+        await episode.close()
