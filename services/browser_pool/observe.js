@@ -25,7 +25,8 @@
 //    unwrapped; only the attributes DESIGN.md keeps (id, title, value, type, placeholder, selected,
 //    data-value, data-text, data-bbox, data-status); long text truncated. An element with an id and no text
 //    is named in data-text from what the page gives (aria-label, alt, an inner svg title, CSS ::before text,
-//    icon class names such as "fa-trash"); the current page of a pagination widget says data-status="current".
+//    icon class names such as "fa-trash", else the words of its own id and class names such as
+//    "toolbar-discard"); the current page of a pagination widget says data-status="current".
 async (opts) => {
   const { quietMs, capMs, mediaCapMs, maxText, maxValue, maxField, maxOptions, bbox, paths, settleTimers,
     settleMedia, animationMs, quietSinceLast, frameMs, leaveMs } = opts;
@@ -326,6 +327,28 @@ async (opts) => {
     return words.slice(0, 3).join(" ");
   }
 
+  // Words of a control's own id and class names, when none is an icon word: "toolbar-discard", id="compose-mail".
+  // Framework and layout words say nothing of what the control does; a token with a digit or no vowel is a
+  // generated name ("xyz-1a2b", "ember42").
+  const NOISE_WORDS = new Set(["icon", "icons", "ico", "btn", "button", "fa", "fas", "far", "fab", "bi", "glyphicon",
+    "material", "mdi", "svg", "img", "js", "is", "has", "active", "disabled", "hidden", "visible", "small", "large",
+    "primary", "secondary", "default", "outline", "link", "inline", "block", "flex", "pull", "float", "col", "row",
+    "item", "wrap", "wrapper", "container", "inner", "outer", "clickable", "pointer", "control", "action", "the",
+    "and", "for", "with", "fill", "filled", "solid", "regular", "light", "dark", "center"]);
+
+  function tokenName(el) {
+    const words = [];
+    for (const name of [el.id, ...Array.from(el.classList)]) {
+      for (const raw of (name || "").replace(/([a-z])([A-Z])/g, "$1-$2").toLowerCase().split(/[-_\s.:]+/)) {
+        const word = ICON_SYNONYMS[raw] || raw;
+        if (/^[a-z]{3,}$/.test(word) && /[aeiou]/.test(word) && !NOISE_WORDS.has(word) && !words.includes(word)) {
+          words.push(word);
+        }
+      }
+    }
+    return words.slice(0, 3).join(" ");
+  }
+
   function pseudoText(el) {
     const nodes = [el, ...Array.from(el.querySelectorAll("*")).slice(0, 10)];
     for (const node of nodes) {
@@ -356,7 +379,7 @@ async (opts) => {
     const label = el.getAttribute("aria-label");
     if (label) return label;
     if (el.getAttribute("title")) return null;
-    return innerLabel(el) || pseudoText(el) || iconClassName(el) || null;
+    return innerLabel(el) || pseudoText(el) || iconClassName(el) || tokenName(el) || null;
   }
 
   // A field's value: up to maxField characters; a textarea scrolled down shows the part at its scroll

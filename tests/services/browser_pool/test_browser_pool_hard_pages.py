@@ -77,6 +77,20 @@ async def test_icon_only_controls_are_named(open_page: Opener):
     assert "Said: trash" in result.observation.html
 
 
+async def test_controls_drawn_as_background_icons_are_named_by_their_id_and_class_words(open_page: Opener):
+    """Only a CSS background icon: the words of the control's id and class names name it (send and back tell
+    apart; "toolbar-discard" says discard even though no icon font uses that word); generated names stay unnamed."""
+    ep = await open_page("icon-tokens.html")
+    html = ep.observation.html
+    names = re.findall(r'data-text="([^"]*)"', html)
+    assert names == ["send", "back", "toolbar discard", "compose mail", "archive"], html
+    unnamed = [tag for tag in re.findall(r'<\w+ id="\d+"[^>]*>', html) if "data-text" not in tag]
+    assert len(unnamed) == 2, f"the generated names (ember42, xyz-1a2b) stay unnamed: {unnamed}"
+    back = _find(html, r'<span id="(\d+)"[^>]*data-text="back"')
+    result = await ep.step(f'do(action="Click", element="{back.group(1)}")')
+    assert "Said: back" in result.observation.html
+
+
 async def test_first_observation_waits_for_late_images_and_fonts(open_page: Opener):
     ep = await open_page("late.html")
     assert re.search(r'<a id="0"[^>]*> </a>', ep.observation.html), ep.observation.html
