@@ -73,7 +73,7 @@ def test_report_md_shows_no_orm_for_an_evaluator_rewarded_run(settings, tmp_path
     assert phase_table(phase_rows(settings, "judged"))[1][0][4] == "100.0%"
 
 
-def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(settings, tmp_path) -> None:
+def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(settings, tmp_path, capsys) -> None:
     """Phase 0 and the last phase evaluate all test tasks, the phases between a fixed subset: the report counts
     each phase on that subset too, so the curve compares the same tasks."""
     from webrl.db import models as m
@@ -106,10 +106,22 @@ def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(se
     header, body = phase_table(rows)
     assert [row[header.index("test subset")] for row in body] == ["25.0%", "50.0%", "75.0%"]
     assert [row[header.index("test overall")] for row in body] == ["37.5%", "50.0%", "50.0%"]
+    # recorded before the evaluate stage named its tasks: they are read from the phase's evaluation episodes
+    assert [len(r["evaluate.keys"]) for r in rows] == [8, 4, 8]
     text = write_report(settings, "r", tmp_path).read_text()
     assert "| test subset |" in text
     assert "| t/5 | do t/5 | solved | - |  |" in text  # phase 1 did not evaluate t/5; phase 2 did, and failed it
     assert "test subset" not in phase_table([PHASE_0, PHASE_1])[0]  # no subset evaluated: no column
+    assert "## Last phase against the SFT actor, on the same tasks" in text
+    assert "on the 8 test tasks both evaluated: solved 3 -> 4 (37.5% -> 50.0%), +12.5 points." in text
+    assert "Gained (3): t/1, t/2, t/7." in text and "Lost (2): t/5, t/6." in text
+
+    from webrl.commands.train import print_phase_table
+
+    capsys.readouterr()
+    print_phase_table(settings, "r")
+    shown = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "solved 3 -> 4 (37.5% -> 50.0%), +12.5 points." in shown and "Lost (2): t/5, t/6." in shown
 
 
 def test_the_evaluation_note_says_how_many_tasks_each_phase_evaluated_and_which_came_later() -> None:
@@ -121,3 +133,117 @@ def test_the_evaluation_note_says_how_many_tasks_each_phase_evaluated_and_which_
     assert evaluation_note(mixed) == ("Test columns: success on the test tasks each phase evaluated (how many: "
                                       "phase 0: 1, phase 1: 165); evaluated after the run (`webrl eval --run`): "
                                       "phase 1.")
+
+
+def test_the_actor_columns_show_the_exact_kl_k1_flips_and_positives_from_failed_runs() -> None:
+    new = {**PHASE_1, "train.kl_exact": 0.0123, "train.log_ratio_k1": -0.004, "train.flips": 0.25,
+           "train.positives_from_failed": 0.5, "train.flips_reddit": 1, "train.flips_gitlab": 0.0}
+    old = {**PHASE_1, "phase": 2, "train.kl": 0.009}  # recorded before the exact KL: its k1 estimate was "kl"
+    header, body = phase_table([PHASE_0, new, old])
+    rows = [dict(zip(header, row, strict=True)) for row in body]
+    assert "KL" not in header
+    assert [(r["KL exact"], r["k1"], r["flips"], r["pos. from failed"]) for r in rows] == [
+        ("-", "-", "-", "-"), ("0.0123", "-0.004", "25.0%", "50.0%"), ("-", "0.009", "-", "-")]
+
+    from webrl.report import flips_table
+
+    flips_header, flips_body = flips_table([PHASE_0, new, old])
+    assert flips_header == ["phase", "flips", "flips shopping", "flips shopping_admin", "flips reddit", "flips gitlab"]
+    assert flips_body == [["1", "25.0%", "-", "-", "100.0%", "0.0%"]]  # only the phase that measured flips
+
+
+def _keys(n: int) -> list[str]:
+    return [f"t/{i}" for i in range(n)]
+
+
+#: Phase 0 and the last evaluate all 8 tasks, phases 1 and 2 the fixed sample t/0..t/3; phase 1 was evaluated again
+#: later on the first 6 (``webrl eval --run --limit 6``), which holds the sample.
+SAMPLED = [
+    {"phase": 0, "evaluate.success": 3 / 8, "evaluate.solved": ["t/0", "t/5", "t/6"], "evaluate.keys": _keys(8),
+     "evaluate.sample": _keys(4), "evaluate.subset": False, "evaluate.success_reddit": 0.5},
+    {"phase": 1, "evaluate.success": 2 / 6, "evaluate.solved": ["t/0", "t/1"], "evaluate.keys": _keys(6),
+     "evaluate.sample": _keys(4), "evaluate.subset": False, "evaluate.later": True},
+    {"phase": 2, "evaluate.success": 3 / 4, "evaluate.solved": ["t/0", "t/1", "t/2"], "evaluate.keys": _keys(4),
+     "evaluate.sample": _keys(4), "evaluate.subset": True},
+    {"phase": 3, "evaluate.success": 4 / 8, "evaluate.solved": ["t/0", "t/1", "t/2", "t/7"], "evaluate.keys": _keys(8),
+     "evaluate.sample": _keys(4), "evaluate.subset": False, "evaluate.success_reddit": 0.25},
+]
+
+
+def _sampled_rows() -> list[dict]:
+    from webrl.report import add_subset_success, subset_keys
+
+    rows = [dict(r) for r in SAMPLED]
+    add_subset_success(rows, subset_keys(rows))
+    return rows
+
+
+def test_success_series_joins_only_phases_scored_on_the_same_tasks() -> None:
+    from webrl.report import success_series
+
+    phases, series = success_series(_sampled_rows())
+    assert phases == [0, 1, 2, 3]
+    by_label = {s.label: (s.style, s.values) for s in series}
+    assert by_label["fixed sample, 4 tasks"] == ("sample", [0.25, 0.5, 0.75, 0.75])  # every phase on t/0..t/3
+    assert by_label["overall, 8 tasks"] == ("overall", [3 / 8, None, None, 0.5])  # the start and the end only
+    assert by_label["reddit (of the 8)"] == ("site", [0.5, None, None, 0.25])
+    assert by_label["overall, 6 other tasks"] == ("other", [None, 2 / 6, None, None])
+    assert not any(label.startswith("overall, 4") for label in by_label)  # phase 2's own tasks: the sample line
+
+    every = [{**r, "evaluate.keys": _keys(8), "evaluate.subset": False} for r in SAMPLED]
+    for r in every:
+        r.pop("evaluate.sample")
+    _, series = success_series(every)
+    assert [s.label for s in series if s.style != "site"] == ["overall, 8 tasks"]  # one line through every phase
+    assert series[0].values == [3 / 8, 2 / 6, 3 / 4, 4 / 8]
+    _, unknown = success_series([{k: v for k, v in r.items() if k != "evaluate.keys"} for r in every])
+    assert all(sum(v is not None for v in s.values) <= 1 for s in unknown)  # tasks unknown: nothing is joined
+
+
+def test_the_plot_draws_no_line_between_phases_scored_on_different_tasks(tmp_path) -> None:
+    import itertools
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from webrl.report import draw_success, plot_success, subset_keys
+
+    rows = _sampled_rows()
+    tasks = {r["phase"]: set(r["evaluate.keys"]) for r in rows}
+    sample = subset_keys(rows)
+    fig, ax = plt.subplots()
+    draw_success(ax, rows)
+    segments = []
+    for line in ax.get_lines():
+        points = list(zip(line.get_xdata(), line.get_ydata(), strict=True))
+        for (x0, y0), (x1, y1) in itertools.pairwise(points):
+            if line.get_linestyle() != "None" and not (math.isnan(y0) or math.isnan(y1)):
+                segments.append((line.get_label(), x0, x1))
+    plt.close(fig)
+    for label, x0, x1 in segments:
+        if label.startswith("fixed sample"):
+            assert sample <= tasks[x0] and sample <= tasks[x1]
+        else:
+            assert tasks[x0] == tasks[x1], (label, x0, x1)
+    assert ("fixed sample, 4 tasks", 0, 1) in segments and not any(s[0] == "overall, 8 tasks" for s in segments)
+    assert plot_success(rows, tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_last_phase_against_the_sft_actor_on_the_tasks_both_evaluated() -> None:
+    from webrl.report import comparison_lines, last_against_sft
+
+    rows = _sampled_rows()
+    last, comparison = last_against_sft(rows)  # type: ignore[misc]
+    assert last == 3 and comparison.n == 8 and (comparison.gained, comparison.lost) == (["t/1", "t/2", "t/7"],
+                                                                                         ["t/5", "t/6"])
+    lines = comparison_lines(rows)
+    assert lines[0] == ("Phase 3 against phase 0 (the SFT actor) on the 8 test tasks both evaluated: solved 3 -> 4 "
+                        "(37.5% -> 50.0%), +12.5 points.")
+    assert "McNemar's exact test: p = 1 (3 gained, 2 lost)" in lines[1]  # 2 * P(Bin(5, 1/2) <= 2) = 1
+    assert lines[2:] == ["Gained (3): t/1, t/2, t/7.", "Lost (2): t/5, t/6."]
+    middle = last_against_sft(rows[:3])  # phase 2 (the sample) is the last evaluated: compared on the sample
+    assert middle is not None and middle[0] == 2 and middle[1].n == 4 and middle[1].gained == ["t/1", "t/2"]
+    assert comparison_lines(rows[:1]) == []  # only the SFT actor: nothing to compare

@@ -115,7 +115,7 @@ def default_orm(settings: Settings) -> Path:
 
 
 #: The columns a terminal too narrow for the whole table still shows (report.md always has every column).
-NARROW_COLUMNS = ("phase", "kept", "reward rate", "test overall", "KL", "minutes")
+NARROW_COLUMNS = ("phase", "kept", "reward rate", "test overall", "test subset", "KL exact", "flips", "minutes")
 
 
 def _table(title: str, header: list[str], body: list[list[str]], columns: list[int]) -> Table:
@@ -128,17 +128,20 @@ def _table(title: str, header: list[str], body: list[list[str]], columns: list[i
 
 
 def print_phase_table(settings: Settings, run: str) -> None:
-    """The run's phase table; in a terminal narrower than the whole table (where rich would cut cells to
-    ellipses) only :data:`NARROW_COLUMNS`."""
-    from webrl.report import phase_rows, phase_table
+    """The run's phase table (in a terminal narrower than the whole table, where rich would cut cells to
+    ellipses, only :data:`NARROW_COLUMNS`), then the last phase against the SFT actor on the same tasks."""
+    from webrl.report import comparison_lines, phase_rows, phase_table
 
-    header, body = phase_table(phase_rows(settings, run))
+    rows = phase_rows(settings, run)
+    header, body = phase_table(rows)
     table = _table(f"webrl run {run}", header, body, list(range(len(header))))
     unclamped = console.options.update_width(10_000)  # measure() caps at the terminal width otherwise
     if console.measure(table, options=unclamped).maximum > console.width:
         narrow = [i for i, column in enumerate(header) if column in NARROW_COLUMNS]
         table = _table(f"webrl run {run} (every column: report.md)", header, body, narrow)
     console.print(table)
+    for line in comparison_lines(rows):
+        console.print(line, markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -22,7 +22,14 @@ from sqlalchemy.orm import Session
 from webrl import screenshots
 from webrl.config import Settings, get_settings
 from webrl.db.session import read_only_scope
-from webrl.report import ORM_COLUMN_NOTE, calibration_points_in, phase_table
+from webrl.report import (
+    FLIPS_NOTE,
+    ORM_COLUMN_NOTE,
+    calibration_points_in,
+    comparison_lines,
+    flips_table,
+    phase_table,
+)
 from webrl.service import create_app, key_matches, not_found
 from webrl.viewer import plots, queries
 from webrl.viewer.templating import templates
@@ -83,8 +90,11 @@ def _routes(app: FastAPI) -> None:
     def run(request: Request, name: str, session: SessionDep) -> Response:
         view = _found(queries.run_view(session, name), f"run {name!r}")
         header, body = phase_table(view.rows)
+        flips_header, flips_body = flips_table(view.rows)
         return pages.TemplateResponse(request, "run.html", {
             "run": view, "header": header, "body": body, "orm_note": ORM_COLUMN_NOTE,
+            "flips_header": flips_header, "flips_body": flips_body, "flips_note": FLIPS_NOTE,
+            "compared": comparison_lines(view.rows),
             "plotted": any("evaluate.success" in r for r in view.rows),
             "calibrated": bool(calibration_points_in(session)), "refresh": REFRESH_S if view.current else None})
 

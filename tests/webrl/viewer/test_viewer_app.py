@@ -168,3 +168,28 @@ def test_webrl_ui_refuses_an_open_bind_without_a_key(monkeypatch: pytest.MonkeyP
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 2 and "without an API key" in result.output
+
+
+def test_the_run_page_shows_the_actor_metrics_flips_per_site_and_the_paired_comparison(db: Settings,
+                                                                                        client: TestClient) -> None:
+    keys = [f"t/{i}" for i in range(4)]
+    with session_scope(db) as s:
+        run = m.Run(name="done", options=PipelineOptions(run="done").to_json())
+        s.add(run)
+        s.flush()
+        s.add_all([
+            m.Phase(run_id=run.id, index=0, status="done", stages_done=["evaluate"], metrics={
+                "evaluate.success": 0.25, "evaluate.solved": ["t/0"], "evaluate.keys": keys}),
+            m.Phase(run_id=run.id, index=1, status="done", stages_done=["train", "evaluate"], metrics={
+                "evaluate.success": 0.5, "evaluate.solved": ["t/1", "t/2"], "evaluate.keys": keys,
+                "train.kl_exact": 0.0123, "train.log_ratio_k1": -0.004, "train.flips": 0.25,
+                "train.flips_gitlab": 0.5, "train.positives_from_failed": 0.75}),
+        ])
+    page = client.get("/runs/done").text
+    for column in ("KL exact", "k1", "flips", "pos. from failed", "flips gitlab"):
+        assert f"<th>{column}</th>" in page
+    assert '<td class="n">0.0123</td>' in page and '<td class="n">75.0%</td>' in page
+    assert "Probe steps whose greedy action changed" in page
+    assert "Phase 1 against phase 0 (the SFT actor) on the 4 test tasks both evaluated" in page
+    assert "Gained (2): t/1, t/2." in page and "Lost (1): t/0." in page
+    assert "Probe steps" not in client.get("/runs/live").text  # no phase measured flips
