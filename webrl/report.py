@@ -184,6 +184,7 @@ class SuccessSeries:
     label: str  # names the tasks and their count
     values: list[float | None]  # success (0..1) per evaluated phase, in order; None: not on these tasks
     style: str  # "overall" (bold), "sample", "site" or "other"
+    site: str | None = None  # the site of a "site" line
 
 
 def success_series(rows: list[dict[str, Any]]) -> tuple[list[int], list[SuccessSeries]]:
@@ -205,11 +206,11 @@ def success_series(rows: list[dict[str, Any]]) -> tuple[list[int], list[SuccessS
         if rank == 0:
             series.append(SuccessSeries(f"overall, {n} tasks", _on(evaluated, members, "evaluate.success"), "overall"))
             series += [SuccessSeries(f"{site} (of the {n})", _on(evaluated, members, f"evaluate.success_{site}"),
-                                     "site") for site in SITES]
+                                     "site", site) for site in SITES]
         else:
             series.append(SuccessSeries(f"overall, {n} other tasks", _on(evaluated, members, "evaluate.success"),
                                         "other"))
-    return [r["phase"] for r in evaluated], series
+    return [r["phase"] for r in evaluated], [s for s in series if any(v is not None for v in s.values)]
 
 
 def _task_groups(evaluated: list[dict[str, Any]]) -> list[tuple[Any, list[int]]]:
@@ -233,6 +234,8 @@ SERIES_STYLE: dict[str, tuple[str, dict[str, Any]]] = {
     "site": ("o--", {"lw": 1.2}),
     "other": ("D", {"color": "grey"}),
 }
+#: Each site's colour (none of them the sample's red).
+SITE_COLORS = {"shopping": "tab:blue", "shopping_admin": "tab:orange", "reddit": "tab:green", "gitlab": "tab:purple"}
 
 
 def draw_success(ax: Any, rows: list[dict[str, Any]]) -> None:
@@ -243,7 +246,7 @@ def draw_success(ax: Any, rows: list[dict[str, Any]]) -> None:
     for s in series:
         ys = [100 * v if v is not None else float("nan") for v in s.values]
         fmt, kwargs = SERIES_STYLE[s.style]
-        ax.plot(phases, ys, fmt, label=s.label, **kwargs)
+        ax.plot(phases, ys, fmt, label=s.label, **kwargs, **({"color": SITE_COLORS[s.site]} if s.site else {}))
         highest = max([highest, *(y for y in ys if y == y)])  # y == y drops NaN
     top = 100 if highest > 50 else max(10, 10 * (int(highest * 1.25) // 10 + 1))  # small rates stay readable
     ax.set(xlabel="phase (0 = SFT actor)", ylabel="test success (%)",
