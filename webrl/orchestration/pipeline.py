@@ -84,6 +84,8 @@ class PipelineOptions:
     """The method's knobs and the run's scale (``webrl.hyperparams``; a preset is one)."""
     screenshots: bool = False
     """Store a screenshot of every rollout step (``webrl.screenshots``) for the viewer; costs browser time."""
+    probe: str = ""
+    """A flips probe of the starting actor (``webrl probe build``); "" = flips not measured."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -471,7 +473,8 @@ class Pipeline:
         """The ``train.phase`` job of phase ``index``: its checkpoints and the run's hyperparameters."""
         return PhaseJob(phase=index, run_id=self.run_id, actor=self.actor_for_phase(index),
                         critic=self.critic_for_phase(index), critic_base=self.options.actor, seed=self.options.seed,
-                        max_length=self._train_max_length(), hyperparams=self.hp, tracking=self.tracking)
+                        max_length=self._train_max_length(), hyperparams=self.hp, tracking=self.tracking,
+                        probe=self.options.probe or None)
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _task_keys(self, *, split: str, origin: str | None, limit: int | None = None) -> list[str]:

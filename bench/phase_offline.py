@@ -1,0 +1,223 @@
+"""A learning experiment that fits a session: one stored phase's actor update re-run under several settings.
+
+Every setting trains the same start actor on the same stored experience (the phase's steps with its critic's
+advantages: ``services/trainer/offline.py``) and is scored by what the update did to the policy:
+- flips: the share of a fixed probe of steps the SFT actor gets right whose greedy action changed, per site;
+- exact KL(pi_ref || pi) per action token at the trained positions, and the k1 log-ratio on the trained targets;
+- with ``--tasks N``: greedy success on a fixed sample of N test tasks (real browsers on the sandbox sites), with
+  tasks gained and lost against the start actor on the same sample, measured in the same run.
+
+    # export a phase of a finished run (in the run's WEBRL_HOME), once:
+    python bench/phase_offline.py export --run cpu-demo --phase 1 --output bench/fixtures/phase1-smollm2
+    # compare settings (each ``NAME:group.field=value,...``; no setting: the built-in comparison):
+    python bench/phase_offline.py run --tasks 24 --setting "published:" --setting "squared:actor.objective=squared"
+    # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
+    python bench/phase_offline.py run --smoke
+
+Results: a table on the terminal, ``results.json`` and ``flips_kl.png`` under ``--output``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from services.trainer.offline import export_phase, load_phase, rerun_update, setting
+from webrl.config import get_settings
+from webrl.models.probe import load_probe
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "bench" / "fixtures" / "phase1-smollm2"
+PROBE = ROOT / "webrl" / "assets" / "probe-smollm2.jsonl.gz"
+SFT_ACTOR = ROOT / "webrl" / "assets" / "actor-sft-smollm2"
+TINY_ACTOR = ROOT / "webrl" / "assets" / "actor-sft"
+#: The comparison run when no --setting is given: the preset's update as it now is, the paper's objective, and the two
+#: hygiene levers the objective's review named (the published clip norm with a warm-up; positives of failed
+#: trajectories only where the critic is sure).
+DEFAULT_SETTINGS = {
+    "smooth-l1": {},
+    "squared": {"actor.objective": "squared"},
+    "clip-0.01+warmup": {"actor.max_grad_norm": 0.01, "actor.warmup_steps": 3},
+    "confident-positives": {"actor.failed_positives": "confident"},
+}
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+console = Console()
+
+
+def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME:group.field=value,...`` -> (name, overrides); values are JSON where they parse, else strings."""
+    name, _, rest = text.partition(":")
+    if not name:
+        raise typer.BadParameter(f"{text!r} has no name before ':'", param_hint="--setting")
+    overrides: dict[str, Any] = {}
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise typer.BadParameter(f"{part!r} is not group.field=value", param_hint="--setting")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value.strip()
+    return name, overrides
+
+
+def sample_keys(settings: Any, n: int) -> list[str]:
+    """A fixed sample of ``n`` test tasks spread over the suite's order (sites and templates in turn)."""
+    from webrl.db import repository as repo
+    from webrl.db.session import session_scope
+
+    with session_scope(settings) as s:
+        keys = sorted(t.key for t in repo.tasks_where(s, split="test"))
+    step = max(1, len(keys) // n)
+    return keys[::step][:n]
+
+
+def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int) -> set[str]:
+    """The tasks of ``keys`` the actor at ``actor`` solves greedily (evaluated once per actor state and horizon)."""
+    from webrl.actor_service import rollout_policy
+    from webrl.clients import rollout_run
+    from webrl.contracts import RolloutRequest
+    from webrl.orchestration.evaluate import evaluation_attempt, solved_task_keys, trajectory_scores
+
+    result = rollout_run(RolloutRequest(task_keys=keys, phase=9999, attempt=evaluation_attempt(actor, max_steps),
+                                        purpose="eval", policy=rollout_policy(settings, str(actor.resolve())),
+                                        concurrency=8, max_steps=max_steps))
+    return set(solved_task_keys(trajectory_scores(settings, result.trajectory_ids)))
+
+
+def save_actor(settings: Any, model: Any, tokenizer: Any, folder: Path, name: str) -> Path:
+    """The trained actor as a checkpoint folder the rollout policy loads."""
+    from services.trainer.loop import LoopConfig, make_accelerator
+    from services.trainer.publish import publish_model
+
+    info = publish_model(settings, make_accelerator(LoopConfig()), model, tokenizer, role="actor",
+                         version=f"offline-{name}-{int(time.time())}", dest=folder, phase=0, parent_version=None,
+                         metrics={}, replace=True)
+    return Path(info.path) if info else folder
+
+
+@app.command()
+def export(run: str = typer.Option(...), phase: int = typer.Option(1, min=1), output: Path = typer.Option(FIXTURE),
+           actor: Path = typer.Option(SFT_ACTOR, help="The actor whose tokenizer renders the prompts.")) -> None:
+    """Write a finished run's phase (experience + critic advantages) as a stored phase."""
+    from webrl.models.loading import load_tokenizer
+
+    settings = get_settings()
+    folder = export_phase(settings, run, phase, output, load_tokenizer(actor, settings))
+    stored = load_phase(folder)
+    console.print(f"{len(stored.steps)} steps -> {folder}")
+
+
+@app.command("run")
+def run_settings(
+    fixture: Path = typer.Option(FIXTURE, help="A stored phase (export)."),
+    actor: Path = typer.Option(SFT_ACTOR, help="The phase's start actor."),
+    probe: Path = typer.Option(PROBE, help="The flips probe of that actor."),
+    setting_args: list[str] = typer.Option(None, "--setting", help="NAME:group.field=value,... (repeat)."),
+    tasks: int = typer.Option(0, min=0, help="Also evaluate greedily on a fixed sample of this many test tasks."),
+    max_steps: int = typer.Option(8, min=1, help="Horizon of that evaluation (the CPU presets': 8)."),
+    probe_steps: int = typer.Option(0, min=0, help="Only the first N probe steps per site (0: all)."),
+    output: Path = typer.Option(Path(".webrl/bench/phase_offline"), help="Where results.json and the plot go."),
+    smoke: bool = typer.Option(False, help="Tiny actor, 2 stored steps, 1 epoch, 4 probe steps, no browser."),
+) -> None:
+    """Re-run the stored phase's actor update under each setting and compare them."""
+    settings = get_settings()
+    stored = load_phase(fixture)
+    chosen = dict(parse_setting(s) for s in setting_args) if setting_args else dict(DEFAULT_SETTINGS)
+    probe_set = load_probe(probe)
+    if probe_steps:
+        probe_set = [s for site in sorted({p.site for p in probe_set})
+                     for s in [p for p in probe_set if p.site == site][:probe_steps]]
+    max_trained = None
+    if smoke:
+        actor, tasks, max_trained, probe_set = TINY_ACTOR, 0, 2, probe_set[::max(1, len(probe_set) // 4)][:4]
+        chosen = {name: {**o, "actor.epochs": 1} for name, o in list(chosen.items())[:2]}
+    keys, baseline = [], set()
+    sandbox = None
+    if tasks:
+        from webrl.db.migrate import upgrade
+        from webrl.sandbox.server import running_sandbox, sandbox_ports
+        from webrl.sandbox.tasks.suite import load_suite
+
+        upgrade(settings)
+        load_suite(settings, settings.seed)
+        sandbox = running_sandbox(settings, sandbox_ports(settings))
+        sandbox.__enter__()
+        keys = sample_keys(settings, tasks)
+        baseline = solved_on(settings, actor, keys, max_steps)
+        console.print(f"start actor: {len(baseline)}/{len(keys)} of the task sample")
+    results = []
+    try:
+        for name, overrides in chosen.items():
+            hp = setting(stored.hyperparams, overrides)
+            console.rule(f"{name}: {overrides or 'the stored phase as it ran'}")
+            result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
+                                  keep_model=bool(tasks))
+            row = {"setting": name, "overrides": overrides, **result.metrics, "minutes": round(result.seconds / 60, 2),
+                   "epochs": result.epochs}
+            if tasks:
+                folder = save_actor(settings, result.model, result.tokenizer, output / "actors" / name, name)
+                solved = solved_on(settings, folder, keys, max_steps)
+                row |= {"solved": len(solved), "tasks": len(keys), "gained": sorted(solved - baseline),
+                        "lost": sorted(baseline - solved)}
+            results.append(row)
+    finally:
+        if sandbox is not None:
+            sandbox.__exit__(None, None, None)
+    report(results, output, {"fixture": str(fixture.name), "baseline_solved": len(baseline), "tasks": len(keys)})
+
+
+def report(results: list[dict[str, Any]], output: Path, meta: dict[str, Any]) -> None:
+    """The comparison as a table, ``results.json`` and a flips-against-KL plot."""
+    table = Table("setting", "trained", "opt. steps", "KL exact", "k1", "flips", "shop", "admin", "reddit", "gitlab",
+                  "solved", "gained", "lost", "min")
+    fmt = lambda v, p=4: "-" if v is None else (f"{v:.{p}g}" if isinstance(v, float) else str(v))  # noqa: E731
+    base_flips = results[0].get("flips") if results else None
+    for r in results:
+        table.add_row(r["setting"], fmt(r.get("trained_steps")), fmt(r.get("optimizer_steps")), fmt(r.get("kl_exact")),
+                      fmt(r.get("log_ratio_k1")), fmt(r.get("flips"), 3), fmt(r.get("flips_shopping"), 3),
+                      fmt(r.get("flips_shopping_admin"), 3), fmt(r.get("flips_reddit"), 3),
+                      fmt(r.get("flips_gitlab"), 3),
+                      f"{r['solved']}/{r['tasks']}" if "solved" in r else "-",
+                      fmt(len(r["gained"])) if "gained" in r else "-", fmt(len(r["lost"])) if "lost" in r else "-",
+                      fmt(r.get("minutes"), 3))
+    console.print(table)
+    if base_flips is not None:
+        for r in results[1:]:
+            if r.get("flips") is not None:
+                console.print(f"{r['setting']}: flips {r['flips']:.3f} vs {results[0]['setting']} {base_flips:.3f}")
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "results.json").write_text(json.dumps({**meta, "results": results}, indent=2) + "\n")
+    plot(results, output / "flips_kl.png")
+    console.print(f"results: {output / 'results.json'}, plot: {output / 'flips_kl.png'}")
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        if r.get("kl_exact") is not None and r.get("flips") is not None:
+            ax.scatter(r["kl_exact"], 100 * r["flips"], s=60)
+            ax.annotate(r["setting"], (r["kl_exact"], 100 * r["flips"]), textcoords="offset points", xytext=(5, 5))
+    ax.set_xlabel("exact KL(pi_ref || pi) per action token, last epoch")
+    ax.set_ylabel("probe steps flipped (%)")
+    ax.set_title("One stored phase's actor update, by setting")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    app()

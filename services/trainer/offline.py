@@ -1,0 +1,185 @@
+"""One phase's actor update, re-run offline from its stored experience: settings of the update compare on the same
+data in minutes, without rollouts, labels or a critic (``bench/phase_offline.py``; the objective's tests).
+
+A stored phase is a folder: ``steps.jsonl.gz`` holds every experience step the phase's training used (this phase's
+and the replayed ones), each with its prompt, the action's token ids as generated, its trajectory's reward, and the
+clamped advantage the phase's critic gave it (``step_values``); ``phase.json`` says where it came from (run, phase,
+start actor, critic, hyperparameters). :func:`export_phase` writes one from a run's database; :func:`rerun_update`
+trains the phase's start actor on it under a setting (hyperparameters) with :func:`actor_update.update_actor`, the
+code a phase runs, and returns what the update did to the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from sqlalchemy import select
+
+from services.trainer.actor_update import (
+    last_epoch,
+    positives_from_failed,
+    step_advantages,
+    trained_steps,
+    update_actor,
+)
+from services.trainer.data import StepExample, actor_prompt_fn, trajectory_examples
+from services.trainer.loop import LoopConfig, make_accelerator, prepare
+from services.trainer.sft import COMPLETION_BUDGET, load_for_training
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db.repository import load_trajectory
+from webrl.db.session import session_scope
+from webrl.hyperparams import WebRLHyperparams, parse_hyperparams
+from webrl.models.probe import ProbeStep
+from webrl.returns import binarise
+
+STEPS_FILE = "steps.jsonl.gz"
+META_FILE = "phase.json"
+#: What a re-run reports about the policy after its last epoch (and by epoch).
+DRIFT_KEYS = ("kl_exact", "log_ratio_k1", "flips", "flips_shopping", "flips_shopping_admin", "flips_reddit",
+              "flips_gitlab", "beta_r_hat_mean", "braked_fraction", "actor_loss")
+
+
+@dataclass(frozen=True)
+class StoredStep:
+    """One experience step of a stored phase."""
+
+    trajectory_id: int
+    task_key: str
+    site: str
+    phase: int
+    index: int
+    reward: float
+    mc_return: float
+    done: bool
+    prompt: str
+    completion: str
+    completion_ids: list[int]
+    advantage: float
+    """The clamped A the phase's critic gave the step, before binarising."""
+
+    def example(self) -> StepExample:
+        return StepExample(trajectory_id=self.trajectory_id, task_key=self.task_key, phase=self.phase,
+                           index=self.index, prompt=self.prompt, next_prompt=self.prompt, completion=self.completion,
+                           completion_ids=tuple(self.completion_ids), reward=self.reward, done=self.done,
+                           mc_return=self.mc_return)
+
+
+@dataclass(frozen=True)
+class StoredPhase:
+    steps: list[StoredStep]
+    meta: dict[str, Any]
+
+    @property
+    def hyperparams(self) -> WebRLHyperparams:
+        return parse_hyperparams(self.meta["hyperparams"])
+
+
+def _critic_version(session: Any, run_id: int, phase: int) -> str:
+    row = session.scalar(select(m.Phase).where(m.Phase.run_id == run_id, m.Phase.index == phase))
+    version = (row.metrics or {}).get("train.critic_version") if row is not None else None
+    if not version:
+        raise ValueError(f"phase {phase} of the run has not trained (no critic version in its metrics)")
+    return str(version)
+
+
+def export_phase(settings: Settings, run: str, phase: int, output: Path, tokenizer: Any) -> Path:
+    """Write run ``run``'s phase ``phase`` (its experience with the critic's advantages) to the folder ``output``;
+    prompts are rendered with ``tokenizer`` as the phase rendered them."""
+    with session_scope(settings) as session:
+        run_row = session.scalar(select(m.Run).where(m.Run.name == run))
+        if run_row is None:
+            raise ValueError(f"no run named {run!r}")
+        critic = _critic_version(session, run_row.id, phase)
+        values = session.execute(select(m.Step.trajectory_id, m.Step.index, m.StepValue.advantage)
+                                 .join(m.StepValue, m.StepValue.step_id == m.Step.id)
+                                 .where(m.StepValue.critic_version == critic)).all()
+        clamped = {(t, i): a for t, i, a in values}
+        prompt = actor_prompt_fn(tokenizer, max_tokens=settings.actor.max_prompt_tokens)
+        options = run_row.options or {}
+        gamma = parse_hyperparams(options["hyperparams"]).advantage.gamma
+        steps = []
+        for row in session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_({t for t, _ in clamped}))
+                                   .order_by(m.Trajectory.id)):
+            reward = float(max(row.labels, key=lambda label: label.id).reward) if row.labels else 0.0
+            for ex in trajectory_examples(load_trajectory(row), row.id, row.phase, reward, prompt, gamma):
+                if (row.id, ex.index) in clamped:
+                    steps.append(StoredStep(row.id, ex.task_key, row.task.site, ex.phase, ex.index, ex.reward,
+                                            ex.mc_return, ex.done, ex.prompt, ex.completion, list(ex.completion_ids),
+                                            float(clamped[(row.id, ex.index)])))
+        meta = {"run": run, "phase": phase, "critic_version": critic, "actor": Path(str(options.get("actor"))).name,
+                "hyperparams": options["hyperparams"], "steps": len(steps),
+                "exported": time.strftime("%Y-%m-%d")}
+    output.mkdir(parents=True, exist_ok=True)
+    with (output / STEPS_FILE).open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+        for step in steps:
+            out.write((json.dumps(asdict(step), sort_keys=True) + "\n").encode())
+    (output / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return output
+
+
+def load_phase(folder: str | Path) -> StoredPhase:
+    """The stored phase in ``folder``; ValueError naming the file when it is not one."""
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / META_FILE).read_text())
+        with gzip.open(folder / STEPS_FILE, "rt", encoding="utf-8") as lines:
+            steps = [StoredStep(**json.loads(line)) for line in lines]
+    except (OSError, TypeError, ValueError) as exc:
+        raise ValueError(f"{folder} is not a stored phase ({META_FILE} + {STEPS_FILE}): {exc}") from exc
+    return StoredPhase(steps, meta)
+
+
+@dataclass
+class UpdateResult:
+    """What one re-run of the update did: its drift measurements, the per-epoch records, counts and time."""
+
+    metrics: dict[str, Any]
+    epochs: list[dict[str, float]]
+    seconds: float
+    model: Any = None
+    tokenizer: Any = None
+
+
+def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp: WebRLHyperparams, *,
+                 probe: list[ProbeStep] | None = None, max_steps: int | None = None, seed: int = 0,
+                 keep_model: bool = False) -> UpdateResult:
+    """Train ``actor`` on ``stored``'s experience under ``hp`` (its objective, positives filter, optimisation and
+    batching) and measure the update. ``max_steps``: only the first that many trained steps (smoke runs)."""
+    started = time.perf_counter()
+    model, tokenizer = load_for_training(str(actor), settings)
+    context = int(getattr(model.config, "max_position_embeddings", 2048))
+    max_length = min(settings.actor.max_prompt_tokens + COMPLETION_BUDGET, context)
+    config = LoopConfig(lr=hp.actor.lr, epochs=hp.actor.epochs, batch_size=hp.batching.batch_size,
+                        grad_accum=hp.batching.grad_accum, max_grad_norm=hp.actor.max_grad_norm,
+                        warmup_steps=hp.actor.warmup_steps, seed=seed)
+    accelerator = make_accelerator(config)
+    prepared = prepare(accelerator, model, config)
+    examples = [s.example() for s in stored.steps]
+    clamped = torch.tensor([s.advantage for s in stored.steps])  # (N,)
+    a = binarise(clamped, hp.advantage)  # (N,)
+    chosen = trained_steps(a, clamped, examples, hp.actor)[:max_steps]
+    summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen],
+                           step_advantages(a, chosen, 0, hp.advantage), hp.actor, config, max_length=max_length,
+                           probe=probe)
+    metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), "trained_steps": len(chosen),
+               "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,
+               "positives_from_failed": positives_from_failed(a, examples, chosen),
+               "train_seconds": round(summary.seconds, 1)}
+    model = accelerator.unwrap_model(prepared.model) if keep_model else None
+    return UpdateResult(metrics, summary.epochs, time.perf_counter() - started, model,
+                        tokenizer if keep_model else None)
+
+
+def setting(hp: WebRLHyperparams, overrides: dict[str, Any]) -> WebRLHyperparams:
+    """``hp`` with ``{"group.field": value}`` replaced (``webrl.hyperparams.with_overrides``), validated."""
+    from webrl.hyperparams import with_overrides
+
+    return with_overrides(hp, overrides) if overrides else dataclasses.replace(hp)

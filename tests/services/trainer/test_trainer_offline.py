@@ -1,0 +1,93 @@
+"""A phase's actor update re-run offline: exported from a real phase's database rows, loaded back, re-trained under a
+setting; and the bench's smoke path on the shipped stored phase."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from services.trainer.offline import export_phase, load_phase, rerun_update, setting
+from services.trainer.phase import run_phase
+from webrl.contracts import PhaseJob
+from webrl.db import models as m
+from webrl.db.session import session_scope
+from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.models.probe import ProbeStep
+from webrl.orchestration.pipeline import PipelineOptions
+
+ROOT = Path(__file__).resolve().parents[3]
+CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
+    'exit(message="done")'
+
+
+def _run(db, tiny_dir: Path, hp) -> int:
+    with session_scope(db) as s:
+        run = m.Run(name="offline", options=PipelineOptions(run="offline", actor=str(tiny_dir),
+                                                            hyperparams=hp).to_json())
+        s.add(run)
+        s.flush()
+        return run.id
+
+
+def test_a_phase_exports_and_its_update_reruns_under_another_setting(tiny_dir: Path, tiny, store_trajectory,
+                                                                     db, tmp_path: Path) -> None:
+    hp = with_overrides(DEFAULTS, {"batching.batch_size": 4, "actor.lr": 1e-3, "critic.lr": 1e-3})
+    run_id = _run(db, tiny_dir, hp)
+    for key, phase, responses, reward in [("a", 1, [CLICK, EXIT], 1.0), ("b", 1, [TYPE, TYPE], 0.0),
+                                          ("a", 2, [CLICK, TYPE, EXIT], 1.0), ("b", 2, [TYPE], 0.0),
+                                          ("c", 2, [CLICK, EXIT], 1.0)]:
+        store_trajectory(key, phase, 0, responses, reward=reward, run_id=run_id)
+    result = run_phase(db, PhaseJob(phase=2, run_id=run_id, actor=str(tiny_dir), hyperparams=hp, max_length=400))
+    with session_scope(db) as s:
+        s.add(m.Phase(run_id=run_id, index=2, stages_done=["train"],
+                      metrics={"train.critic_version": result.critic.version}))
+        stored_values = {(t, i): a for t, i, a in s.execute(
+            select(m.Step.trajectory_id, m.Step.index, m.StepValue.advantage)
+            .join(m.StepValue, m.StepValue.step_id == m.Step.id))}
+    _, tokenizer = tiny
+    folder = export_phase(db, "offline", 2, tmp_path / "stored", tokenizer)
+    stored = load_phase(folder)
+    assert len(stored.steps) == result.metrics["experience_steps"] == len(stored_values)
+    assert {(s.trajectory_id, s.index): s.advantage for s in stored.steps} == pytest.approx(stored_values)
+    assert json.loads((folder / "phase.json").read_text())["critic_version"] == result.critic.version
+    assert stored.hyperparams == hp
+
+    probe = [ProbeStep(task_key=s.task_key, site=s.site, index=s.index, prompt=s.prompt, completion=s.completion)
+             for s in stored.steps[:3]]
+    squared = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.objective": "squared", "actor.epochs": 2}),
+                           probe=probe)
+    assert squared.metrics["trained_steps"] == len(stored.steps)  # the paper's objective: every step
+    assert len(squared.epochs) == 2 and "flips" in squared.epochs[-1] and "kl_exact" in squared.epochs[-1]
+    assert squared.metrics["kl_exact"] > 0
+    published = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.failed_positives": "drop"}))
+    assert published.metrics["positives_from_failed"] == 0.0
+    assert 0 < published.metrics["trained_steps"] < len(stored.steps)
+
+
+def test_load_phase_names_a_folder_that_is_not_one(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a stored phase"):
+        load_phase(tmp_path)
+
+
+@pytest.mark.skipif(not (ROOT / "bench" / "fixtures" / "phase1-smollm2" / "phase.json").is_file(),
+                    reason="the shipped stored phase is missing")
+def test_the_offline_bench_smoke_path_on_the_shipped_phase(tmp_path: Path) -> None:
+    """``bench/phase_offline.py run --smoke``: two settings on the shipped phase's first trained steps with the tiny
+    actor, flips on 4 probe steps; results.json and the plot are written."""
+    env = {**os.environ, "WEBRL_HOME": str(tmp_path / "home")}
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "phase_offline.py"), "run", "--smoke", "--output",
+                           str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())["results"]
+    assert [r["setting"] for r in results] == ["smooth-l1", "squared"]
+    for r in results:
+        assert r["trained_steps"] == 2 and r["optimizer_steps"] == 1
+        assert 0.0 <= r["flips"] <= 1.0 and r["kl_exact"] >= 0.0
+    assert (out / "flips_kl.png").stat().st_size > 1000
