@@ -10,6 +10,7 @@ from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
 from webrl.hyperparams import DEFAULTS, with_overrides
 from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions
+from webrl.report import phase_rows, subset_keys
 from webrl.sandbox.tasks.suite import load_suite
 
 
@@ -52,6 +53,16 @@ def test_every_phase_records_the_tasks_it_evaluated_and_the_fixed_sample(setting
     assert all(metrics[i]["keys"] == evaluated[i] and metrics[i]["sample"] == sample for i in range(4))
     assert [metrics[i]["subset"] for i in range(4)] == [False, True, True, False]
     assert pipeline.fixed_sample() == sample
+
+    # stored, then phase 1 evaluated again later on the first 10 tasks (`webrl eval --run --limit 10`): the report
+    # finds the sample in every phase and scores on it only the phases whose tasks hold it
+    for i in range(4):
+        pipeline._finish_stage(i, "evaluate", (metrics[i], PhaseState(actor_path="actor")), last=True)
+    later = pipeline.evaluate_in_full(1, tasks=10)
+    assert later["keys"] == every[:10] and later["sample"] == sample
+    rows = phase_rows(settings, "sample")
+    assert all(r["evaluate.sample"] == sample for r in rows) and subset_keys(rows) == set(sample)
+    assert ["evaluate.success_subset" in r for r in rows] == [True, set(sample) <= set(every[:10]), True, True]
 
     whole = Pipeline(settings, PipelineOptions(run="whole", hyperparams=with_overrides(DEFAULTS, {
         "curriculum.phases": 3})))
