@@ -1,4 +1,8 @@
-"""The run report: ``report.md`` with the phase table, PNG plots and the checkpoint lineage."""
+"""The run report: ``report.md`` with the phase table, PNG plots, the last phase against the SFT actor on the same
+test tasks (:mod:`webrl.paired_stats`), the test tasks solved per phase and the checkpoint lineage.
+
+Phases are compared only on the same tasks: each phase names the test tasks it evaluated (``evaluate.keys``) and the
+run's fixed sample (``evaluate.sample``), and every phase whose tasks hold the sample is also scored on it."""
 
 from __future__ import annotations
 
@@ -179,7 +183,7 @@ def calibration_points_in(session: Session) -> list[tuple[float, float]]:
 
 @dataclass(frozen=True)
 class SuccessSeries:
-    """One line of the success plot: a number of the phases that evaluated the same tasks."""
+    """One line of the success plot: its values at the phases scored on one set of tasks."""
 
     label: str  # names the tasks and their count
     values: list[float | None]  # success (0..1) per evaluated phase, in order; None: not on these tasks
