@@ -140,7 +140,8 @@ def test_train_and_eval_refuse_an_actor_the_services_may_not_load(settings: Sett
 
     elsewhere = tmp_path / "actor"
     shutil.copytree(TINY_ACTOR, elsewhere)
-    for args in (("eval", "--actor", str(elsewhere), "--limit", "1"), ("train", "--actor", str(elsewhere))):
+    for args in (("eval", "--actor", str(elsewhere), "--limit", "1"), ("train", "--actor", str(elsewhere)),
+                 ("train-orm", "--actor", str(elsewhere))):
         done = _run(settings, *args)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         words = " ".join(done.stderr.replace("│", " ").split())

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from webrl.commands import check_loadable
 from webrl.config import get_settings
 from webrl.hyperparams import DEFAULTS
 from webrl.orchestration.train_orm import (
@@ -119,6 +120,12 @@ def register(app: typer.Typer) -> None:
                                      param_hint="--backbone-epochs")
         base, actor = resolve_models(artifacts, base, actor)
         check_start(base, lora_rank, max_prompt_tokens)
+        if actor is not None:  # rolled out as a checkpoint policy
+            check_loadable(settings, Path(actor), "--actor", configured=settings.actor.model)
+        from webrl.models.base import BASES
+
+        if base != actor and base not in BASES:  # the ORM's SFT starts from it
+            check_loadable(settings, Path(base), "--base", configured=settings.orm.model)
         policies = list(policy) if policy else default_policies(actor)
         try:
             [parse_policy(split_policy_cap(p)[0], actor, seed) for p in policies]

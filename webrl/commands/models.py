@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from webrl.commands import quiet_model_loading
+from webrl.commands import check_loadable, quiet_model_loading
 from webrl.config import get_settings
 from webrl.orchestration.bootstrap import BootstrapConfig
 
@@ -84,6 +84,7 @@ def bootstrap(
             check_start(str(start), base or "")
         except ValueError as err:
             raise typer.BadParameter(str(err).removeprefix(f"--start {start}: "), param_hint="--start") from None
+        check_loadable(settings, start, "--start", configured=settings.actor.model)  # the SFT job's base
     per_site = parse_site_demos(site_demos or [])
     given = {"lora_rank": lora_rank, "demos_per_template": demos_per_template, "epochs": epochs, "lr": lr,
              "warmup_steps": warmup_steps, "batch_size": batch_size, "sft_minutes": sft_minutes}
