@@ -99,6 +99,17 @@ def requested_model_folder(settings: Settings, value: str, field: str,
     """The model folder a request names in ``field``, checked: inside one of :func:`model_roots` (symlinks and
     ``..`` resolved) or exactly one of the ``configured`` models, and an existing folder; anything else is an
     :class:`~webrl.contracts.InvalidRequest` naming ``field`` (whether a folder elsewhere exists is not told)."""
+    return _requested(settings, value, field, configured, folder=True)
+
+
+def requested_model_file(settings: Settings, value: str, field: str) -> Path:
+    """A file a request names in ``field`` for a model to read (a flips probe), checked as
+    :func:`requested_model_folder` checks a folder: inside one of :func:`model_roots`, and an existing file."""
+    return _requested(settings, value, field, None, folder=False)
+
+
+def _requested(settings: Settings, value: str, field: str, configured: str | Iterable[str | None] | None,
+               folder: bool) -> Path:
     resolved = _resolved(value, field, InvalidRequest)
     wanted = [configured] if isinstance(configured, str) else [c for c in configured or () if c]
     try:
@@ -107,8 +118,10 @@ def requested_model_folder(settings: Settings, value: str, field: str,
         if not allowed:
             raise InvalidRequest(field, f"{value!r} is outside the artifacts store and WEBRL_SECURITY__MODEL_DIRS; put "
                                         "the model there or add its folder to WEBRL_SECURITY__MODEL_DIRS")
-        if not resolved.is_dir():
+        if folder and not resolved.is_dir():
             raise InvalidRequest(field, f"no model folder at {value!r}")
+        if not folder and not resolved.is_file():
+            raise InvalidRequest(field, f"no file at {value!r}")
     except OSError as error:  # a permission error on the way
         raise InvalidRequest(field, f"not a usable path: {error.strerror or error}") from None
     except RuntimeError:  # a model_dirs entry "~name/..." of a user this machine does not know

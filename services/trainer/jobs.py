@@ -23,7 +23,7 @@ from typing import Literal, overload
 
 from webrl.config import Settings
 from webrl.contracts import OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
-from webrl.paths import confined_path, requested_model_folder
+from webrl.paths import confined_path, requested_model_file, requested_model_folder
 
 log = logging.getLogger("webrl.trainer.jobs")
 
@@ -59,6 +59,8 @@ def check_paths(settings: Settings, job: TrainJob) -> None:
     configured = (settings.actor.model, settings.critic.model, settings.orm.model)
     for name, value in input_fields(job).items():
         requested_model_folder(settings, value, name, configured=configured)
+    if isinstance(job, PhaseJob) and job.probe is not None:
+        requested_model_file(settings, job.probe, "probe")
 
 
 @contextmanager

@@ -87,6 +87,22 @@ def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyper
         raise typer.BadParameter(str(exc)) from exc
 
 
+def check_probe(settings: Settings, probe: Path) -> None:
+    """A ``typer.BadParameter`` naming --probe unless the trainer may read ``probe`` (``webrl.paths``) and it is a
+    probe file (``webrl.models.probe``)."""
+    from webrl.contracts import InvalidRequest
+    from webrl.models.probe import load_probe
+    from webrl.paths import requested_model_file
+
+    try:
+        requested_model_file(settings, str(probe), "--probe")
+        load_probe(probe)
+    except InvalidRequest as refused:
+        raise typer.BadParameter(str(refused).removeprefix("--probe: "), param_hint="--probe") from None
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"{probe} is not a probe file ({exc})", param_hint="--probe") from None
+
+
 def tracking_for(run: str, log_with: str) -> TrackingSpec:
     """Where the run's training metrics go; a tracker whose package is missing, or a run name that cannot be a
     folder, is a ``typer.BadParameter`` (one line)."""
@@ -196,6 +212,14 @@ def register(app: typer.Typer) -> None:
                                          "webrl[wandb] / webrl[mlflow] extras)."),
         screenshots: bool = typer.Option(False, "--screenshots/--no-screenshots", help="Store a screenshot of "
                                          "every rollout step for `webrl ui` (costs time: bench/browser_pool.py)."),
+        objective: str = typer.Option(None, help="The actor objective: smooth-l1 (the published trainer's, on "
+                                      "A > 0 steps) or squared (the paper's, on every step). Default: the preset's."),
+        failed_positives: str = typer.Option(None, help="A > 0 steps of reward-0 trajectories: keep, confident "
+                                             "(only where the critic's A >= actor.failed_margin) or drop. Default: "
+                                             "the preset's."),
+        probe: Path = typer.Option(None, help="A flips probe of the starting actor (`webrl probe build`; the "
+                                   "shipped SFT actor's is webrl/assets/probe-smollm2.jsonl.gz): each phase records "
+                                   "the share of its steps whose greedy action changed."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.contracts import InvalidRequest
@@ -220,12 +244,14 @@ def register(app: typer.Typer) -> None:
             "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
             "replay.enabled": replay, "replay.cap_ratio": replay_cap, "replay.demo_tasks": demo_tasks,
             "actor.kl": kl, "actor.beta": beta, "actor.lr": actor_lr,
-            "actor.epochs": actor_epochs,
+            "actor.epochs": actor_epochs, "actor.objective": objective, "actor.failed_positives": failed_positives,
             "critic.train_backbone": critic_backbone, "evaluation.tasks": eval_tasks,
         })
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
                                   orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams,
-                                  screenshots=screenshots)
+                                  screenshots=screenshots, probe=str(probe.resolve()) if probe else "")
+        if probe is not None:
+            check_probe(settings, probe)
         ensure_ready(settings)
 
         tracker = Tracker(settings, tracking, "pipeline")

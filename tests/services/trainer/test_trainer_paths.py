@@ -130,3 +130,16 @@ def test_the_store_the_shipped_models_and_the_configured_actor_may_be_loaded(db,
     check_paths(configured, PhaseJob(phase=1, actor="/etc", critic=str(in_store)))
     with pytest.raises(InvalidRequest, match=r"^actor: "):
         check_paths(configured, PhaseJob(phase=1, actor=str(tiny_dir)))  # model_dirs emptied
+
+
+def test_a_phase_job_reads_a_probe_file_only_inside_the_model_roots(db, tiny_dir: Path) -> None:
+    """The flips probe is read by the trainer like a model folder: outside the roots (an existing file or not) is the
+    same refusal naming ``probe``; a folder where a file should be is refused too."""
+    from webrl.queue import configure, dispatch
+
+    configure(db)
+    for value in ("/etc/passwd", "/nonexistent-webrl.jsonl.gz"):
+        with pytest.raises(InvalidRequest, match=r"^probe: .*outside the artifacts store"):
+            dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), "probe": value})
+    with pytest.raises(InvalidRequest, match=r"^probe: no file at"):
+        dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), "probe": str(db.artifacts_dir)+"/x.jsonl.gz"})
