@@ -16,6 +16,7 @@ from webrl.config import Settings
 from webrl.contracts import PhaseJob, TrackingSpec
 from webrl.db.migrate import upgrade
 from webrl.hyperparams import DEFAULTS, ActorLoss, WebRLHyperparams, parse_hyperparams, with_overrides
+from webrl.models.probe import ProbeStep, save_probe
 from webrl.presets import PRESETS
 
 
@@ -86,6 +87,8 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     actor = tmp_path / "actor"
     actor.mkdir()
     (actor / "config.json").write_text("{}")
+    probe = save_probe([ProbeStep("train/1", "shopping", 0, "a page", 'do(action="Scroll Down")')],
+                       settings.artifacts_dir / "probe.jsonl.gz")
     jobs: list[PhaseJob] = []
     monkeypatch.setattr(train_command, "ensure_ready", lambda s: None)
     monkeypatch.setattr(train_command, "sandbox_if_needed", lambda s: contextlib.nullcontext())
@@ -96,7 +99,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "train", "--preset", "smoke", "--actor", str(actor), "--beta", "2", "--value-low", "0.1",
         "--value-high", "0.6", "--replay-cap", "3", "--rollout-temperature", "0.3", "--max-steps", "12", "--no-kl",
         "--critic-heads-only", "--eval-tasks", "20", "--actor-lr", "3e-5",
-        "--actor-epochs", "2",
+        "--actor-epochs", "2", "--objective", "squared", "--failed-positives", "confident", "--probe", str(probe),
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -107,6 +110,8 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert (hp.rollout.temperature, hp.rollout.max_steps) == (0.3, 12)
     assert hp.critic.train_backbone is False
     assert (hp.evaluation.tasks, hp.actor.lr, hp.actor.epochs) == (20, 3e-5, 2)
+    assert (hp.actor.objective, hp.actor.failed_positives) == ("squared", "confident")
+    assert received.probe == str(probe.resolve())
     smoke = PRESETS["smoke"]
     assert (hp.critic.epochs, hp.batching.batch_size, hp.curriculum.phases) == (
         smoke.critic.epochs, smoke.batching.batch_size, smoke.curriculum.phases)  # what no flag names: the preset's
@@ -117,7 +122,8 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
 
     result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "200"})
     for flag in ("--beta", "--value-low", "--value-high", "--replay-cap", "--rollout-temperature", "--max-steps",
-                 "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs"):
+                 "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs", "--objective",
+                 "--failed-positives", "--probe"):
         assert flag in result.output, flag
 
 
@@ -130,3 +136,18 @@ def test_a_value_the_record_refuses_names_its_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--actor-lr", "0"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "actor.lr: Input should be greater than 0" in result.output, result.output
+
+
+def test_a_probe_that_is_no_probe_file_is_refused_in_one_line(settings: Settings, tmp_path: Path) -> None:
+    from webrl.cli import app
+
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}")
+    settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
+    bad = settings.artifacts_dir / "probe.jsonl.gz"
+    bad.write_text("not gzip")
+    for probe, says in ((bad, "is not a probe file"), (Path("/etc/passwd"), "outside the artifacts store")):
+        result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--probe", str(probe)],
+                                    env={"COLUMNS": "200"})
+        assert result.exit_code == 2 and says in result.output, result.output
