@@ -126,6 +126,7 @@ def run_settings(
     probe_steps: int = typer.Option(0, min=0, help="Only the first N probe steps per site (0: all)."),
     output: Path = typer.Option(Path(".webrl/bench/phase_offline"), help="Where results.json and the plot go."),
     smoke: bool = typer.Option(False, help="Tiny actor, 2 stored steps, 1 epoch, 4 probe steps, no browser."),
+    probe_every_epoch: bool = typer.Option(False, help="Flips after every epoch, not only the last (slower)."),
 ) -> None:
     """Re-run the stored phase's actor update under each setting and compare them."""
     settings = get_settings()
@@ -159,7 +160,7 @@ def run_settings(
             hp = setting(stored.hyperparams, overrides)
             console.rule(f"{name}: {overrides or 'the stored phase as it ran'}")
             result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
-                                  keep_model=bool(tasks))
+                                  keep_model=bool(tasks), probe_every_epoch=probe_every_epoch)
             row = {"setting": name, "overrides": overrides, **result.metrics, "minutes": round(result.seconds / 60, 2),
                    "epochs": result.epochs}
             if tasks:

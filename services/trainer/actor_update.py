@@ -166,11 +166,12 @@ def last_epoch(epochs: Sequence[Metrics], keys: Sequence[str]) -> dict[str, Any]
 def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Sequence[StepExample],
                  step_advantage: Sequence[float], objective: ActorLoss, config: LoopConfig, *, max_length: int,
                  probe: Sequence[ProbeStep] | None = None, tracker: Tracker | None = None,
-                 reference_model: Any = None) -> TrainSummary:
+                 reference_model: Any = None, probe_every_epoch: bool = True) -> TrainSummary:
     """Train the prepared actor on ``examples`` (each with its binarised A): the reference pass (lp_ref and pi_ref's
     distributions, under ``reference_model`` or else the actor as it is now), then ``config.epochs`` epochs of
-    ``objective``, with the exact KL measured in every batch and, given a ``probe``, the flips after every epoch.
-    The tracker, when there is one, gets every optimizer step and epoch."""
+    ``objective``, with the exact KL measured in every batch and, given a ``probe``, the flips after every epoch (or
+    after the last only, ``probe_every_epoch`` False). The tracker, when there is one, gets every optimizer step and
+    epoch."""
     if not examples:
         return TrainSummary()
     pad_id = pad_id_of(tokenizer)
@@ -186,7 +187,8 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
     measure = probe_hook(model, tokenizer, probe, max_length, config.batch_size) if probe else None
 
     def on_epoch(epoch: int, record: Metrics) -> Metrics:
-        measured = measure(epoch, record) if measure else {}
+        wanted = measure is not None and (probe_every_epoch or epoch == config.epochs)
+        measured = measure(epoch, record) if wanted else {}
         if tracker is not None:
             tracker.scalars({**record, **measured}, step=epoch, prefix="actor-epoch/")
         return measured

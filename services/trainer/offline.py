@@ -150,9 +150,10 @@ class UpdateResult:
 
 def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp: WebRLHyperparams, *,
                  probe: list[ProbeStep] | None = None, max_steps: int | None = None, seed: int = 0,
-                 keep_model: bool = False) -> UpdateResult:
+                 keep_model: bool = False, probe_every_epoch: bool = False) -> UpdateResult:
     """Train ``actor`` on ``stored``'s experience under ``hp`` (its objective, positives filter, optimisation and
-    batching) and measure the update. ``max_steps``: only the first that many trained steps (smoke runs)."""
+    batching) and measure the update: the exact KL in every batch, the probe's flips after the last epoch (or every
+    one). ``max_steps``: only the first that many trained steps (smoke runs)."""
     started = time.perf_counter()
     model, tokenizer = load_for_training(str(actor), settings)
     context = int(getattr(model.config, "max_position_embeddings", 2048))
@@ -168,7 +169,7 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
     chosen = trained_steps(a, clamped, examples, hp.actor)[:max_steps]
     summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen],
                            step_advantages(a, chosen, 0, hp.advantage), hp.actor, config, max_length=max_length,
-                           probe=probe)
+                           probe=probe, probe_every_epoch=probe_every_epoch)
     metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), "trained_steps": len(chosen),
                "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,
                "positives_from_failed": positives_from_failed(a, examples, chosen),
