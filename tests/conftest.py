@@ -15,7 +15,8 @@ from webrl.config import Settings, get_settings
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/15"
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "webarena"
+#: The real WebArena and WebArena-Lite test configs (data/webarena/README.md: source, licence).
+WEBARENA_DATA = Path(__file__).resolve().parents[1] / "data" / "webarena"
 IN_CI = bool(os.environ.get("CI"))
 
 
@@ -117,13 +118,15 @@ def redis_url() -> str:
 
 @pytest.fixture
 def webarena_configs() -> list[dict]:
+    """The 165 WebArena-Lite configs, then the 812 WebArena ones, as their files hold them."""
+    import gzip
     import json
 
-    if not SHARED_DATA.exists():
-        pytest.skip(f"{SHARED_DATA} not present")
     configs: list[dict] = []
-    for path in sorted(SHARED_DATA.glob("*.json")):
-        configs.extend(json.loads(path.read_text()))
+    for path in sorted(WEBARENA_DATA.glob("*.json*")):
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        configs.extend(json.loads(text))
+    assert configs, f"no WebArena configs in {WEBARENA_DATA}"
     return configs
 
 
