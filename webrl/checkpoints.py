@@ -4,7 +4,9 @@ Publishing writes into a hidden temporary folder next to the destination, fsyncs
 then renames it into place. A crash at any point before the rename leaves only the hidden temporary folder
 (ignored by :func:`list_checkpoints` and cleaned by :func:`remove_stale_temporaries`), never a half-written
 checkpoint at the published path. The folder carries :data:`MANIFEST_FILE` with its version, role, sha256 and
-metrics (the same file ``webrl.models.loading.checkpoint_version`` reads).
+metrics (the same file ``webrl.models.loading.checkpoint_version`` reads). The manifest's ``path`` is where the
+folder was published relative to the artifacts store (absolute only for a folder outside it), so a folder that
+ships or moves names no machine; :func:`read_manifest` answers with the folder's real location.
 
 The sha256 covers every file of the folder except the manifest: sorted relative paths and their bytes.
 """
@@ -32,7 +34,7 @@ log = logging.getLogger("webrl.checkpoints")
 
 #: The manifest inside every published folder (``webrl.models.loading.VERSION_FILE`` reads its "version").
 MANIFEST_FILE = "webrl_checkpoint.json"
-#: Redis pub/sub channel of checkpoint events (DESIGN.md "Data": Checkpoint).
+#: Redis pub/sub channel of checkpoint events (docs/design.md "Data": Checkpoint).
 CHANNEL = "webrl:checkpoints"
 #: Prefix of temporary folders; a folder whose name starts with it was never published.
 TEMP_PREFIX = ".tmp-publish-"
@@ -129,10 +131,23 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The folder's manifest, its ``path`` resolved to where the folder is now (the file records it relative to the
+    artifacts store it was published in)."""
     file = Path(path) / MANIFEST_FILE
     if not file.is_file():
         raise CheckpointError(f"{path} has no {MANIFEST_FILE}: not a published checkpoint")
-    return json.loads(file.read_text())
+    manifest = json.loads(file.read_text())
+    if isinstance(manifest, dict):
+        manifest["path"] = str(Path(path).resolve())
+    return manifest
+
+
+def store_relative(path: str | Path, store: str | Path | None) -> str:
+    """``path`` relative to the artifacts store ``store`` (POSIX separators), or absolute when it lies outside."""
+    resolved = Path(path).resolve()
+    if store is not None and resolved.is_relative_to(Path(store).resolve()):
+        return resolved.relative_to(Path(store).resolve()).as_posix()
+    return str(resolved)
 
 
 def verify(path: str | Path, sha256: str | None = None) -> bool:
@@ -146,13 +161,14 @@ def verify(path: str | Path, sha256: str | None = None) -> bool:
 
 def publish_folder(write: Callable[[Path], None], dest: str | Path, *, role: str, version: str,
                    phase: int | None = None, parent_version: str | None = None,
-                   metrics: dict[str, Any] | None = None, replace: bool = False) -> CheckpointInfo:
+                   metrics: dict[str, Any] | None = None, replace: bool = False,
+                   store: str | Path | None = None) -> CheckpointInfo:
     """Atomically publish the folder that ``write(tmp_dir)`` fills at ``dest``.
 
-    ``write`` fills a temporary folder in ``dest``'s parent; the manifest (version, role, sha256, metrics) is
-    added, everything is fsynced, and the folder is renamed to ``dest``. An existing ``dest`` is an error unless
-    ``replace``: then it is renamed aside first and deleted after the new folder is in place (so ``dest`` never
-    holds a mix of the two).
+    ``write`` fills a temporary folder in ``dest``'s parent; the manifest (version, role, sha256, metrics, and
+    ``dest`` relative to the artifacts store ``store``) is added, everything is fsynced, and the folder is renamed
+    to ``dest``. An existing ``dest`` is an error unless ``replace``: then it is renamed aside first and deleted
+    after the new folder is in place (so ``dest`` never holds a mix of the two).
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +181,8 @@ def publish_folder(write: Callable[[Path], None], dest: str | Path, *, role: str
         sha = folder_sha256(tmp)
         info = CheckpointInfo(role=role, version=version, path=str(dest.resolve()), sha256=sha, phase=phase,
                               parent_version=parent_version, metrics=dict(metrics or {}))
-        (tmp / MANIFEST_FILE).write_text(json.dumps(asdict(info), indent=2, sort_keys=True, default=float))
+        manifest = {**asdict(info), "path": store_relative(dest, store)}  # the row and the event keep the full path
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=float))
         _fsync_tree(tmp)
         old = None
         if dest.exists():
@@ -245,7 +262,7 @@ def publish(settings: Settings, write: Callable[[Path], None], dest: str | Path,
     from webrl.db.session import session_scope
 
     info = publish_folder(write, dest, role=role, version=version, phase=phase, parent_version=parent_version,
-                          metrics=metrics, replace=replace)
+                          metrics=metrics, replace=replace, store=settings.artifacts_dir)
     with session_scope(settings) as session:
         record(session, info)
     announce(settings, info)

@@ -47,6 +47,25 @@ def test_publish_writes_manifest_digest_and_row(db: Settings, tmp_path: Path) ->
     assert not ck.verify(dest)
 
 
+def test_manifest_names_the_folder_relative_to_the_store_and_reads_back_where_it_is(db: Settings,
+                                                                                    tmp_path: Path) -> None:
+    """A published folder records no machine's path: the manifest file says ``models/actor/v1`` (relative to the
+    artifacts store), the row and the event the full path, and a folder moved elsewhere reads back its new place."""
+    import json
+    import shutil
+
+    dest = db.artifacts_dir / "models" / "actor" / "v1"
+    info = ck.publish(db, _write_files, dest, role="actor", version="v1")
+    assert json.loads((dest / ck.MANIFEST_FILE).read_text())["path"] == "models/actor/v1"
+    assert info.path == str(dest.resolve()) and ck.read_manifest(dest)["path"] == info.path
+    moved = tmp_path / "shipped" / "v1"
+    shutil.copytree(dest, moved)
+    assert ck.read_manifest(moved)["path"] == str(moved.resolve()) and ck.verify(moved)
+    outside = ck.publish_folder(_write_files, tmp_path / "elsewhere", role="actor", version="v2",
+                                store=db.artifacts_dir)
+    assert json.loads((tmp_path / "elsewhere" / ck.MANIFEST_FILE).read_text())["path"] == outside.path
+
+
 def test_digest_depends_on_names_and_bytes(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     for folder in (a, b):

@@ -177,14 +177,26 @@ def sort_target_modules(config_file: Path) -> None:
         config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+def name_base_in_config(config_file: Path, base: dict[str, Any]) -> None:
+    """peft records the base as the folder it was loaded from, a path on the machine that trained the adapter; a
+    registered base is named instead (``smollm2-135m``): :func:`resolve_base` finds it from :data:`ADAPTER_FILE`,
+    and nothing reads peft's field back (webrl loads the base itself, then the adapter onto it)."""
+    if "name" not in base:
+        return
+    config = json.loads(config_file.read_text())
+    config["base_model_name_or_path"] = base["name"]
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def save_adapter(model: Any, folder: Path, state_dict: dict[str, Any] | None = None) -> None:
     """Write a peft model's adapter (not its base) and the record of its base into ``folder``."""
-    model.save_pretrained(str(folder), state_dict=state_dict, safe_serialization=True)
-    (folder / "README.md").unlink(missing_ok=True)  # peft's empty model-card template; the manifest says more
-    sort_target_modules(folder / "adapter_config.json")
     record = getattr(model, "webrl_adapter_record", None)
     if record is None:
         raise AdapterError("this peft model was not loaded by webrl.models.adapters: its base is unknown")
+    model.save_pretrained(str(folder), state_dict=state_dict, safe_serialization=True)
+    (folder / "README.md").unlink(missing_ok=True)  # peft's empty model-card template; the manifest says more
+    sort_target_modules(folder / "adapter_config.json")
+    name_base_in_config(folder / "adapter_config.json", record["base"])
     write_adapter_record(folder, record["base"], record["lora"])
 
 

@@ -129,10 +129,10 @@ def ensure_base(settings: Settings, name: str) -> Path:
     folder = base_dir(settings, name)
     if read_provenance(folder) is not None:
         return folder
-    return convert_base(spec_of(name), folder)
+    return convert_base(spec_of(name), folder, store=settings.artifacts_dir)
 
 
-def convert_base(spec: BaseSpec, dest: Path) -> Path:
+def convert_base(spec: BaseSpec, dest: Path, store: Path | None = None) -> Path:
     """Dequantise the wheel's GGUF into a plain fp32 HF folder published at ``dest``: atomically, with a
     manifest (role "base", version ``<name>-<gguf sha256[:10]>``, the folder's sha256, the provenance)."""
     import torch
@@ -164,7 +164,7 @@ def convert_base(spec: BaseSpec, dest: Path) -> Path:
     provenance = {"name": spec.name, "wheel": spec.requirement, "gguf_file": spec.gguf_file, "gguf_sha256": gguf_sha,
                   "parameters": plain.num_parameters(), "description": spec.description}
     info = publish_folder(write_identified, dest, role="base", version=f"{spec.name}-{gguf_sha[:10]}",
-                          metrics=provenance, replace=True)
+                          metrics=provenance, replace=True, store=store)
     log.info("converted %s to %s (sha256 %s) in %.1f s", spec.gguf_file, dest, info.sha256[:12],
              time.perf_counter() - start)
     return dest

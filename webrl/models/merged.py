@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from webrl.checkpoints import publish_folder
+from webrl.checkpoints import publish_folder, store_relative
 from webrl.config import Settings
 from webrl.models.adapters import ADAPTER_FILE, load_merged
 from webrl.models.loading import checkpoint_version, load_tokenizer, save_tokenizer
@@ -27,4 +27,6 @@ def merge_to_folder(adapter: str | Path, output: str | Path, settings: Settings,
 
     record = json.loads((Path(adapter) / ADAPTER_FILE).read_text())
     return publish_folder(write, output, role="merged", version=f"{checkpoint_version(adapter)}-merged",
-                          metrics={"adapter": str(Path(adapter).resolve()), "base": record["base"], "dtype": dtype})
+                          metrics={"adapter": store_relative(adapter, settings.artifacts_dir), "base": record["base"],
+                                   "dtype": dtype},
+                          store=settings.artifacts_dir)

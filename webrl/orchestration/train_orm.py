@@ -346,7 +346,8 @@ def publish_start(settings: Settings, folder: Path, starts: Path, *, rank: int |
         tokenizer.model_max_length = max_length  # what the ORM reads: webrl.prompts.orm.orm_context_tokens
         tokenizer.save_pretrained(str(tmp))
 
-    publish_folder(write, dest, role="orm", version=version, metrics={**inputs, "untrained": True}, replace=True)
+    publish_folder(write, dest, role="orm", version=version, metrics={**inputs, "untrained": True}, replace=True,
+                   store=settings.artifacts_dir)
     log.info("ORM start %s at %s (LoRA rank %s, sequences of %d tokens)", version, dest, rank or "as given",
              max_length)
     return dest
