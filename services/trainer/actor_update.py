@@ -85,7 +85,8 @@ def reference_pass(model: Any, items: Sequence[SequenceItem], pad_id: int, batch
     """lp_ref of ``items`` under ``model`` (no gradient), with pi_ref's log-distribution at their action tokens.
 
     Every process runs every item (no sharding), so each holds the distributions its own training batches need."""
-    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+    inner = getattr(model, "module", model)  # DDP / DeepSpeed wrap the HF model in .module
+    vocab = int(getattr(getattr(inner, "config", None), "vocab_size", 0) or 0)
     positions = sum(it.encoded.n_target for it in items)
     keep = keep_distributions and positions * vocab * 2 <= EXACT_KL_BUDGET_BYTES
     if keep_distributions and not keep:
@@ -176,7 +177,7 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
         return TrainSummary()
     pad_id = pad_id_of(tokenizer)
     items = [SequenceItem(i, encode_action(tokenizer, ex, max_length), {}) for i, ex in enumerate(examples)]
-    model = accelerator.unwrap_model(actor.model)
+    model = actor.model  # prepared (wrapped under DDP / DeepSpeed): its forward gathers sharded weights
     with accelerator.autocast():
         reference = reference_pass(reference_model if reference_model is not None else model, items, pad_id,
                                    config.batch_size, accelerator.device)

@@ -80,7 +80,7 @@ def _batches(encoded: Sequence[EncodedExample], batch_size: int) -> Iterator[lis
 
 def probe_matches(model: Any, tokenizer: Any, encoded: Sequence[EncodedExample], *, batch_size: int = 4) -> list[bool]:
     """For each encoded probe step, whether ``model`` still picks the oracle's action greedily, in input order."""
-    device = next(model.parameters()).device
+    device = next(getattr(model, "module", model).parameters()).device
     was_training = model.training
     model.eval()
     out = [False] * len(encoded)
