@@ -14,8 +14,8 @@ test: setup
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The model, trainer and judge tests on a CUDA GPU: local models load there (WEBRL_MODELS__DEVICE) and the trainer's
-# Accelerator picks it itself (bf16 mixed precision). On an H200 in session 16 the files whose packages the lent machine
-# had (no Celery, FastAPI or Playwright there) ran: 106 passed.
+# Accelerator picks it itself (bf16 mixed precision). On an H200 (2026-11-26, commit 5ae582f) the files whose packages
+# the lent machine had (no Celery, FastAPI or Playwright there) ran: 106 passed.
 test-gpu: setup
 	WEBRL_MODELS__DEVICE=cuda $(PY) -m pytest -q -p no:cacheprovider -m "not postgres and not redis" \
 	  tests/services/trainer tests/webrl/models tests/webrl/judges tests/webrl/models_shared tests/services/orm

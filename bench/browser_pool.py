@@ -3,7 +3,7 @@
 Resets (``--parts resets``): episodes of a fixed script (Scroll Down / Scroll Up) on static third-party-like
 fixture pages (``tests/services/browser_pool/fixtures/``, served by a local http server) and on the start
 pages of sandbox tasks. Reset p50/p95 and steps/s including resets, for the pool as it is (warm: contexts
-made ahead, a scrubbed page reused on the same origin), the pool before issue 22 (cold: a context per
+made ahead, a scrubbed page reused on the same origin), the pool without its stock (cold: a context per
 episode) and bare Playwright with one reused page (goto, the same scrolls, no observation), systems
 alternating round by round in one run; ratios against the bare page.
 

@@ -1,6 +1,6 @@
 """What one observation call costs: observe.js installed once per document (the pool's init script defines
 ``window.__webrlObserve``; each call sends a one-line function) against sending the whole script with every call
-(what the pool did before session 13), alternating on the same unchanged page, in the same run.
+(what the pool did before commit caab667, 2026-11-26), alternating on the same unchanged page, in the same run.
 
 On each browser-pool fixture page (third-party-like static pages) it times, per round:
 - "round trip": ``page.evaluate("1")``, the floor of any call;

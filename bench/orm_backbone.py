@@ -1,5 +1,5 @@
 """Does training the head ORM's backbone beat the frozen head? Held-out accuracy of each epoch against the frozen
-head's, on the same prompts, in the same run (``webrl train-orm --backbone-epochs``; issue 19 item 8).
+head's, on the same prompts, in the same run (``webrl train-orm --backbone-epochs``).
 
 Two steps, so that the training can run where a GPU is: the labelled rollouts need the sandbox and Chromium, the
 training only the rendered prompts.

@@ -17,7 +17,7 @@ start page, ``--steps`` scrolls, end. The layers, each on top of the one before:
 8. ``webrl warm``: ``BrowserEpisode`` on a warm ``BrowserPool`` (the stock, the freeze, the bookkeeping).
 
 Systems alternate within each round; the table gives each one's median ms per episode (over rounds) and its ratio to
-the bare page, which is the issue-22 target's reference (steps/s including resets within 2x of it).
+the bare page, which is the reset target's reference (steps/s including resets within 2x of it).
 
     .venv/bin/python bench/reset_floor.py [--rounds 3] [--episodes 16] [--steps 4]
 """

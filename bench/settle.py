@@ -1,6 +1,6 @@
 """What the settle rule costs per step: three rules in the same run, alternating so machine load hits all alike.
 
-- "DOM + fetch quiet" (``DOM_ONLY_SETTLE``, before issue 22): 25 ms of DOM quiet from the observation's start
+- "DOM + fetch quiet" (``DOM_ONLY_SETTLE``, the earlier rule): 25 ms of DOM quiet from the observation's start
   and no fetch/XHR in flight;
 - "+ timers, media" (``QUIET_PER_CALL_SETTLE``): also short page timers, images in the viewport, web fonts and
   transitions, still 25 ms of quiet from the observation's start;

@@ -182,5 +182,5 @@ def _given(strategy, fn):  # type: ignore[no-untyped-def]
 
 
 def test_every_service_of_the_design_is_fuzzed() -> None:
-    """The six services DESIGN.md names all exist and are picked up (a missing app.py fails here)."""
+    """The six services docs/design.md names all exist and are picked up (a missing app.py fails here)."""
     assert SERVICES == ["actor", "browser_pool", "critic", "orm", "taskgen", "trainer"]

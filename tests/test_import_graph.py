@@ -1,4 +1,4 @@
-"""The import graph of webrl/ and services/ as DESIGN.md draws it: no import cycles (imports inside functions
+"""The import graph of webrl/ and services/ as docs/design.md draws it: no import cycles (imports inside functions
 count), nothing in webrl/ imports a service, and no service imports another."""
 
 from __future__ import annotations

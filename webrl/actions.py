@@ -1,6 +1,6 @@
 """The WebRL action grammar: the :class:`Action` record, parsing model output into one, formatting one back.
 
-Grammar (DESIGN.md), optionally preceded by ``#`` comment lines::
+Grammar (docs/design.md), optionally preceded by ``#`` comment lines::
 
     do(action="Click", element="7")
     do(action="Type", argument="hello", element="22")
@@ -52,7 +52,7 @@ ACTION_ARGUMENTS: dict[ActionType, tuple[str, ...]] = {
     ActionType.EXIT: ("message",),
 }
 
-#: Arguments an action may carry besides those above (issue 22): Scroll with an element scrolls the box that
+#: Arguments an action may carry besides those above: Scroll with an element scrolls the box that
 #: element scrolls in (a list, a textarea) instead of the window. WebRL's own outputs never carry them.
 OPTIONAL_ARGUMENTS: dict[ActionType, tuple[str, ...]] = {
     ActionType.SCROLL_UP: ("element",),

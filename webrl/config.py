@@ -227,7 +227,7 @@ class LimitsSettings(Group):
 
 
 class ModelsSettings(Group):
-    """Models (area: models-actor): loading local models, and the tiny CPU model `webrl bootstrap` builds."""
+    """Models: loading local models, and the tiny CPU model `webrl bootstrap` builds."""
 
     device: str = Field("cpu", description="torch device for local models.")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
@@ -283,7 +283,7 @@ class LlmJudgeSettings(Group):
 
 
 class EvaluationSettings(Group):
-    """Evaluation (area: evaluation): WebArena's program_html evaluator."""
+    """Evaluation: WebArena's program_html evaluator."""
 
     flat_prefix = "evaluation_"
 
@@ -294,7 +294,7 @@ class EvaluationSettings(Group):
 
 
 class OrmSettings(Group):
-    """The ORM (area: judges): the outcome reward model and its service."""
+    """The ORM: the outcome reward model and its service."""
 
     flat_prefix = "orm_"
 
@@ -311,7 +311,7 @@ class OrmSettings(Group):
 
 
 class CriticSettings(Group):
-    """The critic (area: judges): the value model and its service."""
+    """The critic: the value model and its service."""
 
     flat_prefix = "critic_"
 
@@ -321,7 +321,7 @@ class CriticSettings(Group):
 
 
 class TrainerSettings(Group):
-    """The trainer (area: trainer): how training jobs run."""
+    """The trainer: how training jobs run."""
 
     flat_prefix = "trainer_"
     flat_names = {"threads": "train_threads"}

@@ -1,4 +1,4 @@
-"""WebArena's early stop, as WebRL runs its episodes (DESIGN.md step 2): at most 30 steps, and stop after 5
+"""WebArena's early stop, as WebRL runs its episodes (docs/design.md step 2): at most 30 steps, and stop after 5
 unparsable responses or 5 identical actions in a row (the numbers: ``webrl.hyperparams.Rollout``, which a
 rollout request carries to the loop). Shared by the browser pool's episode loop and the actor's agent runs."""
 

@@ -3,7 +3,7 @@ its URL, and the lookups a scripted reader needs (an element by its label, a for
 dropdown by one of its options, a pattern in the text).
 
 Each interactive element of the observation carries an integer ``id`` attribute and keeps its text and its
-``placeholder``/``title``/``value`` attributes (DESIGN.md, Observation). The sandbox's oracle solvers read
+``placeholder``/``title``/``value`` attributes (docs/design.md, Observation). The sandbox's oracle solvers read
 pages with it; the trainer's relabelled demonstrations find the names of a page with it.
 """
 

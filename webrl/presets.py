@@ -33,8 +33,9 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # next at 5e-4 and at 5e-5; here they start at the fan-in scale and train at 1e-4.
     # A phase's A > 0 steps are few (the successes of 24 rollouts plus replay: ~10-60 steps, 3-14 optimizer steps
     # an epoch), so the actor makes three passes over them. At 2.5e-4 one phase lost 12-13 of the SFT actor's 25 test
-    # tasks; two phases at 1e-4 kept 21, gained 11: 15.2% -> 19.4% (docs/measurements.md, session 19). One pass at
-    # 3e-4 (a third of the optimizer steps) lost 14 of the 25 in three phases: 7.3% (session 23)
+    # tasks; two phases at 1e-4 kept 21, gained 11: 15.2% -> 19.4% (docs/measurements.md, measured 2026-11-27,
+    # commit 4e0d2c3). One pass at 3e-4 (a third of the optimizer steps) lost 14 of the 25 in three phases: 7.3%
+    # (2026-11-27, commit a2a8128)
     actor=ActorLoss(lr=1e-4, epochs=3),
     critic=Critic(lr=1e-4, epochs=1, head_init_std=None),
     batching=Batching(batch_size=4),

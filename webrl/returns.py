@@ -1,7 +1,7 @@
-"""Returns and advantages of WebRL (DESIGN.md step 6), as pure tensor functions (the trainer trains with them,
+"""Returns and advantages of WebRL (docs/design.md step 6), as pure tensor functions (the trainer trains with them,
 the viewer shows them).
 
-Every step of a trajectory carries the trajectory's outcome reward r (DESIGN.md step 3), so
+Every step of a trajectory carries the trajectory's outcome reward r (docs/design.md step 3), so
 G_t = sum_{k=t}^{T-1} gamma^(k-t) r_k is r * (1 - gamma^(T-t)) / (1 - gamma) for a constant r.
 The constants (gamma, step penalty, clip, the binarised values) are :class:`webrl.hyperparams.Advantage`.
 """

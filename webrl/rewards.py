@@ -1,7 +1,7 @@
 """Outcome reward and success, each decided once: the ORM service, the label store, the trainer, the evaluation
 report and the ORM's own training all call these.
 
-- reward = 1 if p >= threshold else 0, p = the ORM's P(YES) (DESIGN.md step 3; paper section 3.1).
+- reward = 1 if p >= threshold else 0, p = the ORM's P(YES) (docs/design.md step 3; paper section 3.1).
 - An evaluator score (WebArena's are 0 or 1) or a 0/1 reward counts as a success when it is >= SUCCESS_SCORE.
 """
 

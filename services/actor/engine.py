@@ -36,7 +36,7 @@ class LogprobResult:
     sum_logprob: float
     n_tokens: int
     mean_logprob: float
-    confidence: float  # 1 / perplexity = exp(lp / n): the replay filter's score (DESIGN.md step 4)
+    confidence: float  # 1 / perplexity = exp(lp / n): the replay filter's score (docs/design.md step 4)
     token_logprobs: list[float]
 
 

@@ -2,7 +2,7 @@
 
 No screenshot, no accessibility tree: the script waits for the DOM to go quiet, marks interactive elements
 with integer ids (attribute ``data-webrl-id``, document order, so the same page gives the same ids) and
-renders the visible part of the page with only the attributes DESIGN.md keeps. ``act.py`` finds an
+renders the visible part of the page with only the attributes docs/design.md keeps. ``act.py`` finds an
 element again by its mark.
 """
 
@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 OBSERVE_JS = (Path(__file__).with_name("observe.js")).read_text()
 # The episode's init scripts: inflight.js (what the page has in flight), then observe.js defined once per document as
 # window.__webrlObserve (read-only), so that an observation sends and compiles a one-line call, not ~20 KB of script
-# (bench/observe_call.py: 0.77x per call, session 13). A document without it (no init scripts) gets the whole script.
+# (bench/observe_call.py: 0.77x per call, measured 2026-11-26, commit caab667). A document without it (no init
+# scripts) gets the whole script.
 INFLIGHT_JS = (Path(__file__).with_name("inflight.js")).read_text()
 INIT_JS = (f"{INFLIGHT_JS}\n;Object.defineProperty(window, '__webrlObserve', "
            f"{{ value: {OBSERVE_JS.strip()}\n, writable: false, configurable: false }});")
@@ -68,7 +69,7 @@ class SettleRule:
 
 SETTLE = SettleRule()
 QUIET_PER_CALL_SETTLE = SettleRule(since_last_mutation=False)  # a full quiet window from every observation's start
-DOM_ONLY_SETTLE = SettleRule(timers=False, media=False, since_last_mutation=False)  # before issue 22: DOM, fetch/XHR
+DOM_ONLY_SETTLE = SettleRule(timers=False, media=False, since_last_mutation=False)  # the earlier rule: DOM, fetch/XHR
 
 
 @dataclass(frozen=True)

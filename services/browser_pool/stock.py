@@ -12,14 +12,14 @@ alternate between two tabs, each scrubbed while the other runs.
 given-back tab is frozen (its scripts stop: ``Stage.freeze``) and scrubbed once the next episode has its first
 observation (:meth:`ContextStock.reset_done`), or after :data:`SCRUB_DELAY_S` when no reset comes. On two
 cores a scrub running beside a reset (a navigation to ``about:blank`` and the storage clears) made the reset's
-own navigation ~2x slower (session 12, static fixture pages, quiet machine: its ``goto`` p50 124 ms with the
-scrub beside it, 53 ms after it).
+own navigation ~2x slower (measured 2026-11-26, commit 2230e09, static fixture pages, quiet machine: its ``goto``
+p50 124 ms with the scrub beside it, 53 ms after it).
 
 The stock also holds the browser's navigation guard (:mod:`webrl.navigation_guard`), which reports to the
 allow-list of the stage in use: one episode runs on a browser at a time, so one allow-list applies to all
 its contexts; a stock is made for one allow-list (the pool replaces it when an episode needs another).
 
-``warm=False`` is the pool before issue 22: a context made for each episode and closed after it.
+``warm=False`` is the pool without the stock: a context made for each episode and closed after it.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class LoopConfig:
     grad_accum: int = 1
     """Micro-batches per optimizer step."""
     max_grad_norm: float = 1.0
-    """Gradient clipping norm (issue 7: clip at 1)."""
+    """Gradient clipping norm (clip at 1)."""
     weight_decay: float = 0.0
     """AdamW weight decay (WebRL: AdamW defaults in torch, 0.01; 0 keeps a frozen reference meaningful)."""
     warmup_steps: int = 0

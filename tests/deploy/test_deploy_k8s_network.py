@@ -1,4 +1,4 @@
-"""k8s/ as a network (issue 21, item 8): every pod is isolated for ingress and admits exactly its callers (the
+"""k8s/ as a network: every pod is isolated for ingress and admits exactly its callers (the
 call graph below, read off the code), Chromium runs in pods of its own that reach only the sites and hold no
 secret, the pods that egress is limited for reach exactly what they call, and prod opens the database to one
 narrow address block, not the private ranges."""

@@ -1,4 +1,4 @@
-"""Redis on Kubernetes wants a password (issue 21, item 8): the server requires the Secret's REDIS_PASSWORD, its
+"""Redis on Kubernetes wants a password: the server requires the Secret's REDIS_PASSWORD, its
 probe authenticates and checks the answer, and every Redis URL a container gets (broker, result backend, events)
 carries the password, expanded by the kubelet from the same Secret key; only the broker's clients get one."""
 

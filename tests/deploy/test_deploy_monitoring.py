@@ -45,7 +45,7 @@ def test_dashboard_names_only_series_the_services_export() -> None:
     named = {name for expr in dashboard_expressions() for name in re.findall(r"\bwebrl_[a-z0-9_]+", expr)}
     assert named and named <= every, sorted(named - every)
     for series in ("webrl_queue_depth", "webrl_browser_episodes_in_flight", "webrl_actor_tokens_generated_total",
-                   "webrl_http_request_seconds_bucket"):  # what issue 23 asks the dashboard to show
+                   "webrl_http_request_seconds_bucket"):  # what the dashboard shows
         assert series in named, series
     assert "webrl_actor_tokens_generated_total" in exported["actor"]
     assert "webrl_browser_episodes_in_flight" in exported["browser_pool"]

@@ -2,7 +2,7 @@
 condition, evaluate, close. The browser pool runs it on its own browsers (rollouts); the actor service runs
 it on the browser pool service over HTTP (agent runs).
 
-Stopping (DESIGN.md step 2, WebArena's ``early_stop`` as WebRL runs it): ``exit(...)``, ``max_steps``
+Stopping (docs/design.md step 2, WebArena's ``early_stop`` as WebRL runs it): ``exit(...)``, ``max_steps``
 actions, 5 parse failures in a row, 5 identical actions in a row (:class:`webrl.early_stop.EarlyStop`; the
 thresholds are the rollout's :class:`webrl.early_stop.StopRules`); also a step or the episode over its time
 limit, or an environment that crashed.

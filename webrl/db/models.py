@@ -97,7 +97,7 @@ class Step(Base):
 
 
 class StepValue(Base):
-    """What a phase's training made of a step (DESIGN.md step 6): the critic's V(s) and V(s'), the advantage before
+    """What a phase's training made of a step (docs/design.md step 6): the critic's V(s) and V(s'), the advantage before
     and after binarising, and whether the actor loss used the step (its mask, A > 0). One per (step, critic)."""
 
     __tablename__ = "step_values"

@@ -3,7 +3,7 @@
 The prompt and the completion are tokenised separately and concatenated, so the completion tokens are
 exactly the tokens the actor generated after that prompt (a rendered chat prompt already holds its BOS and
 turn headers, hence ``add_special_tokens=False``). The completion ends with the end-of-turn token, which is
-part of the target: the actor must learn to stop (DESIGN.md step 6: "end-of-turn token included").
+part of the target: the actor must learn to stop (docs/design.md step 6: "end-of-turn token included").
 """
 
 from __future__ import annotations

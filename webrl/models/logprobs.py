@@ -2,7 +2,7 @@
 the actor's ``/v1/logprobs`` gather them.
 
 For a sequence x and a target mask m, ``token_logprobs`` gives log pi(x_t | x_<t) * m_t and
-``sequence_logprobs`` gives lp = sum_t log pi(x_t | x_<t) * m_t with n = sum_t m_t (DESIGN.md step 6:
+``sequence_logprobs`` gives lp = sum_t log pi(x_t | x_<t) * m_t with n = sum_t m_t (docs/design.md step 6:
 "lp = summed log-probs of the action tokens, end-of-turn token included").
 
 Only the positions that predict a target token go through the LM head (``logits_to_keep``), so a
@@ -111,6 +111,6 @@ def sequence_logprobs_and_entropy(model: Any, input_ids: torch.Tensor, attention
 def confidence(lp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
     """1 / perplexity = exp(lp / n): the geometric-mean token probability (B,). n = 0 gives 1.
 
-    The one definition of the replay filter's score (DESIGN.md step 4), of the actor loss's p_ref = exp(lp_ref / n)
+    The one definition of the replay filter's score (docs/design.md step 4), of the actor loss's p_ref = exp(lp_ref / n)
     (step 6) and of the actor service's ``/v1/logprobs`` confidence."""
     return torch.exp(lp / n_tokens.clamp(min=1))

@@ -1,7 +1,7 @@
 """The tiny CPU actor: a byte-level BPE tokenizer trained on the sandbox corpus and a small Llama.
 
-Grounding (finding the element id for the words of the intent) is what a tiny model finds hard
-(/work/shared/NOTES.md), so the tokenizer is built to make copying easy:
+Grounding (finding the element id for the words of the intent) is what a tiny model finds hard (it never copies
+names from the intent: webrl/assets/PROVENANCE.md), so the tokenizer is built to make copying easy:
 
 - words, digit runs, whitespace runs and single punctuation marks are pre-tokenised apart, so a word has the
   same tokens in the intent and in the page (``>Electronics<`` and ``Electronics`` share ``Electronics``);
@@ -82,7 +82,7 @@ class TinySize:
     max_positions: int = 2048  # the actor prompt budget (settings.actor.max_prompt_tokens) + generation
 
 
-#: Presets. Throughputs on the 2-core dev CPU (NOTES.md): ~7k tok/s fwd+bwd at 2.5M params, ~2k at 5M.
+#: Presets. Throughputs on the 2-core dev CPU: ~7k tok/s fwd+bwd at 2.5M params, ~2k at 5M.
 SIZES: dict[str, TinySize] = {
     "test": TinySize(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=1024),
     "small": TinySize(hidden_size=128, layers=2, heads=4, kv_heads=2, intermediate_size=352),

@@ -1,4 +1,4 @@
-"""The WebRL phase state machine that ``webrl train`` runs (DESIGN.md, "The method in one page").
+"""The WebRL phase state machine that ``webrl train`` runs (docs/design.md, "The method in one page").
 
 Phase 0 measures the SFT actor: it evaluates it on the test split and rolls it out on a sample of the seed
 train tasks, whose failures seed the curriculum. Each phase i >= 1 then runs these stages in order::

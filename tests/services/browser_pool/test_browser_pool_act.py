@@ -92,7 +92,7 @@ async def test_scroll_and_press_enter(actions_page):
 
 async def test_the_step_after_a_form_submission_observes_the_next_page(actions_page):
     """The submission's navigation starts in a task after the key press returned, and its request reaches us
-    later still: an observation that returned at once read the old page (CI, session 12)."""
+    later still: an observation that returned at once read the old page (seen in CI)."""
     ep = actions_page
     await ep.active.evaluate("document.querySelector('form').action = '/slow.html'")  # answers after 0.3 s
     await ep.active.focus("#q")

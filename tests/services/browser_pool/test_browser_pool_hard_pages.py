@@ -1,4 +1,4 @@
-"""Pages our sandbox does not have (issue 22): each fixture page reproduces one way a third-party page
+"""Pages our sandbox does not have: each fixture page reproduces one way a third-party page
 defeated the observation or the actions, and each test drives it through a real episode (real Chromium)."""
 
 from __future__ import annotations

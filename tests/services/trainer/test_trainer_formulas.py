@@ -1,4 +1,4 @@
-"""Every formula of DESIGN.md steps 5-6 against numbers computed by hand on small tensors."""
+"""Every formula of docs/design.md steps 5-6 against numbers computed by hand on small tensors."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def _batch_one_losses(lp, lp_ref, n, a, config=ActorLoss()):
 @pytest.mark.parametrize("config", [ActorLoss(), ActorLoss(kl=False), ActorLoss(objective="squared", beta=0.5)],
                          ids=["smooth-l1", "without-kl", "squared"])
 def test_a_batch_of_b_is_the_mean_of_b_batch_one_losses(config) -> None:
-    """DESIGN.md step 6: the published trainer runs batch 1, so a batch of B must give the mean of B batch-1
+    """docs/design.md step 6: the published trainer runs batch 1, so a batch of B must give the mean of B batch-1
     losses and gradients (N summed over the batch shrank r_hat by ~B and the brake never acted)."""
     g = torch.Generator().manual_seed(0)
     n = torch.tensor([7.0, 19.0, 12.0, 25.0, 3.0, 11.0])
