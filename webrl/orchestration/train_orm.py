@@ -413,5 +413,20 @@ def train_orm(settings: Settings, options: TrainOrmOptions,
                        "test_trajectories": len(test_labels),
                        "test_successes": sum(test_labels.values())},
               **measured}
-    (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    stored = paths_in_store(json.loads(json.dumps(report, default=str)), settings.artifacts_dir)
+    (report_dir / "report.json").write_text(json.dumps(stored, indent=2))
     return report
+
+
+def paths_in_store(value: Any, store: Path | None) -> Any:
+    """``value`` (JSON) with every absolute path inside the artifacts store written relative to it, so a report
+    that is kept or shipped names no machine's folders; other strings unchanged."""
+    if isinstance(value, dict):
+        return {k: paths_in_store(v, store) for k, v in value.items()}
+    if isinstance(value, list):
+        return [paths_in_store(v, store) for v in value]
+    if store is not None and isinstance(value, str) and value.startswith("/"):
+        root = Path(store).resolve()
+        if Path(value).is_relative_to(root):
+            return Path(value).relative_to(root).as_posix()
+    return value

@@ -17,7 +17,14 @@ from webrl.models.orm import (
     plot_calibration,
     roc_auc,
 )
-from webrl.orchestration.train_orm import balance, measure, parse_policy, split_policy_cap, tasks_per_policy
+from webrl.orchestration.train_orm import (
+    balance,
+    measure,
+    parse_policy,
+    paths_in_store,
+    split_policy_cap,
+    tasks_per_policy,
+)
 
 
 @pytest.fixture
@@ -113,3 +120,13 @@ def test_metrics_by_hand(tmp_path) -> None:
     assert roc_auc([0.5, 0.5], [1, 0]) == 0.5 and roc_auc([0.2], [1]) is None
     png = plot_calibration({"orm": (p, y)}, tmp_path / "c.png")
     assert Path(png).stat().st_size > 1000
+
+
+def test_a_written_report_names_folders_in_the_store_relative_to_it(tmp_path) -> None:
+    store = tmp_path / "artifacts"
+    report = {"orm": {"path": str(store / "models" / "orm")}, "runs": [str(store / "reports" / "orm"), "/elsewhere/x"],
+              "options": {"threshold": 0.5, "base": "smollm2-135m"}}
+    assert paths_in_store(report, store) == {
+        "orm": {"path": "models/orm"}, "runs": ["reports/orm", "/elsewhere/x"],
+        "options": {"threshold": 0.5, "base": "smollm2-135m"}}
+    assert paths_in_store(report, None) == report

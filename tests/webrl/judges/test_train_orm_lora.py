@@ -4,6 +4,7 @@ the command line (``--base`` starts the ORM, ``--actor`` is rolled out by the "s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -114,6 +115,8 @@ def test_train_orm_with_a_head_on_the_pretrained_base_publishes_an_orm_the_servi
     p = judge.probabilities(test)
     assert p == pytest.approx(_stored_p(with_smollm2, ids["test"])[judge.version], abs=1e-4)
     assert set(report["metrics"]) == {"untrained", "trained"}  # the zero-shot YES/NO start against the head
+    written = json.loads((tmp_path / "report" / "report.json").read_text())  # names no machine's folders
+    assert written["orm"]["path"] == written["options"]["output"] == "orm" and orm.is_absolute()
 
 
 def _stored_p(settings: Settings, ids: list[int]) -> dict[str, list[float]]:
