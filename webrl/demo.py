@@ -23,6 +23,9 @@ from webrl.config import Settings, get_settings
 console = Console()
 BASE = "smollm2-135m"
 SHIPPED_ACTOR = Path(__file__).parent / "assets" / "actor-sft-smollm2"
+#: The shipped actor's flips probe (``webrl probe build``; webrl/assets/PROVENANCE.md): every phase records how many
+#: of its steps the update changed.
+SHIPPED_PROBE = Path(__file__).parent / "assets" / "probe-smollm2.jsonl.gz"
 RUN = "cpu-demo"
 
 
@@ -68,7 +71,8 @@ def main() -> None:
     settings = get_settings()
     console.rule("webrl demo: WebRL on the built-in sandbox sites, SmolLM2-135M + LoRA on the CPU")
     actor = sft_actor(settings)
-    app(["train", "--preset", RUN, "--run", RUN, "--actor", str(actor)], standalone_mode=False)
+    app(["train", "--preset", RUN, "--run", RUN, "--actor", str(actor), "--probe", str(SHIPPED_PROBE)],
+        standalone_mode=False)
     assert settings.artifacts_dir is not None
     console.print(f"done: report at {settings.artifacts_dir / 'reports' / RUN / 'report.md'}")
 
