@@ -1,4 +1,4 @@
-"""The actor's side of a phase (DESIGN.md step 6): which steps it trains on, their reference, the objective on a batch,
+"""The actor's side of a phase (docs/design.md step 6): which steps it trains on, their reference, the objective on a batch,
 and what each epoch did to the policy.
 
 Measured beside the loss, because the loss alone hides drift:

@@ -3,7 +3,7 @@ sequences and length-bucketed padded batches.
 
 A step example holds the actor's state s_t (the actor prompt at step t), the next state s_{t+1}, the action
 the actor generated (token ids as generated), the step reward r (the trajectory's outcome reward on every
-step, DESIGN.md step 3), ``done`` (last step only) and the Monte-Carlo return G_t.
+step, docs/design.md step 3), ``done`` (last step only) and the Monte-Carlo return G_t.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def first_success_examples(session: Session, before_phase: int, prompt: PromptFn
                            gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train") -> list[StepExample]:
     """Replay candidates: from phases < ``before_phase`` of run ``run_id`` (another run's successes are not this
     actor's experience), the first successful trajectory of each task (earliest phase, then earliest id), all its
-    steps (DESIGN.md step 4)."""
+    steps (docs/design.md step 4)."""
     rows = session.scalars(
         select(m.Trajectory)
         .where(m.Trajectory.phase < before_phase, m.Trajectory.purpose == purpose, m.Trajectory.run_id == run_id)

@@ -1,6 +1,6 @@
 """WebRL's losses as pure functions ``(inputs) -> (loss, metrics)``; the loop does backward and logging.
 
-Shapes: B = batch, T = sequence length. Formulas: DESIGN.md steps 5 and 6; the actor objective's constants
+Shapes: B = batch, T = sequence length. Formulas: docs/design.md steps 5 and 6; the actor objective's constants
 (beta, beta_high, the p_ref thresholds, kl) are :class:`webrl.hyperparams.ActorLoss`.
 """
 
@@ -56,7 +56,7 @@ def per_token_log_ratio(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.
     """r_hat = (lp - lp_ref) / n: each step's log(pi / pi_ref) per action token, over its *own* n (B,).
 
     The published trainer runs one sequence per batch, so its N is that sequence's action tokens; dividing by the
-    tokens of the whole batch instead would shrink r_hat by ~B and the KL term would never reach A (DESIGN.md
+    tokens of the whole batch instead would shrink r_hat by ~B and the KL term would never reach A (docs/design.md
     step 6)."""
     return (lp - lp_ref) / n_tokens.clamp(min=1)
 
@@ -96,7 +96,7 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
 
 def actor_loss(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, advantage: torch.Tensor,
                config: ActorLoss = DEFAULTS.actor) -> tuple[torch.Tensor, Metrics]:
-    """WebRL's KL-constrained actor loss (DESIGN.md step 6), the mean of per-step losses, so a batch of B gives the
+    """WebRL's KL-constrained actor loss (docs/design.md step 6), the mean of per-step losses, so a batch of B gives the
     mean of B batch-1 losses.
 
     lp, lp_ref: summed action-token log-probs under actor and reference (B,); n_tokens: action tokens (B,);

@@ -1,4 +1,4 @@
-"""One WebRL phase of training (DESIGN.md steps 4-7): experience -> critic -> advantages -> actor -> publish.
+"""One WebRL phase of training (docs/design.md steps 4-7): experience -> critic -> advantages -> actor -> publish.
 
 Order, with one model in training at a time:
 1. The actor at the start of the phase is prepared. It scores the replay candidates (1/perplexity).
@@ -6,7 +6,7 @@ Order, with one model in training at a time:
    ``losses.critic_loss`` on s and s' (with ``critic.train_backbone`` False only its heads, on states encoded once:
    ``critic_heads``), then gives V(s), V(s') for every step and is published.
 3. A = binarise(clamp(V(s') - V(s) - 0.05 + r + G_t, -1, 1)) (``returns``).
-4. The actor, not yet updated and so still the frozen reference (DESIGN.md step 6), gives lp_ref of the steps
+4. The actor, not yet updated and so still the frozen reference (docs/design.md step 6), gives lp_ref of the steps
    with A > 0 (a distinct ``reference`` folder is loaded and used for lp_ref instead); it is then trained on
    those steps with ``losses.actor_loss`` and published. With ``replay.demo_tasks`` (the anchor, this project's),
    a sample of the run's demonstration steps joins them with A = +1 (``replay.select_demonstrations``).

@@ -1,4 +1,4 @@
-"""The replay buffer with actor-confidence filtering (DESIGN.md step 4; paper §3.3, "experience replay
+"""The replay buffer with actor-confidence filtering (docs/design.md step 4; paper §3.3, "experience replay
 buffer with actor confidence filtering").
 
 From earlier phases, the first successful trajectory per task (``data.first_success_examples``); keep a
