@@ -1,5 +1,5 @@
-"""The actor's side of a phase (docs/design.md step 6): which steps it trains on, their reference, the objective on a batch,
-and what each epoch did to the policy.
+"""The actor's side of a phase (docs/design.md step 6): which steps it trains on, their reference, the objective on a
+batch, and what each epoch did to the policy.
 
 Measured beside the loss, because the loss alone hides drift:
 - ``kl_exact``: KL(pi_ref || pi_theta) = sum_v p_ref(v) log(p_ref(v) / p_theta(v)) at every action token of the

@@ -6,15 +6,17 @@ Order, with one model in training at a time:
    ``losses.critic_loss`` on s and s' (with ``critic.train_backbone`` False only its heads, on states encoded once:
    ``critic_heads``), then gives V(s), V(s') for every step and is published.
 3. A = binarise(clamp(V(s') - V(s) - 0.05 + r + G_t, -1, 1)) (``returns``).
-4. The actor, not yet updated and so still the frozen reference (docs/design.md step 6), gives lp_ref of the steps
-   with A > 0 (a distinct ``reference`` folder is loaded and used for lp_ref instead); it is then trained on
-   those steps with ``losses.actor_loss`` and published. With ``replay.demo_tasks`` (the anchor, this project's),
-   a sample of the run's demonstration steps joins them with A = +1 (``replay.select_demonstrations``).
+4. The actor, not yet updated and so still the frozen reference (docs/design.md step 6), gives lp_ref (and its
+   distributions, for the exact KL) of the steps its objective trains on (a distinct ``reference`` folder is used
+   instead when the job names one); it is then trained on those steps (``actor_update.update_actor``) and
+   published. With ``replay.demo_tasks`` (the anchor, this project's), a sample of the run's demonstration steps
+   joins them with A = +1 (``replay.select_demonstrations``).
 
-Only steps with A > 0 reach the actor's loss: ``actor_loss`` multiplies every other step by mask = 0, so a
-step with A <= 0 would cost a forward and backward pass (and a reference pass) for a zero gradient. Its
-batches are therefore made of the A > 0 steps alone: the same formula, each kept step contributing once per
-epoch as before, at the cost of the kept steps only (on the CPU demo 0-20% of a phase's steps).
+The published objective (``smooth-l1``) uses only steps with A > 0: ``actor_loss`` multiplies every other step by
+mask = 0, so a step with A <= 0 would cost a forward and backward pass (and a reference pass) for a zero gradient.
+Its batches are therefore made of the steps it keeps (``actor_update.trained_steps``): the same formula, each kept
+step contributing once per epoch, at the cost of the kept steps only (on the CPU demo 0-35% of a phase's steps). The
+paper's ``squared`` objective trains on every step.
 
 Every knob of these steps comes from the job's :class:`webrl.hyperparams.WebRLHyperparams`.
 """
