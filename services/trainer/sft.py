@@ -31,13 +31,11 @@ from webrl.models.examples import EncodedExample, encode_example, pad_id_of
 from webrl.models.loading import attach_prompt_style
 from webrl.models.logprobs import token_logprobs
 from webrl.paths import confined_path
+from webrl.prompts.actor import COMPLETION_BUDGET  # also imported from here by the phase and offline trainers
 from webrl.rewards import is_success
 
 log = logging.getLogger("webrl.trainer.sft")
 
-#: Tokens kept for the completion when a prompt is cut to the context (actions are one line plus a comment;
-#: WebRL generates at most 512 new tokens, published config ``max_new_tokens``).
-COMPLETION_BUDGET = 256
 #: Longest sequence trained on when the job does not say (WebRL's ``cutoff_len`` 16384; published code).
 MAX_LENGTH = 16384
 

@@ -27,15 +27,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from webrl.config import Settings
+from webrl.prompts.actor import COMPLETION_BUDGET
 from webrl.schemas import TaskConfig
 
 log = logging.getLogger("webrl.bootstrap")
 
 #: Stages reported to the progress callback, in order.
 STAGES = ("tasks", "demos", "tokenizer", "model", "sft", "eval")
-#: Tokens the SFT keeps for the completion after the prompt (``services.trainer.sft.COMPLETION_BUDGET``): the
-#: trainer cuts prompts to max_length - 256, so max_length = prompt budget + 256 trains on the served prompt.
-COMPLETION_BUDGET = 256
 
 
 @dataclass

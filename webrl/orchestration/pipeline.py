@@ -59,6 +59,7 @@ from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.hyperparams import WebRLHyperparams, with_overrides
+from webrl.prompts.actor import COMPLETION_BUDGET
 
 log = logging.getLogger(__name__)
 
@@ -452,8 +453,6 @@ class Pipeline:
     def _train_max_length(self) -> int:
         """Training sequences: the served prompt budget plus the completion, so the trainer re-renders states
         exactly as the policy saw them (the trainer clamps it to the model's context)."""
-        from webrl.orchestration.bootstrap import COMPLETION_BUDGET
-
         return self.settings.actor.max_prompt_tokens + COMPLETION_BUDGET
 
     def _stage_train(self, index: int, state: PhaseState) -> StageOutput:

@@ -25,6 +25,11 @@ ELIDED_HTML = "** Simplified html **"
 #: (``format_prompt`` in WebRL's scripts/process_data.py; published code, not in the paper).
 WEBRL_PROMPT_CHARS = 16384 - 512
 
+#: Tokens a training sequence keeps for the completion after the prompt: the trainer cuts a prompt to
+#: max_length - this, so max_length = the served prompt budget + this trains on the prompt the actor saw. Actions
+#: are one line plus a comment; WebRL generates at most 512 new tokens (published config ``max_new_tokens``).
+COMPLETION_BUDGET = 256
+
 #: The system prompt of WebRL's released actor (VAB-WebArena-Lite ``webrl`` prompt), limited to the
 #: functions our action grammar accepts.
 WEBRL_SYSTEM_PROMPT = """# Setup

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from webrl.prompts.actor import COMPLETION_BUDGET
 from webrl.schemas import Trajectory
 
 #: The ORM's system prompt, verbatim from WebRL's ``build_rm_data`` (note the typographic apostrophes in
@@ -44,10 +45,9 @@ NO = "NO"
 #: ``input_ids[:, :16384]`` in ``add_overall_reward`` (published code, not in the paper).
 WEBRL_ORM_MAX_TOKENS = 16384
 
-#: Tokens of the context kept free after an ORM prompt when it is cut to a model's context. The same as the
-#: trainer's completion budget (services/trainer/sft.py COMPLETION_BUDGET), so training and scoring cut an
-#: observation at the same place.
-ORM_CONTEXT_RESERVE = 256
+#: Tokens of the context kept free after an ORM prompt when it is cut to a model's context: the trainer's
+#: completion budget, so training and scoring cut an observation at the same place.
+ORM_CONTEXT_RESERVE = COMPLETION_BUDGET
 
 
 #: ORM prompt budget of a LoRA ORM on a small pretrained base (SmolLM2-135M, ``webrl train-orm --base
