@@ -83,10 +83,18 @@ class StoredPhase:
 
 
 def _critic_version(session: Any, run_id: int, phase: int) -> str:
+    """The critic whose values the phase's actor trained on: the one its train stage recorded, or (a phase whose
+    actor update has not finished) the latest critic that stored values for the run's steps of that phase."""
     row = session.scalar(select(m.Phase).where(m.Phase.run_id == run_id, m.Phase.index == phase))
     version = (row.metrics or {}).get("train.critic_version") if row is not None else None
     if not version:
-        raise ValueError(f"phase {phase} of the run has not trained (no critic version in its metrics)")
+        version = session.scalar(
+            select(m.StepValue.critic_version).join(m.Step, m.Step.id == m.StepValue.step_id)
+            .join(m.Trajectory, m.Trajectory.id == m.Step.trajectory_id)
+            .where(m.StepValue.phase == phase, m.Trajectory.run_id == run_id)
+            .order_by(m.StepValue.id.desc()).limit(1))
+    if not version:
+        raise ValueError(f"phase {phase} of the run has no critic values yet (its critic has not trained)")
     return str(version)
 
 

@@ -44,13 +44,15 @@ def test_a_phase_exports_and_its_update_reruns_under_another_setting(tiny_dir: P
                                           ("c", 2, [CLICK, EXIT], 1.0)]:
         store_trajectory(key, phase, 0, responses, reward=reward, run_id=run_id)
     result = run_phase(db, PhaseJob(phase=2, run_id=run_id, actor=str(tiny_dir), hyperparams=hp, max_length=400))
+    _, tokenizer = tiny
+    early = load_phase(export_phase(db, "offline", 2, tmp_path / "early", tokenizer))  # no train metrics stored yet
+    assert early.meta["critic_version"] == result.critic.version
     with session_scope(db) as s:
         s.add(m.Phase(run_id=run_id, index=2, stages_done=["train"],
                       metrics={"train.critic_version": result.critic.version}))
         stored_values = {(t, i): a for t, i, a in s.execute(
             select(m.Step.trajectory_id, m.Step.index, m.StepValue.advantage)
             .join(m.StepValue, m.StepValue.step_id == m.Step.id))}
-    _, tokenizer = tiny
     folder = export_phase(db, "offline", 2, tmp_path / "stored", tokenizer)
     stored = load_phase(folder)
     assert len(stored.steps) == result.metrics["experience_steps"] == len(stored_values)
