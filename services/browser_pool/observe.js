@@ -22,7 +22,7 @@
 //    there (elementFromPoint lands on it or inside it). When interactive elements nest, only the innermost
 //    gets an id, except that a <select multiple> keeps its id and its options shown in the list get theirs.
 // 3. Render: scripts, styles, comments, hidden and off-viewport nodes dropped; wrappers without text
-//    unwrapped; only the attributes DESIGN.md keeps (id, title, value, type, placeholder, selected,
+//    unwrapped; only the attributes docs/design.md keeps (id, title, value, type, placeholder, selected,
 //    data-value, data-text, data-bbox, data-status); long text truncated. An element with an id and no text
 //    is named in data-text from what the page gives (aria-label, alt, an inner svg title, CSS ::before text,
 //    icon class names such as "fa-trash", else the words of its own id and class names such as

@@ -53,7 +53,7 @@ class BrowserSlot:
 
 class BrowserPool:
     """``size`` Chromium browsers; :meth:`acquire` leases one (waiting while all are busy). ``warm=False``
-    makes a context per episode as the pool did before issue 22 (the baseline ``bench/browser_pool.py``
+    makes a context per episode, as the pool did before it kept warm ones (the baseline ``bench/browser_pool.py``
     measures)."""
 
     def __init__(self, settings: Settings, size: int = 1, *, headless: bool = True, warm: bool = True) -> None:
