@@ -24,14 +24,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, 
 from webrl.actions import Action
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.early_stop import MAX_STEPS, StopRules
-from webrl.hyperparams import DEFAULTS, WebRLHyperparams
+from webrl.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams
 from webrl.schemas import Observation, Seed, Trajectory
 
 DB_MAX_INT = 2**31 - 1  # ids, phases and attempts are INTEGER columns: signed 32-bit on Postgres
 MAX_TRAJECTORIES = 256  # full trajectories per ORM request: bounds one request's memory and latency
 MAX_STATES = 256  # states per critic request
 MAX_ACT_BATCH = 256  # one act request carries at most this many observations
-MAX_EPISODE_STEPS = 100  # the longest episode a rollout runs; so the longest history or trajectory a request carries
 
 DbId = Annotated[int, Field(ge=1, le=DB_MAX_INT)]
 DbCount = Annotated[int, Field(ge=0, le=DB_MAX_INT)]  # a phase or an attempt number

@@ -23,6 +23,10 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
 Count = Annotated[int, Field(ge=1)]
 
+#: The longest episode a rollout runs (the bound of ``rollout.max_steps``), so also the longest history or
+#: trajectory a request carries (``webrl.contracts``). This project's bound, not in the paper.
+MAX_EPISODE_STEPS = 100
+
 
 @dataclass(frozen=True)
 class Curriculum:
@@ -64,7 +68,7 @@ class Rollout:
 
     __pydantic_config__ = _FORBID_EXTRA
 
-    max_steps: Annotated[int, Field(ge=1, le=100)] = 30
+    max_steps: Annotated[int, Field(ge=1, le=MAX_EPISODE_STEPS)] = 30
     """Horizon: at most this many actions per episode (published code, as WebArena runs it)."""
     max_parse_failures: Count = 5
     """Stop after this many unparsable responses in a row (WebArena's ``parsing_failure_th``; published code)."""

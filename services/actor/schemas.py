@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from webrl.early_stop import MAX_STEPS
+from webrl.hyperparams import MAX_EPISODE_STEPS
 from webrl.schemas import Seed, Trajectory
 
 MAX_PROMPTS = 64  # prompts per completions call
@@ -125,7 +126,7 @@ class AgentRunRequest(BaseModel):
     task_id: str | None = Field(None, description="Key of a stored task (e.g. sandbox/test/12).")
     intent: str | None = Field(None, min_length=1)
     start_url: str | None = Field(None, description="Must be on the browser allow-list.")
-    max_steps: int = Field(MAX_STEPS, ge=1, le=100)
+    max_steps: int = Field(MAX_STEPS, ge=1, le=MAX_EPISODE_STEPS)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     evaluate: bool = Field(True, description="Score the final state with the task's evaluator when it has one.")
 

@@ -13,9 +13,16 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from webrl.config import Settings
-from webrl.contracts import PhaseJob, TrackingSpec
+from webrl.contracts import PhaseJob, RolloutRequest, TrackingSpec
 from webrl.db.migrate import upgrade
-from webrl.hyperparams import DEFAULTS, ActorLoss, WebRLHyperparams, parse_hyperparams, with_overrides
+from webrl.hyperparams import (
+    DEFAULTS,
+    MAX_EPISODE_STEPS,
+    ActorLoss,
+    WebRLHyperparams,
+    parse_hyperparams,
+    with_overrides,
+)
 from webrl.models.probe import ProbeStep, save_probe
 from webrl.presets import PRESETS
 
@@ -75,6 +82,15 @@ def test_values_out_of_range_are_refused() -> None:
         with_overrides(DEFAULTS, {"curriculum.value_low": 0.9})
     with pytest.raises(ValidationError, match=r"actor\.beta"):
         with_overrides(DEFAULTS, {"actor.beta": 0.0})
+
+
+def test_the_horizon_is_bounded_by_the_one_episode_cap() -> None:
+    assert with_overrides(DEFAULTS, {"rollout.max_steps": MAX_EPISODE_STEPS}).rollout.max_steps == MAX_EPISODE_STEPS
+    too_long = rf"max_steps\n +Input should be less than or equal to {MAX_EPISODE_STEPS}"
+    with pytest.raises(ValidationError, match=too_long):
+        with_overrides(DEFAULTS, {"rollout.max_steps": MAX_EPISODE_STEPS + 1})
+    with pytest.raises(ValidationError, match=too_long):  # the rollout job takes the run's horizon under the same cap
+        RolloutRequest.model_validate({"max_steps": MAX_EPISODE_STEPS + 1})
 
 
 def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Path,

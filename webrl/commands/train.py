@@ -16,7 +16,7 @@ from rich.table import Table
 from webrl.commands import check_loadable, quiet_model_loading
 from webrl.config import Settings, get_settings
 from webrl.contracts import LogWith, TrackingSpec
-from webrl.hyperparams import DEFAULTS, WebRLHyperparams, with_overrides
+from webrl.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
 from webrl.models.folders import is_model_folder
 
 console = Console()
@@ -178,8 +178,8 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Random seed."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
-        max_steps: int = typer.Option(None, min=1, max=100, help="Rollout horizon: actions per episode at most "
-                                      f"(paper: {DEFAULTS.rollout.max_steps}). Default: the preset's."),
+        max_steps: int = typer.Option(None, min=1, max=MAX_EPISODE_STEPS, help="Rollout horizon: actions per "
+                                      f"episode at most (paper: {DEFAULTS.rollout.max_steps}). Default: the preset's."),
         actor_lr: float = typer.Option(None, help="The actor's AdamW learning rate "
                                        f"(paper: {DEFAULTS.actor.lr}, an 8B model's full weights; cpu-demo's LoRA "
                                        "adapter: 1e-4). Default: the preset's."),
@@ -294,7 +294,7 @@ def register(app: typer.Typer) -> None:
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
         concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes (--run: the run's own)."),
-        max_steps: int = typer.Option(None, min=1, max=100, help="Episode horizon (default "
+        max_steps: int = typer.Option(None, min=1, max=MAX_EPISODE_STEPS, help="Episode horizon (default "
                                       f"{DEFAULTS.rollout.max_steps}, WebRL's; the CPU presets use 8-10)."),
         screenshots: bool = typer.Option(True, "--screenshots/--no-screenshots", help="Store a downscaled "
                                          "screenshot of every step beside its trajectory (shown by `webrl ui`)."),
