@@ -24,7 +24,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, 
 from webrl.actions import Action
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.early_stop import MAX_STEPS, StopRules
-from webrl.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams
+from webrl.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, check_band
 from webrl.schemas import Observation, Seed, Trajectory
 
 DB_MAX_INT = 2**31 - 1  # ids, phases and attempts are INTEGER columns: signed 32-bit on Postgres
@@ -349,8 +349,7 @@ class FilterRequest(Contract):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if self.low > self.high:
-            raise ValueError("low must not exceed high")
+        check_band(self.low, self.high)
         missing = [k for k in self.task_keys if k not in self.values]
         if missing:
             raise ValueError(f"values lacks task keys {missing[:5]}")

@@ -28,6 +28,16 @@ Count = Annotated[int, Field(ge=1)]
 MAX_EPISODE_STEPS = 100
 
 
+def check_band(low: float, high: float, names: tuple[str, str] = ("low", "high")) -> None:
+    """Refuse a value band [low, high] unless 0 <= low <= high <= 1 (V is a probability; paper section 3.2). The
+    one check of the band: the curriculum's record, the filter job and the filter all call it; ``names`` are the
+    ends' names in the message."""
+    if low > high:
+        raise ValueError(f"{names[0]} {low} exceeds {names[1]} {high} (need 0 <= low <= high <= 1)")
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"need 0 <= {names[0]} <= {names[1]} <= 1, got [{low}, {high}]")
+
+
 @dataclass(frozen=True)
 class Curriculum:
     """Step 1: how many phases, and which generated tasks a phase keeps."""
@@ -58,8 +68,7 @@ class Curriculum:
     in-band tasks first; ``none`` keeps every generated task."""
 
     def __post_init__(self) -> None:
-        if self.value_low > self.value_high:
-            raise ValueError(f"curriculum.value_low {self.value_low} exceeds value_high {self.value_high}")
+        check_band(self.value_low, self.value_high, ("curriculum.value_low", "value_high"))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from webrl.contracts import (
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
-from webrl.hyperparams import DEFAULTS
+from webrl.hyperparams import DEFAULTS, check_band
 from webrl.schemas import TaskConfig
 
 log = logging.getLogger(__name__)
@@ -144,8 +144,7 @@ def filter_by_value(settings: Settings, task_keys: list[str], values: dict[str, 
     V is the critic's P(success) of the task's start state (the min of its two heads); right after SFT,
     with no critic yet, the ORM's P(YES) on the start state stands in (as the WebRL authors did).
     """
-    if not 0.0 <= low <= high <= 1.0:
-        raise ValueError(f"need 0 <= low <= high <= 1, got [{low}, {high}]")
+    check_band(low, high)
     missing = [k for k in task_keys if k not in values]
     if missing:
         raise ValueError(f"no value for tasks {missing[:5]}")

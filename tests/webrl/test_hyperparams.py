@@ -13,13 +13,14 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from webrl.config import Settings
-from webrl.contracts import PhaseJob, RolloutRequest, TrackingSpec
+from webrl.contracts import FilterRequest, PhaseJob, RolloutRequest, TrackingSpec
 from webrl.db.migrate import upgrade
 from webrl.hyperparams import (
     DEFAULTS,
     MAX_EPISODE_STEPS,
     ActorLoss,
     WebRLHyperparams,
+    check_band,
     parse_hyperparams,
     with_overrides,
 )
@@ -82,6 +83,19 @@ def test_values_out_of_range_are_refused() -> None:
         with_overrides(DEFAULTS, {"curriculum.value_low": 0.9})
     with pytest.raises(ValidationError, match=r"actor\.beta"):
         with_overrides(DEFAULTS, {"actor.beta": 0.0})
+
+
+def test_the_one_band_check_refuses_low_above_high_and_ends_outside_zero_one() -> None:
+    check_band(0.05, 0.75)
+    check_band(0.3, 0.3)  # a band of one value is allowed
+    with pytest.raises(ValueError, match=r"low 0\.8 exceeds high 0\.2 \(need 0 <= low <= high <= 1\)"):
+        check_band(0.8, 0.2)
+    with pytest.raises(ValueError, match=r"need 0 <= low <= high <= 1, got \[-0\.1, 0\.5\]"):
+        check_band(-0.1, 0.5)
+    with pytest.raises(ValueError, match=r"got \[0\.5, 1\.5\]"):
+        check_band(0.5, 1.5)
+    with pytest.raises(ValidationError, match=r"low 0\.8 exceeds high 0\.2"):  # the filter job's record says the same
+        FilterRequest(task_keys=["t"], values={"t": 0.5}, critic_version="c", low=0.8, high=0.2)
 
 
 def test_the_horizon_is_bounded_by_the_one_episode_cap() -> None:
