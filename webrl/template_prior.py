@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from webrl.db import models as m
 from webrl.db import repository as repo
+from webrl.rewards import is_success
 
 PRIOR: tuple[float, float] = (1.0, 4.0)
 
@@ -45,12 +46,12 @@ def template_record(session: Session, phases: Sequence[int], orm_version: str, *
     attempts: Counter[str] = Counter()
     for phase in phases:
         for traj in repo.trajectories_for_phase(session, phase, purpose="train", run_id=run_id):
-            label = next((lab for lab in traj.labels if lab.orm_version == orm_version), None)
+            label = repo.label_of(traj, orm_version)
             if label is None:
                 continue
             template = template_of(traj.task)
             attempts[template] += 1
-            successes[template] += int(label.reward > 0)
+            successes[template] += int(is_success(label.reward))
     return successes, attempts
 
 

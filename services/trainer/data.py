@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from webrl.contracts import DEMONSTRATION_PURPOSE
 from webrl.db import models as m
-from webrl.db.repository import load_trajectory, trajectories_for_phase
+from webrl.db.repository import label_of, load_trajectory, trajectories_for_phase
 from webrl.hyperparams import DEFAULTS
 from webrl.models.examples import (
     EncodedExample,
@@ -89,10 +89,10 @@ def trajectory_examples(traj: Trajectory, trajectory_id: int, phase: int, reward
 
 
 def _labelled_reward(row: m.Trajectory) -> float | None:
-    """The reward of the trajectory's latest ORM label, None when it has none."""
-    if not row.labels:
-        return None
-    return float(max(row.labels, key=lambda label: label.id).reward)
+    """The reward of the trajectory's latest ORM label (:func:`webrl.db.repository.label_of`), None when it has none.
+    The latest, not the run's ORM's: the phase job does not name the run's ORM version."""
+    label = label_of(row)
+    return None if label is None else float(label.reward)
 
 
 def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, run_id: int,

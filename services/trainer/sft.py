@@ -24,7 +24,7 @@ from webrl.checkpoints import CheckpointInfo
 from webrl.config import Settings
 from webrl.contracts import SftJob
 from webrl.db import models as m
-from webrl.db.repository import load_trajectory
+from webrl.db.repository import label_of, load_trajectory
 from webrl.db.session import session_scope
 from webrl.models.adapters import LoraSpec, is_adapter, load_trainable
 from webrl.models.examples import EncodedExample, encode_example, pad_id_of
@@ -69,9 +69,8 @@ def _score(row: m.Trajectory) -> float | None:
     """Env score when known, else the latest ORM reward."""
     if row.env_score is not None:
         return float(row.env_score)
-    if row.labels:
-        return float(max(row.labels, key=lambda label: label.id).reward)
-    return None
+    label = label_of(row)
+    return None if label is None else float(label.reward)
 
 
 def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int, *, copies: int = 0,

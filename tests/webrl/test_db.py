@@ -110,6 +110,21 @@ def test_stored_labels_take_their_reward_from_the_reward_rule(db: Settings) -> N
         assert rewards == [reward_of(x, 0.6) for x in p] == [0.0, 1.0, 1.0]
 
 
+def test_a_trajectorys_label_is_its_runs_orms_or_else_the_latest(db: Settings) -> None:
+    with session_scope(db) as s:
+        task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")
+        judged, unjudged = (repo.save_trajectory(s, task.id, phase=1, attempt=a, traj=_trajectory()).id
+                            for a in range(2))
+        repo.save_label(s, judged, "orm-run", p_yes=0.9, threshold=0.5)
+        repo.save_label(s, judged, "orm-later", p_yes=0.1, threshold=0.5)  # another ORM judged it afterwards
+    with session_scope(db) as s:
+        row, bare = repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)
+        assert repo.label_of(row, "orm-run").reward == 1.0  # the run's ORM's label, whoever wrote later
+        assert repo.label_of(row).orm_version == "orm-later"  # no version named: the latest
+        assert repo.label_of(row, "orm-other") is None  # another ORM's label never stands in
+        assert bare.id == unjudged and repo.label_of(bare) is None and repo.label_of(bare, "orm-run") is None
+
+
 def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None:
     with session_scope(db) as s:
         task = repo.upsert_task(s, "k1", _task(), origin="seed", split="train")

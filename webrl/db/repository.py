@@ -164,7 +164,7 @@ def load_trajectory(row: m.Trajectory) -> Trajectory:
                  action=action, parse_error=s.parse_error, token_ids=list(s.token_ids),
                  logprobs=list(s.logprobs), url=s.url, error=s.error)
         )
-    label = max(row.labels, key=lambda lab: lab.id) if row.labels else None
+    label = label_of(row)
     return Trajectory(
         task_id=row.task.key,
         intent=row.task.intent,
@@ -177,6 +177,15 @@ def load_trajectory(row: m.Trajectory) -> Trajectory:
         reward=label.reward if label else None,
         last_observation=Observation.model_validate(row.last_observation) if row.last_observation else None,
     )
+
+
+def label_of(row: m.Trajectory, orm_version: str | None = None) -> m.OrmLabel | None:
+    """A trajectory's ORM label: the one the ORM ``orm_version`` gave (a run's ORM; another ORM's label never stands
+    in), or, with ``orm_version`` None, the latest label any ORM gave; None when there is none. ``row.labels`` must
+    be loaded. A label is unique per (trajectory, ORM version) (:func:`save_label`)."""
+    if orm_version is not None:
+        return next((label for label in row.labels if label.orm_version == orm_version), None)
+    return max(row.labels, key=lambda label: label.id) if row.labels else None
 
 
 def trajectories_for_phase(session: Session, phase: int, purpose: str = "train", *,

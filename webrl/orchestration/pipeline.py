@@ -60,6 +60,7 @@ from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.hyperparams import WebRLHyperparams, with_overrides
 from webrl.prompts.actor import COMPLETION_BUDGET
+from webrl.rewards import is_success
 
 log = logging.getLogger(__name__)
 
@@ -564,12 +565,12 @@ class Pipeline:
         with session_scope(self.settings) as s:
             for tid in trajectory_ids:
                 traj = s.get(m.Trajectory, tid)
-                label = next((lab for lab in traj.labels if lab.orm_version == version), None) if traj else None
+                label = repo.label_of(traj, version) if traj else None
                 if traj is None or label is None or traj.env_score is None:
                     continue
                 total += 1
-                positives += int(label.reward > 0)
-                agree += int((label.reward > 0) == (traj.env_score >= 1.0))
+                positives += int(is_success(label.reward))
+                agree += int(is_success(label.reward) == is_success(traj.env_score))
         judged = bool(self.options.orm)
         return {"labelled": total, "reward_rate": positives / total if total else 0.0,
                 "judge": f"orm:{version}" if judged else "evaluators",
@@ -599,7 +600,7 @@ class Pipeline:
         version = self._orm_version()
         failed: list[str] = []
         for traj in self._phase_trajectories(phase):
-            label = next((lab for lab in traj.labels if lab.orm_version == version), None)
-            if label is not None and label.reward <= 0:
+            label = repo.label_of(traj, version)
+            if label is not None and not is_success(label.reward):
                 failed.append(traj.task.key)
         return sorted(set(failed))

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from webrl.actions import ActionParseError, parse_action
 from webrl.db import models as m
+from webrl.db.repository import label_of
 from webrl.hyperparams import DEFAULTS
 from webrl.orchestration.pipeline import BASELINE_STAGES, STAGES, PhaseState, PipelineOptions
 from webrl.report import phase_rows_in
@@ -240,10 +241,6 @@ def _template_of(config: dict[str, Any] | None) -> int | None:
     return int(value) if isinstance(value, int | str) and str(value).lstrip("-").isdigit() else None
 
 
-def _latest_label(trajectory: m.Trajectory) -> m.OrmLabel | None:
-    return max(trajectory.labels, key=lambda label: label.id) if trajectory.labels else None
-
-
 def filter_choices(session: Session) -> FilterChoices:
     """The values each filter can take: those of the stored trajectories."""
     joined = select(m.Task).join(m.Trajectory, m.Trajectory.task_id == m.Task.id)
@@ -287,7 +284,7 @@ def trajectory_page(session: Session, filters: TrajectoryFilters) -> TrajectoryP
     runs = _run_names(session, {t.run_id for t in found})
     rows = []
     for t in found:
-        label = _latest_label(t)
+        label = label_of(t)
         rows.append(TrajectoryRow(t.id, _ref(t.task), t.task.site, _template_of(t.task.config), t.phase, t.attempt,
                                   t.purpose, t.n_steps, t.stop_reason, t.env_score,
                                   label.reward if label else None, t.created_at, runs.get(t.run_id)))
@@ -405,7 +402,7 @@ def trajectory_view(session: Session, trajectory_id: int, decoder: Any | None = 
                                                           selectinload(m.Trajectory.labels)])
     if t is None:
         return None
-    label = _latest_label(t)
+    label = label_of(t)
     returns = mc_returns([label.reward] * len(t.steps), gamma).tolist() if label and t.steps else []
     start = start_value(session, t.task_id)
     trained = trained_values(session, [s.id for s in t.steps])
