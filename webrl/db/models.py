@@ -158,7 +158,7 @@ class Run(Base):
 
 class Phase(Base):
     """Pipeline state of one phase: the stages finished so far, what they hand the next ones (``state``, a
-    :class:`webrl.orchestration.pipeline.PhaseState`) and what they measured (``metrics``, for reporting only)."""
+    :class:`webrl.orchestration.pipeline_state.PhaseState`) and what they measured (``metrics``, for reporting only)."""
 
     __tablename__ = "phases"
     __table_args__ = (UniqueConstraint("run_id", "index", name="uq_phase_index"),)

@@ -19,7 +19,9 @@ embedded mode loads the checkpoint in the rollout job (``{"kind": "checkpoint"}`
 overrides the choice.
 
 What a stage hands the later ones (candidate and kept task keys, the published checkpoints) is the phase's typed
-:class:`PhaseState`, stored with the phase; its metrics are for reporting only.
+:class:`PhaseState`, stored with the phase; its metrics are for reporting only. The run's stored progress lives in
+:mod:`webrl.orchestration.pipeline_state`, what the stages measure in :mod:`webrl.orchestration.pipeline_metrics`;
+:data:`PHASE_TABLE` and :data:`BASELINE_TABLE` name each stage's method in the order a phase runs them.
 """
 
 from __future__ import annotations
@@ -28,13 +30,8 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
-
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
-from sqlalchemy import select
+from typing import Any
 
 from webrl import clients
 from webrl.actor_service import rollout_policy
@@ -58,75 +55,28 @@ from webrl.contracts import (
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
-from webrl.hyperparams import WebRLHyperparams, with_overrides
+from webrl.hyperparams import WebRLHyperparams
+from webrl.orchestration.pipeline_metrics import (
+    actor_versions,
+    attempted_task_keys,
+    evaluation_metrics,
+    failed_task_keys,
+    orm_agreement,
+)
+from webrl.orchestration.pipeline_state import (
+    PhaseState,
+    PipelineOptions,
+    RunStore,
+    StageOutput,
+    StageReport,
+    options_of_run,
+)
 from webrl.prompts.actor import COMPLETION_BUDGET
-from webrl.rewards import is_success
+
+__all__ = ["BASELINE_STAGES", "BASELINE_TABLE", "PHASE_TABLE", "STAGES", "PhaseState", "Pipeline",
+           "PipelineOptions", "ProgressHook", "StageOutput", "StageReport", "nearest_to_band"]
 
 log = logging.getLogger(__name__)
-
-STAGES: tuple[str, ...] = ("generate", "filter", "rollout", "label", "train", "evaluate")
-BASELINE_STAGES: tuple[str, ...] = ("evaluate", "seed-rollout")
-
-
-@dataclass(frozen=True)
-class PipelineOptions:
-    """Everything a run depends on; stored with the run (:meth:`to_json`) so a resume uses the same values."""
-
-    __pydantic_config__ = ConfigDict(extra="forbid")
-
-    run: str = "default"
-    """Run name; rerunning the same name resumes it."""
-    actor: str = ""
-    """Path of the starting (SFT) actor, a Hugging Face folder."""
-    orm: str = ""
-    """Path of the ORM checkpoint; "" = rewards from the sandbox evaluators."""
-    seed: int = 0
-    """Seed of every sample the run draws (tasks, generation, training)."""
-    hyperparams: WebRLHyperparams = field(default_factory=WebRLHyperparams)
-    """The method's knobs and the run's scale (``webrl.hyperparams``; a preset is one)."""
-    screenshots: bool = False
-    """Store a screenshot of every rollout step (``webrl.screenshots``) for the viewer; costs browser time."""
-    probe: str = ""
-    """A flips probe of the starting actor (``webrl probe build``); "" = flips not measured."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PipelineOptions:
-        """Options stored by :meth:`to_json`, validated: unknown keys are errors."""
-        return TypeAdapter(cls).validate_python(data)
-
-
-class PhaseState(BaseModel):
-    """What the stages of one phase hand each other (stored in ``phases.state``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    candidate_keys: list[str] = []  # generate -> filter: the new tasks
-    kept_keys: list[str] = []  # filter -> rollout: the tasks this phase trains on
-    actor_path: str | None = None  # train -> next phase: the actor it published (or carried over)
-    actor_version: str | None = None
-    critic_path: str | None = None  # train -> next phase: the critic it published (or carried over)
-    critic_version: str | None = None
-
-    def with_(self, **changes: Any) -> Self:
-        """A copy with ``changes``, validated (an unknown field is an error)."""
-        return self.model_validate({**self.model_dump(), **changes})
-
-
-#: A stage's answer: its metrics (for reporting) and the phase state after it.
-StageOutput = tuple[dict[str, Any], PhaseState]
-
-
-@dataclass
-class StageReport:
-    """What a stage tells the progress display."""
-
-    phase: int
-    stage: str
-    metrics: dict[str, Any]
-
 
 ProgressHook = Callable[[str, int, int], None]  # (label, done, total)
 
@@ -137,15 +87,6 @@ def nearest_to_band(keys: Sequence[str], values: dict[str, float], low: float, h
     return sorted(keys, key=lambda k: max(low - values[k], 0.0, values[k] - high))
 
 
-def _stored_options(run: str, stored_json: dict[str, Any]) -> PipelineOptions:
-    """The options run ``run`` was stored with, or a ``RuntimeError`` saying why this webrl cannot read them."""
-    try:
-        return PipelineOptions.from_json(stored_json)
-    except ValidationError as exc:
-        raise RuntimeError(f"run {run!r} was stored with options this webrl cannot read "
-                           f"(an older layout?); start it under a new --run name.\n{exc}") from exc
-
-
 class Pipeline:
     """Runs (or resumes) the phases of one named run."""
 
@@ -154,114 +95,61 @@ class Pipeline:
                  on_stage: Callable[[StageReport], None] | None = None,
                  tracking: TrackingSpec | None = None, end_at: int | None = None) -> None:
         self.settings = settings
-        self.options = options
         self.tracking = tracking  # where the trainer logs each step (webrl.tracking); not stored with the run
-        self.end_at = end_at  # a resume's explicit phase count, which may also be fewer than the run's (_resumed)
+        self.end_at = end_at  # a resume's explicit phase count, which may also end the run early (resumed_options)
         self.on_progress = on_progress or (lambda label, done, total: None)
         self.on_stage = on_stage or (lambda report: None)
-        self.run_id = self._ensure_run()
-
-    # ---- state --------------------------------------------------------------------------------------
-    def _ensure_run(self) -> int:
-        with session_scope(self.settings) as s:
-            run = s.scalar(select(m.Run).where(m.Run.name == self.options.run))
-            if run is None:
-                run = m.Run(name=self.options.run, options=self.options.to_json())
-                s.add(run)
-                s.flush()
-            else:
-                phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run.id))
-                started = {p.index: list(p.stages_done) for p in phases}
-                self.options = self._resumed(run.options, started)
-                run.options = self.options.to_json()
-            return run.id
-
-    def _resumed(self, stored_json: dict[str, Any], started: dict[int, list[str]]) -> PipelineOptions:
-        """A resume keeps the options the run started with, except the phase count: it may grow, and an explicit
-        ``end_at`` may end the run earlier, at a phase that has not evaluated yet (that phase then evaluates all
-        the test tasks, as a last phase does). ``started``: each phase's finished stages."""
-        stored = _stored_options(self.options.run, stored_json)
-        phases = max(self.hp.curriculum.phases, stored.hyperparams.curriculum.phases)
-        if self.end_at is not None and self.end_at < phases:
-            later = sorted(i for i, stages in started.items() if i > self.end_at and stages)
-            if later or "evaluate" in started.get(self.end_at, []):
-                raise InvalidRequest("phases", f"run {self.options.run!r} cannot end at phase {self.end_at}: "
-                                     + (f"phase {later[0]} has started" if later else
-                                        f"phase {self.end_at} has already evaluated (a subset of the test tasks)"))
-            phases = self.end_at
-        return replace(stored, hyperparams=with_overrides(stored.hyperparams, {"curriculum.phases": phases}))
+        self.store, self.options = RunStore.open(settings, options, end_at)  # a stored run keeps its options
+        self.run_id = self.store.run_id
 
     @classmethod
     def of_run(cls, settings: Settings, run: str, on_progress: ProgressHook | None = None) -> Pipeline:
         """The stored run ``run`` with the options it was started with (none changed), to act on its phases after
         it ran (:meth:`evaluate_in_full`); ``InvalidRequest`` on "run" when no run has that name."""
-        with session_scope(settings) as s:
-            stored = s.scalar(select(m.Run.options).where(m.Run.name == run))
-            names = list(s.scalars(select(m.Run.name).order_by(m.Run.id)))
-        if stored is None:
-            raise InvalidRequest("run", f"no run named {run!r}; the runs stored here: {', '.join(names) or 'none'}")
-        return cls(settings, _stored_options(run, stored), on_progress=on_progress)
+        return cls(settings, options_of_run(settings, run), on_progress=on_progress)
 
     @property
     def hp(self) -> WebRLHyperparams:
         """The run's hyperparameters."""
         return self.options.hyperparams
 
-    def _phase_row(self, s: Any, index: int) -> m.Phase:
-        row = s.scalar(select(m.Phase).where(m.Phase.run_id == self.run_id, m.Phase.index == index))
-        if row is None:
-            row = m.Phase(run_id=self.run_id, index=index, stages_done=[], metrics={})
-            s.add(row)
-            s.flush()
-        return row
-
+    # ---- the run's stored progress (webrl.orchestration.pipeline_state) -------------------------------
     def stages_done(self, index: int) -> list[str]:
-        with session_scope(self.settings) as s:
-            return list(self._phase_row(s, index).stages_done)
+        return self.store.stages_done(index)
 
     def evaluated_phases(self) -> list[int]:
         """The phases whose evaluate stage has finished, in order (read only: no phase row is created)."""
-        with session_scope(self.settings) as s:
-            rows = s.scalars(select(m.Phase).where(m.Phase.run_id == self.run_id).order_by(m.Phase.index))
-            return [row.index for row in rows if "evaluate" in row.stages_done]
+        return self.store.evaluated_phases()
 
     def phase_metrics(self, index: int) -> dict[str, Any]:
-        with session_scope(self.settings) as s:
-            return dict(self._phase_row(s, index).metrics)
+        return self.store.phase_metrics(index)
 
     def phase_state(self, index: int) -> PhaseState:
-        with session_scope(self.settings) as s:
-            return PhaseState.model_validate(self._phase_row(s, index).state or {})
+        return self.store.phase_state(index)
 
     def _finish_stage(self, index: int, stage: str, output: StageOutput, last: bool) -> None:
-        metrics, state = output
-        with session_scope(self.settings) as s:
-            row = self._phase_row(s, index)
-            row.state = state.model_dump(mode="json")
-            row.metrics = {**row.metrics, **{f"{stage}.{k}": v for k, v in metrics.items()}}
-            row.stages_done = [*row.stages_done, stage]
-            if last:
-                row.status = "done"
-                row.finished_at = datetime.now(UTC)
-        self.on_stage(StageReport(index, stage, metrics))
+        self.store.finish_stage(index, stage, output, last)
+        self.on_stage(StageReport(index, stage, output[0]))
 
     # ---- driving ------------------------------------------------------------------------------------
     def run(self) -> None:
         """Run every phase that is not finished yet, resuming inside a phase after its last finished stage."""
-        self._run_phase(0, BASELINE_STAGES)
+        self._run_phase(0, BASELINE_TABLE)
         for index in range(1, self.hp.curriculum.phases + 1):
-            self._run_phase(index, STAGES)
+            self._run_phase(index, PHASE_TABLE)
 
-    def _run_phase(self, index: int, stages: Sequence[str]) -> None:
+    def _run_phase(self, index: int, table: StageTable) -> None:
+        """The stages of ``table`` that phase ``index`` has not finished, in order, each recorded when done."""
         done = self.stages_done(index)
-        for stage in stages:
+        last = list(table)[-1]
+        for stage, run_stage in table.items():
             if stage in done:
                 continue
             log.info("phase %d: %s", index, stage)
             started = time.perf_counter()
-            metrics, state = getattr(self, f"_stage_{stage.replace('-', '_')}")(index, self.phase_state(index))
+            metrics, state = run_stage(self, index, self.phase_state(index))
             metrics["seconds"] = round(time.perf_counter() - started, 2)
-            self._finish_stage(index, stage, (metrics, state), last=stage == stages[-1])
+            self._finish_stage(index, stage, (metrics, state), last=stage == last)
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def actor_for_phase(self, index: int) -> str:
@@ -328,10 +216,7 @@ class Pipeline:
         metrics = {**self._evaluation_metrics(ids), "subset": sampled, "later": True, "keys": keys,
                    **({"sample": sample} if sample is not None else {}),
                    "later_seconds": round(time.perf_counter() - started, 2)}
-        with session_scope(self.settings) as s:
-            row = self._phase_row(s, index)
-            kept = {k: v for k, v in row.metrics.items() if not k.startswith("evaluate.") or k == "evaluate.seconds"}
-            row.metrics = {**kept, **{f"evaluate.{k}": v for k, v in metrics.items()}}
+        self.store.replace_evaluation(index, metrics)
         return metrics
 
     def _stratified(self, keys: list[str], n: int, split: str = "test") -> list[str]:
@@ -379,9 +264,10 @@ class Pipeline:
         """New tasks in breadth from the previous phase's failures (paper, section 3.1)."""
         if not self.hp.curriculum.enabled:
             return {"generated": 0}, state
-        failed = self._failed_task_keys(index - 1)
+        previous = self._phase_trajectories(index - 1)
+        failed = failed_task_keys(previous, self._orm_version())
         # a phase without failures still evolves: from every task it attempted (published code: any seed set)
-        parents = failed or self._attempted_task_keys(index - 1)
+        parents = failed or attempted_task_keys(previous)
         result = clients.taskgen_generate(GenerateRequest(
             phase=index, parent_keys=parents, n=self.hp.curriculum.candidates_per_phase,
             generator=self.hp.curriculum.generator, seed=self.options.seed * 1000 + index,
@@ -445,7 +331,7 @@ class Pipeline:
     def _stage_rollout(self, index: int, state: PhaseState) -> StageOutput:
         ids = self._rollout(state.kept_keys, index, self.actor_for_phase(index), purpose="train",
                             label=f"phase {index}: rollout", temperature=self.hp.rollout.temperature)
-        return {"rollouts": len(ids), "actor_versions": self._actor_versions(ids)}, state
+        return {"rollouts": len(ids), "actor_versions": actor_versions(self.settings, ids)}, state
 
     def _stage_label(self, index: int, state: PhaseState) -> StageOutput:
         ids = [t.id for t in self._phase_trajectories(index)]
@@ -526,12 +412,6 @@ class Pipeline:
                               max_repeated_actions=rollout.max_repeated_actions,
                               screenshots=self.options.screenshots)
 
-    def _actor_versions(self, trajectory_ids: list[int]) -> list[str]:
-        """The actor versions the trajectories record (each as the policy that made it answered)."""
-        with session_scope(self.settings) as s:
-            rows = s.scalars(select(m.Trajectory.actor_version).where(m.Trajectory.id.in_(trajectory_ids)))
-            return sorted(set(rows))
-
     def _orm_version(self) -> str:
         """The version the ORM's labels are stored under (the one its folder declares)."""
         if not self.options.orm:
@@ -553,38 +433,12 @@ class Pipeline:
                     p = float(traj.env_score or 0.0) if traj is not None else 0.0
                     repo.save_label(s, tid, "env-evaluator", p_yes=p, threshold=self.hp.reward.orm_threshold)
         self.on_progress(label, len(trajectory_ids), len(trajectory_ids))
-        return self._orm_agreement(trajectory_ids)
-
-    def _orm_agreement(self, trajectory_ids: list[int]) -> dict[str, Any]:
-        """How often the ORM's reward agrees with the sandbox evaluators (reported, never trained on).
-
-        ``judge`` names who gave the reward: ``"orm:<version>"``, or ``"evaluators"`` when no ORM judged; then
-        ``orm_accuracy`` is None (the evaluators compared with themselves would read 100%)."""
-        agree = positives = total = 0
-        version = self._orm_version()
-        with session_scope(self.settings) as s:
-            for tid in trajectory_ids:
-                traj = s.get(m.Trajectory, tid)
-                label = repo.label_of(traj, version) if traj else None
-                if traj is None or label is None or traj.env_score is None:
-                    continue
-                total += 1
-                positives += int(is_success(label.reward))
-                agree += int(is_success(label.reward) == is_success(traj.env_score))
-        judged = bool(self.options.orm)
-        return {"labelled": total, "reward_rate": positives / total if total else 0.0,
-                "judge": f"orm:{version}" if judged else "evaluators",
-                "orm_accuracy": agree / total if judged and total else None}
+        return orm_agreement(self.settings, trajectory_ids, self._orm_version(), judged=bool(self.options.orm))
 
     def _evaluation_metrics(self, trajectory_ids: list[int]) -> dict[str, Any]:
-        """Success overall and per site, and the solved task keys, from one read of the trajectories."""
-        from webrl.orchestration.evaluate import solved_task_keys, success_by_site, trajectory_scores
-
-        scores = trajectory_scores(self.settings, trajectory_ids)
-        by_site = success_by_site(scores)
-        n, overall = by_site.pop("overall")
-        return {"success": overall, "n": n, **{f"success_{site}": rate for site, (_, rate) in sorted(by_site.items())},
-                "solved": solved_task_keys(scores)}
+        """Success on the evaluated tasks (:func:`pipeline_metrics.evaluation_metrics`): the evaluate stage's and
+        :meth:`evaluate_in_full`'s one read of their trajectories."""
+        return evaluation_metrics(self.settings, trajectory_ids)
 
     def _phase_trajectories(self, phase: int) -> list[m.Trajectory]:
         """This run's training rollouts of ``phase`` (tasks and labels loaded, readable after the session): never
@@ -592,15 +446,26 @@ class Pipeline:
         with session_scope(self.settings) as s:
             return repo.trajectories_for_phase(s, phase, purpose="train", run_id=self.run_id)
 
-    def _attempted_task_keys(self, phase: int) -> list[str]:
-        return sorted({t.task.key for t in self._phase_trajectories(phase)})
 
-    def _failed_task_keys(self, phase: int) -> list[str]:
-        """Tasks whose phase trajectories got no reward: what the next phase's generator evolves."""
-        version = self._orm_version()
-        failed: list[str] = []
-        for traj in self._phase_trajectories(phase):
-            label = repo.label_of(traj, version)
-            if label is not None and not is_success(label.reward):
-                failed.append(traj.task.key)
-        return sorted(set(failed))
+#: A stage: the pipeline, the phase's index and its state so far -> the stage's metrics and the state after it.
+Stage = Callable[[Pipeline, int, PhaseState], StageOutput]
+#: Stages by name in the order a phase runs them; a resumed phase skips those it finished.
+StageTable = dict[str, Stage]
+
+#: Phase 0 measures the SFT actor: evaluate it, then roll it out on seed tasks whose failures seed the curriculum.
+BASELINE_TABLE: StageTable = {
+    "evaluate": Pipeline._stage_evaluate,
+    "seed-rollout": Pipeline._stage_seed_rollout,
+}
+#: Each phase i >= 1 (docs/design.md, "The method in one page"): steps 1 (generate, filter), 2, 3, 4-6 and 7.
+PHASE_TABLE: StageTable = {
+    "generate": Pipeline._stage_generate,
+    "filter": Pipeline._stage_filter,
+    "rollout": Pipeline._stage_rollout,
+    "label": Pipeline._stage_label,
+    "train": Pipeline._stage_train,
+    "evaluate": Pipeline._stage_evaluate,
+}
+#: The stage names alone, as the viewer and the report list them.
+STAGES: tuple[str, ...] = tuple(PHASE_TABLE)
+BASELINE_STAGES: tuple[str, ...] = tuple(BASELINE_TABLE)

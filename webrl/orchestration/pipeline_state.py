@@ -1,0 +1,192 @@
+"""What a pipeline run keeps between its stages and across restarts: the run's options (``runs.options``) and,
+per phase, the stages finished, what they hand the later ones (:class:`PhaseState`) and what they measured
+(``phases`` rows). :class:`RunStore` is the only writer of those rows; :mod:`webrl.orchestration.pipeline` runs
+the stages and records each one here after its own writes commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webrl.config import Settings
+from webrl.contracts import InvalidRequest
+from webrl.db import models as m
+from webrl.db.session import session_scope
+from webrl.hyperparams import WebRLHyperparams, with_overrides
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """Everything a run depends on; stored with the run (:meth:`to_json`) so a resume uses the same values."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    run: str = "default"
+    """Run name; rerunning the same name resumes it."""
+    actor: str = ""
+    """Path of the starting (SFT) actor, a Hugging Face folder."""
+    orm: str = ""
+    """Path of the ORM checkpoint; "" = rewards from the sandbox evaluators."""
+    seed: int = 0
+    """Seed of every sample the run draws (tasks, generation, training)."""
+    hyperparams: WebRLHyperparams = field(default_factory=WebRLHyperparams)
+    """The method's knobs and the run's scale (``webrl.hyperparams``; a preset is one)."""
+    screenshots: bool = False
+    """Store a screenshot of every rollout step (``webrl.screenshots``) for the viewer; costs browser time."""
+    probe: str = ""
+    """A flips probe of the starting actor (``webrl probe build``); "" = flips not measured."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PipelineOptions:
+        """Options stored by :meth:`to_json`, validated: unknown keys are errors."""
+        return TypeAdapter(cls).validate_python(data)
+
+
+class PhaseState(BaseModel):
+    """What the stages of one phase hand each other (stored in ``phases.state``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidate_keys: list[str] = []  # generate -> filter: the new tasks
+    kept_keys: list[str] = []  # filter -> rollout: the tasks this phase trains on
+    actor_path: str | None = None  # train -> next phase: the actor it published (or carried over)
+    actor_version: str | None = None
+    critic_path: str | None = None  # train -> next phase: the critic it published (or carried over)
+    critic_version: str | None = None
+
+    def with_(self, **changes: Any) -> Self:
+        """A copy with ``changes``, validated (an unknown field is an error)."""
+        return self.model_validate({**self.model_dump(), **changes})
+
+
+#: A stage's answer: its metrics (for reporting) and the phase state after it.
+StageOutput = tuple[dict[str, Any], PhaseState]
+
+
+@dataclass
+class StageReport:
+    """What a stage tells the progress display."""
+
+    phase: int
+    stage: str
+    metrics: dict[str, Any]
+
+
+def stored_options(run: str, stored_json: dict[str, Any]) -> PipelineOptions:
+    """The options run ``run`` was stored with, or a ``RuntimeError`` saying why this webrl cannot read them."""
+    try:
+        return PipelineOptions.from_json(stored_json)
+    except ValidationError as exc:
+        raise RuntimeError(f"run {run!r} was stored with options this webrl cannot read "
+                           f"(an older layout?); start it under a new --run name.\n{exc}") from exc
+
+
+def options_of_run(settings: Settings, run: str) -> PipelineOptions:
+    """The options the stored run ``run`` was started with; ``InvalidRequest`` on "run" when no run has that
+    name."""
+    with session_scope(settings) as s:
+        stored = s.scalar(select(m.Run.options).where(m.Run.name == run))
+        names = list(s.scalars(select(m.Run.name).order_by(m.Run.id)))
+    if stored is None:
+        raise InvalidRequest("run", f"no run named {run!r}; the runs stored here: {', '.join(names) or 'none'}")
+    return stored_options(run, stored)
+
+
+def resumed_options(options: PipelineOptions, stored_json: dict[str, Any], started: dict[int, list[str]],
+                    end_at: int | None) -> PipelineOptions:
+    """A resume keeps the options the run started with, except the phase count: it may grow (to ``options``'s),
+    and an explicit ``end_at`` may end the run earlier, at a phase that has not evaluated yet (that phase then
+    evaluates all the test tasks, as a last phase does). ``started``: each phase's finished stages."""
+    stored = stored_options(options.run, stored_json)
+    phases = max(options.hyperparams.curriculum.phases, stored.hyperparams.curriculum.phases)
+    if end_at is not None and end_at < phases:
+        later = sorted(i for i, stages in started.items() if i > end_at and stages)
+        if later or "evaluate" in started.get(end_at, []):
+            raise InvalidRequest("phases", f"run {options.run!r} cannot end at phase {end_at}: "
+                                 + (f"phase {later[0]} has started" if later else
+                                    f"phase {end_at} has already evaluated (a subset of the test tasks)"))
+        phases = end_at
+    return replace(stored, hyperparams=with_overrides(stored.hyperparams, {"curriculum.phases": phases}))
+
+
+class RunStore:
+    """The stored progress of one run: its row in ``runs`` and one row in ``phases`` per phase begun."""
+
+    def __init__(self, settings: Settings, run_id: int) -> None:
+        self.settings = settings
+        self.run_id = run_id
+
+    @classmethod
+    def open(cls, settings: Settings, options: PipelineOptions,
+             end_at: int | None = None) -> tuple[RunStore, PipelineOptions]:
+        """The run named ``options.run``, created with ``options`` when new; a stored run keeps its own options
+        (:func:`resumed_options`, which are stored back). The store and the options the run goes on with."""
+        with session_scope(settings) as s:
+            run = s.scalar(select(m.Run).where(m.Run.name == options.run))
+            if run is None:
+                run = m.Run(name=options.run, options=options.to_json())
+                s.add(run)
+                s.flush()
+            else:
+                phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run.id))
+                started = {p.index: list(p.stages_done) for p in phases}
+                options = resumed_options(options, run.options, started, end_at)
+                run.options = options.to_json()
+            return cls(settings, run.id), options
+
+    def phase_row(self, s: Session, index: int) -> m.Phase:
+        """Phase ``index``'s row, created (no stage done) when the phase has none yet."""
+        row = s.scalar(select(m.Phase).where(m.Phase.run_id == self.run_id, m.Phase.index == index))
+        if row is None:
+            row = m.Phase(run_id=self.run_id, index=index, stages_done=[], metrics={})
+            s.add(row)
+            s.flush()
+        return row
+
+    def stages_done(self, index: int) -> list[str]:
+        with session_scope(self.settings) as s:
+            return list(self.phase_row(s, index).stages_done)
+
+    def evaluated_phases(self) -> list[int]:
+        """The phases whose evaluate stage has finished, in order (read only: no phase row is created)."""
+        with session_scope(self.settings) as s:
+            rows = s.scalars(select(m.Phase).where(m.Phase.run_id == self.run_id).order_by(m.Phase.index))
+            return [row.index for row in rows if "evaluate" in row.stages_done]
+
+    def phase_metrics(self, index: int) -> dict[str, Any]:
+        with session_scope(self.settings) as s:
+            return dict(self.phase_row(s, index).metrics)
+
+    def phase_state(self, index: int) -> PhaseState:
+        with session_scope(self.settings) as s:
+            return PhaseState.model_validate(self.phase_row(s, index).state or {})
+
+    def finish_stage(self, index: int, stage: str, output: StageOutput, last: bool) -> None:
+        """Record ``stage`` of phase ``index`` as done: its state, its metrics (as ``<stage>.<name>``), and, when
+        it is the phase's ``last``, the phase as done."""
+        metrics, state = output
+        with session_scope(self.settings) as s:
+            row = self.phase_row(s, index)
+            row.state = state.model_dump(mode="json")
+            row.metrics = {**row.metrics, **{f"{stage}.{k}": v for k, v in metrics.items()}}
+            row.stages_done = [*row.stages_done, stage]
+            if last:
+                row.status = "done"
+                row.finished_at = datetime.now(UTC)
+
+    def replace_evaluation(self, index: int, metrics: dict[str, Any]) -> None:
+        """Phase ``index``'s evaluate metrics replaced by ``metrics`` (a later evaluation), except
+        ``evaluate.seconds``, the run's own time."""
+        with session_scope(self.settings) as s:
+            row = self.phase_row(s, index)
+            kept = {k: v for k, v in row.metrics.items() if not k.startswith("evaluate.") or k == "evaluate.seconds"}
+            row.metrics = {**kept, **{f"evaluate.{k}": v for k, v in metrics.items()}}
