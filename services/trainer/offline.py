@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -65,11 +66,13 @@ class StoredStep:
     advantage: float
     """The clamped A the phase's critic gave the step, before binarising."""
 
-    def example(self) -> StepExample:
+    def example(self, with_ids: bool = True) -> StepExample:
+        """The step as the trainer reads it; ``with_ids`` False: the action as text, for an actor with another
+        tokenizer than the one that generated it."""
         return StepExample(trajectory_id=self.trajectory_id, task_key=self.task_key, phase=self.phase,
                            index=self.index, prompt=self.prompt, next_prompt=self.prompt, completion=self.completion,
-                           completion_ids=tuple(self.completion_ids), reward=self.reward, done=self.done,
-                           mc_return=self.mc_return)
+                           completion_ids=tuple(self.completion_ids) if with_ids else (), reward=self.reward,
+                           done=self.done, mc_return=self.mc_return)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,12 @@ def _critic_version(session: Any, run_id: int, phase: int) -> str:
     return str(version)
 
 
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """sha256 of the tokenizer's vocabulary: a stored phase's action ids are reused only under the same one."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
 def export_phase(settings: Settings, run: str, phase: int, output: Path, tokenizer: Any) -> Path:
     """Write run ``run``'s phase ``phase`` (its experience with the critic's advantages) to the folder ``output``;
     prompts are rendered with ``tokenizer`` as the phase rendered them."""
@@ -124,6 +133,7 @@ def export_phase(settings: Settings, run: str, phase: int, output: Path, tokeniz
                                             float(clamped[(row.id, ex.index)])))
         meta = {"run": run, "phase": phase, "critic_version": critic, "actor": Path(str(options.get("actor"))).name,
                 "hyperparams": options["hyperparams"], "steps": len(steps),
+                "tokenizer": tokenizer_fingerprint(tokenizer),
                 "exported": time.strftime("%Y-%m-%d")}
     output.mkdir(parents=True, exist_ok=True)
     with (output / STEPS_FILE).open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
@@ -171,7 +181,8 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
                         warmup_steps=hp.actor.warmup_steps, seed=seed)
     accelerator = make_accelerator(config)
     prepared = prepare(accelerator, model, config)
-    examples = [s.example() for s in stored.steps]
+    same_tokenizer = stored.meta.get("tokenizer") == tokenizer_fingerprint(tokenizer)  # else: re-tokenise the text
+    examples = [s.example(with_ids=same_tokenizer) for s in stored.steps]
     clamped = torch.tensor([s.advantage for s in stored.steps])  # (N,)
     a = binarise(clamped, hp.advantage)  # (N,)
     chosen = trained_steps(a, clamped, examples, hp.actor)[:max_steps]
