@@ -393,6 +393,8 @@ class PhaseJob(Contract):
     critic: str | None = Field(None, description="The previous critic; None in phase 1 (fresh heads).")
     critic_base: str | None = Field(None, description="Backbone of a fresh critic (the SFT model); default actor.")
     reference: str | None = Field(None, description="Frozen reference; default the actor at the phase start.")
+    orm_version: str | None = Field(None, max_length=200, description="The run's ORM version: a trajectory's reward "
+                                    "is that ORM's label (another ORM's never stands in); None: its latest label.")
     probe: str | None = Field(None, description="A flips probe (``webrl probe build``, ``*.jsonl.gz``): after every "
                               "actor epoch, the share of its steps whose greedy action changed; None: not measured.")
     hyperparams: WebRLHyperparams = Field(default_factory=WebRLHyperparams,

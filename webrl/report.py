@@ -17,6 +17,7 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.session import session_scope
 from webrl.paired_stats import RESAMPLES, PairedComparison, paired_comparison
+from webrl.rewards import EVALUATOR_LABELS
 
 SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
 CALIBRATION_BINS = 10
@@ -176,7 +177,7 @@ def calibration_points_in(session: Session) -> list[tuple[float, float]]:
     rows = session.execute(
         select(m.OrmLabel.p_yes, m.Trajectory.env_score)
         .join(m.Trajectory, m.Trajectory.id == m.OrmLabel.trajectory_id)
-        .where(m.Trajectory.env_score.is_not(None), m.OrmLabel.orm_version != "env-evaluator")
+        .where(m.Trajectory.env_score.is_not(None), m.OrmLabel.orm_version != EVALUATOR_LABELS)
     ).all()
     return [(float(p), float(score)) for p, score in rows]
 

@@ -19,6 +19,10 @@ def reward_of(p: float, threshold: float = DEFAULTS.reward.orm_threshold) -> flo
     return 1.0 if p >= threshold else 0.0
 
 
+#: The label version of rewards the sandbox evaluators gave (a run without an ORM), beside the ORMs' versions.
+EVALUATOR_LABELS = "env-evaluator"
+
+
 def is_success(score: float) -> bool:
     """score >= :data:`SUCCESS_SCORE`: an evaluator score or a reward that counts as a solved task."""
     return score >= SUCCESS_SCORE

@@ -88,21 +88,22 @@ def trajectory_examples(traj: Trajectory, trajectory_id: int, phase: int, reward
     return out
 
 
-def _labelled_reward(row: m.Trajectory) -> float | None:
-    """The reward of the trajectory's latest ORM label (:func:`webrl.db.repository.label_of`), None when it has none.
-    The latest, not the run's ORM's: the phase job does not name the run's ORM version."""
-    label = label_of(row)
+def _labelled_reward(row: m.Trajectory, orm_version: str | None = None) -> float | None:
+    """The reward of the trajectory's label by the ORM ``orm_version`` (the run's; None: its latest label, any ORM's)
+    (:func:`webrl.db.repository.label_of`), None when it has none."""
+    label = label_of(row, orm_version)
     return None if label is None else float(label.reward)
 
 
 def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, run_id: int,
-                        gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train") -> list[StepExample]:
+                        gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train",
+                        orm_version: str | None = None) -> list[StepExample]:
     """All steps of the phase's labelled trajectories in run ``run_id`` (unlabelled ones are skipped and counted in
     the log)."""
     out: list[StepExample] = []
     skipped = 0
     for row in trajectories_for_phase(session, phase, purpose, run_id=run_id):
-        reward = _labelled_reward(row)
+        reward = _labelled_reward(row, orm_version)
         if reward is None:
             skipped += 1
             continue
@@ -113,7 +114,8 @@ def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, run_i
 
 
 def first_success_examples(session: Session, before_phase: int, prompt: PromptFn, *, run_id: int,
-                           gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train") -> list[StepExample]:
+                           gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train",
+                           orm_version: str | None = None) -> list[StepExample]:
     """Replay candidates: from phases < ``before_phase`` of run ``run_id`` (another run's successes are not this
     actor's experience), the first successful trajectory of each task (earliest phase, then earliest id), all its
     steps (docs/design.md step 4)."""
@@ -125,7 +127,7 @@ def first_success_examples(session: Session, before_phase: int, prompt: PromptFn
     seen: set[int] = set()
     out: list[StepExample] = []
     for row in rows:
-        reward = _labelled_reward(row)
+        reward = _labelled_reward(row, orm_version)
         if reward is None or not is_success(reward) or row.task_id in seen:
             continue
         seen.add(row.task_id)

@@ -35,10 +35,11 @@ from services.trainer.loop import LoopConfig, make_accelerator, prepare
 from services.trainer.sft import COMPLETION_BUDGET, load_for_training
 from webrl.config import Settings
 from webrl.db import models as m
-from webrl.db.repository import load_trajectory
+from webrl.db.repository import label_of, load_trajectory
 from webrl.db.session import session_scope
 from webrl.hyperparams import WebRLHyperparams, parse_hyperparams
 from webrl.models.probe import ProbeStep
+from webrl.orchestration.pipeline_state import PipelineOptions
 from webrl.returns import binarise
 
 STEPS_FILE = "steps.jsonl.gz"
@@ -122,10 +123,15 @@ def export_phase(settings: Settings, run: str, phase: int, output: Path, tokeniz
         prompt = actor_prompt_fn(tokenizer, max_tokens=settings.actor.max_prompt_tokens)
         options = run_row.options or {}
         gamma = parse_hyperparams(options["hyperparams"]).advantage.gamma
+        orm_version = PipelineOptions.from_json(options).orm_version
         steps = []
         for row in session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_({t for t, _ in clamped}))
                                    .order_by(m.Trajectory.id)):
-            reward = float(max(row.labels, key=lambda label: label.id).reward) if row.labels else 0.0
+            label = label_of(row, orm_version)
+            if label is None:
+                raise ValueError(f"trajectory {row.id} has values of phase {phase} but no label by the run's ORM "
+                                 f"({orm_version})")
+            reward = float(label.reward)
             for ex in trajectory_examples(load_trajectory(row), row.id, row.phase, reward, prompt, gamma):
                 if (row.id, ex.index) in clamped:
                     steps.append(StoredStep(row.id, ex.task_key, row.task.site, ex.phase, ex.index, ex.reward,

@@ -141,9 +141,10 @@ def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prep
     hp = job.hyperparams
     with session_scope(settings) as session:
         current = load_phase_examples(session, job.phase, prompt, run_id=job.run_id, gamma=hp.advantage.gamma,
-                                      purpose=job.purpose)
+                                      purpose=job.purpose, orm_version=job.orm_version)
         candidates = (first_success_examples(session, job.phase, prompt, run_id=job.run_id,
-                                             gamma=hp.advantage.gamma, purpose=job.purpose)
+                                             gamma=hp.advantage.gamma, purpose=job.purpose,
+                                             orm_version=job.orm_version)
                       if hp.replay.enabled else [])
         demonstrations = (demonstration_examples(session, prompt, run_id=job.run_id, gamma=hp.advantage.gamma)
                           if hp.replay.demo_tasks and hp.replay.demo_ratio > 0 else [])

@@ -72,6 +72,7 @@ from webrl.orchestration.pipeline_state import (
     options_of_run,
 )
 from webrl.prompts.actor import COMPLETION_BUDGET
+from webrl.rewards import EVALUATOR_LABELS
 
 __all__ = ["BASELINE_STAGES", "BASELINE_TABLE", "PHASE_TABLE", "STAGES", "PhaseState", "Pipeline",
            "PipelineOptions", "ProgressHook", "StageOutput", "StageReport", "nearest_to_band"]
@@ -360,7 +361,7 @@ class Pipeline:
         return PhaseJob(phase=index, run_id=self.run_id, actor=self.actor_for_phase(index),
                         critic=self.critic_for_phase(index), critic_base=self.options.actor, seed=self.options.seed,
                         max_length=self._train_max_length(), hyperparams=self.hp, tracking=self.tracking,
-                        probe=self.options.probe or None)
+                        probe=self.options.probe or None, orm_version=self._orm_version())
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _task_keys(self, *, split: str, origin: str | None, limit: int | None = None) -> list[str]:
@@ -413,12 +414,8 @@ class Pipeline:
                               screenshots=self.options.screenshots)
 
     def _orm_version(self) -> str:
-        """The version the ORM's labels are stored under (the one its folder declares)."""
-        if not self.options.orm:
-            return "env-evaluator"
-        from webrl.models.loading import checkpoint_version
-
-        return checkpoint_version(self.options.orm)
+        """The version the run's rewards are stored under (:attr:`PipelineOptions.orm_version`)."""
+        return self.options.orm_version
 
     def _label(self, trajectory_ids: list[int], label: str) -> dict[str, Any]:
         """Outcome rewards: the ORM's judgement (or, without an ORM, the sandbox evaluator's score)."""
@@ -431,7 +428,7 @@ class Pipeline:
                 for tid in trajectory_ids:
                     traj = s.get(m.Trajectory, tid)
                     p = float(traj.env_score or 0.0) if traj is not None else 0.0
-                    repo.save_label(s, tid, "env-evaluator", p_yes=p, threshold=self.hp.reward.orm_threshold)
+                    repo.save_label(s, tid, EVALUATOR_LABELS, p_yes=p, threshold=self.hp.reward.orm_threshold)
         self.on_progress(label, len(trajectory_ids), len(trajectory_ids))
         return orm_agreement(self.settings, trajectory_ids, self._orm_version(), judged=bool(self.options.orm))
 

@@ -19,6 +19,7 @@ from webrl.contracts import InvalidRequest
 from webrl.db import models as m
 from webrl.db.session import session_scope
 from webrl.hyperparams import WebRLHyperparams, with_overrides
+from webrl.rewards import EVALUATOR_LABELS
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,16 @@ class PipelineOptions:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def orm_version(self) -> str:
+        """The version the run's rewards are stored under: its ORM's (the one the folder declares), or the sandbox
+        evaluators' when the run has no ORM."""
+        if not self.orm:
+            return EVALUATOR_LABELS
+        from webrl.models.loading import checkpoint_version
+
+        return checkpoint_version(self.orm)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineOptions:

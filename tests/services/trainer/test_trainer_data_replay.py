@@ -51,6 +51,25 @@ def test_phase_examples_carry_reward_returns_and_next_states(store_trajectory, d
     assert failed.reward == 0.0 and failed.mc_return == 0.0
 
 
+def test_a_trajectory_s_reward_is_the_run_s_orm_label(store_trajectory, db) -> None:
+    """Another ORM's later label never stands in for the run's ORM's; without a version the latest label counts."""
+    from webrl.db.repository import save_label
+
+    judged = store_trajectory("t1", 1, 0, [CLICK, EXIT], reward=1.0, run_id=RUN)  # "orm-test" says YES
+    store_trajectory("t2", 2, 0, [CLICK], reward=0.0, run_id=RUN)
+    with session_scope(db) as session:
+        save_label(session, judged, "orm-other", p_yes=0.0, threshold=0.5)  # a later ORM says NO
+    with session_scope(db) as session:
+        run_orm = load_phase_examples(session, 1, _prompt, run_id=RUN, orm_version="orm-test")
+        latest = load_phase_examples(session, 1, _prompt, run_id=RUN)
+        unjudged = load_phase_examples(session, 1, _prompt, run_id=RUN, orm_version="orm-never")
+        replayed = first_success_examples(session, 2, _prompt, run_id=RUN, orm_version="orm-test")
+    assert [e.reward for e in run_orm] == [1.0, 1.0]
+    assert [e.reward for e in latest] == [0.0, 0.0]
+    assert unjudged == []  # no label by the run's ORM: skipped, as an unlabelled trajectory
+    assert [e.trajectory_id for e in replayed] == [judged, judged]
+
+
 def test_real_actor_prompt_renders(tiny) -> None:
     _, tokenizer = tiny
     prompt = actor_prompt_fn(tokenizer, max_tokens=200)("Show me Books", [], "<a id=\"4\">Books</a>")

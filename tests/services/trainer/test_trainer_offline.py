@@ -16,10 +16,12 @@ from services.trainer.offline import export_phase, load_phase, rerun_update, set
 from services.trainer.phase import run_phase
 from webrl.contracts import PhaseJob
 from webrl.db import models as m
+from webrl.db.repository import save_label
 from webrl.db.session import session_scope
 from webrl.hyperparams import DEFAULTS, with_overrides
 from webrl.models.probe import ProbeStep
 from webrl.orchestration.pipeline import PipelineOptions
+from webrl.rewards import EVALUATOR_LABELS
 
 ROOT = Path(__file__).resolve().parents[3]
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
@@ -42,8 +44,11 @@ def test_a_phase_exports_and_its_update_reruns_under_another_setting(tiny_dir: P
     for key, phase, responses, reward in [("a", 1, [CLICK, EXIT], 1.0), ("b", 1, [TYPE, TYPE], 0.0),
                                           ("a", 2, [CLICK, TYPE, EXIT], 1.0), ("b", 2, [TYPE], 0.0),
                                           ("c", 2, [CLICK, EXIT], 1.0)]:
-        store_trajectory(key, phase, 0, responses, reward=reward, run_id=run_id)
-    result = run_phase(db, PhaseJob(phase=2, run_id=run_id, actor=str(tiny_dir), hyperparams=hp, max_length=400))
+        tid = store_trajectory(key, phase, 0, responses, reward=reward, run_id=run_id)
+        with session_scope(db) as s:  # the run has no ORM: its rewards are the evaluators' labels
+            save_label(s, tid, EVALUATOR_LABELS, p_yes=reward, threshold=0.5)
+    result = run_phase(db, PhaseJob(phase=2, run_id=run_id, actor=str(tiny_dir), hyperparams=hp, max_length=400,
+                                    orm_version=EVALUATOR_LABELS))
     _, tokenizer = tiny
     early = load_phase(export_phase(db, "offline", 2, tmp_path / "early", tokenizer))  # no train metrics stored yet
     assert early.meta["critic_version"] == result.critic.version
