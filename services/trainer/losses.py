@@ -104,7 +104,7 @@ def actor_loss(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, a
     :func:`_squared` (paper). The "w/o KL" ablation (``config.kl`` False): loss = -mean_i(A_i lp_i / n_i * mask_i).
     Metrics: ``log_ratio_k1`` is the mean per-token log(pi / pi_ref) on the trained steps: the k1 estimate of
     KL(pi || pi_ref) on samples the actor did not draw (it may be negative); the exact KL is measured apart
-    (:func:`token_kl`).
+    (``actor_update.exact_kl``).
     """
     mask = actor_loss_mask(advantage, config).to(lp.dtype)  # (B,)
     if not config.kl:
@@ -122,18 +122,6 @@ def actor_loss(lp: torch.Tensor, lp_ref: torch.Tensor, n_tokens: torch.Tensor, a
         "masked_fraction": float(1.0 - mask.mean()),
         **stats,
     }
-
-
-def token_kl(logits_ref: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact KL(pi_ref || pi_theta) over the vocabulary at each masked position, summed per sequence.
-
-    logits_ref, logits: (B, T, V) at the same positions; mask (B, T). KL_t = sum_v p_ref(v) (log p_ref(v) - log p(v)).
-    Returns (KL summed over the sequence's masked positions (B,), masked positions (B,))."""
-    log_ref = torch.log_softmax(logits_ref.float(), dim=-1)
-    log_cur = torch.log_softmax(logits.float(), dim=-1)
-    kl = (log_ref.exp() * (log_ref - log_cur)).sum(-1)  # (B, T)
-    m = mask.float()
-    return (kl * m).sum(1), m.sum(1)
 
 
 def sft_loss(token_logp: torch.Tensor, target_mask: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
