@@ -169,13 +169,23 @@ def run_settings(
                 row |= {"solved": len(solved), "tasks": len(keys), "gained": sorted(solved - baseline),
                         "lost": sorted(baseline - solved)}
             results.append(row)
+            write_results(results, output, meta(fixture, baseline, keys))  # a stopped comparison keeps what it ran
     finally:
         if sandbox is not None:
             sandbox.__exit__(None, None, None)
-    report(results, output, {"fixture": str(fixture.name), "baseline_solved": len(baseline), "tasks": len(keys)})
+    report(results, output, meta(fixture, baseline, keys))
 
 
-def report(results: list[dict[str, Any]], output: Path, meta: dict[str, Any]) -> None:
+def meta(fixture: Path, baseline: set[str], keys: list[str]) -> dict[str, Any]:
+    return {"fixture": fixture.name, "baseline_solved": sorted(baseline), "tasks": keys}
+
+
+def write_results(results: list[dict[str, Any]], output: Path, info: dict[str, Any]) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "results.json").write_text(json.dumps({**info, "results": results}, indent=2) + "\n")
+
+
+def report(results: list[dict[str, Any]], output: Path, info: dict[str, Any]) -> None:
     """The comparison as a table, ``results.json`` and a flips-against-KL plot."""
     table = Table("setting", "trained", "opt. steps", "KL exact", "k1", "flips", "shop", "admin", "reddit", "gitlab",
                   "solved", "gained", "lost", "min")
@@ -194,8 +204,7 @@ def report(results: list[dict[str, Any]], output: Path, meta: dict[str, Any]) ->
         for r in results[1:]:
             if r.get("flips") is not None:
                 console.print(f"{r['setting']}: flips {r['flips']:.3f} vs {results[0]['setting']} {base_flips:.3f}")
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "results.json").write_text(json.dumps({**meta, "results": results}, indent=2) + "\n")
+    write_results(results, output, info)
     plot(results, output / "flips_kl.png")
     console.print(f"results: {output / 'results.json'}, plot: {output / 'flips_kl.png'}")
 
