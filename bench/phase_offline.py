@@ -164,7 +164,9 @@ def run_settings(
             row = {"setting": name, "overrides": overrides, **result.metrics, "minutes": round(result.seconds / 60, 2),
                    "epochs": result.epochs}
             if tasks:
-                folder = save_actor(settings, result.model, result.tokenizer, output / "actors" / name, name)
+                # inside the artifacts store: the rollout workers load only model folders a request may name
+                folder = save_actor(settings, result.model, result.tokenizer,
+                                    settings.artifacts_dir / "bench" / "phase_offline" / name, name)
                 solved = solved_on(settings, folder, keys, max_steps)
                 row |= {"solved": len(solved), "tasks": len(keys), "gained": sorted(solved - baseline),
                         "lost": sorted(baseline - solved)}
