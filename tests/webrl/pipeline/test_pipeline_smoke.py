@@ -43,8 +43,8 @@ def _assert_tensorboard_curves(settings: Settings, steps: int) -> None:
     assert [step for step, _ in actor.get("actor/actor_loss", [])] == list(range(1, steps + 1))
     if steps:
         assert [step for step, _ in scalars["train/actor_loss"]] == [1]
-        assert {"actor/lr", "actor/kl", "actor/entropy", "actor/tokens_per_s"} <= set(actor)
-        assert {"train/kl", "train/beta_mean", "train/entropy"} <= set(scalars)
+        assert {"actor/lr", "actor/log_ratio_k1", "actor/entropy", "actor/tokens_per_s"} <= set(actor)
+        assert {"train/log_ratio_k1", "train/kl_exact", "train/beta_mean", "train/entropy"} <= set(scalars)
     else:
         assert "train/actor_loss" not in scalars
 
