@@ -25,7 +25,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run tests marked exhaustive (the oracle over the whole suite, about an hour)")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # here, not in pyproject.toml: editing that file re-runs `make setup`'s install
+    config.addinivalue_line("markers", "vllm: needs vLLM's interpreter (WEBRL_VLLM_PYTHON, set by `make test-vllm`); "
+                                       "skipped without it")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("WEBRL_VLLM_PYTHON"):  # webrl.models.backends.vllm_server.VLLM_PYTHON_ENV
+        skip_vllm = pytest.mark.skip(reason="vllm: needs vLLM's interpreter in WEBRL_VLLM_PYTHON (make test-vllm)")
+        for item in items:
+            if item.get_closest_marker("vllm") is not None:
+                item.add_marker(skip_vllm)
     if config.getoption("--run-exhaustive"):
         return
     skip = pytest.mark.skip(reason="exhaustive: run with --run-exhaustive (make test-exhaustive)")

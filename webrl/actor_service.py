@@ -8,7 +8,8 @@ Every rollout of an actor folder (the pipeline's, ``webrl eval``'s, ``webrl boot
 hot-reloads checkpoints announced on ``webrl:checkpoints`` (``services/actor/reload.py``), the trainer announces
 each one it publishes, and the pipeline waits until the service *reports* the version the rollout needs, so the
 rollouts of phase i+1 are made by phase i's actor. It announces the checkpoint itself when the service serves
-another one (the SFT actor it was started with, a resumed run, a restarted service).
+another one (the SFT actor it was started with, a resumed run, a restarted service) and can load it: any folder on
+the local backend, an adapter folder on the openai backend (hot-loaded into vLLM).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from webrl.allow_list import origin
 from webrl.checkpoints import CHANNEL, CheckpointError, CheckpointInfo, announce, folder_sha256, read_manifest
 from webrl.config import Settings
 from webrl.contracts import CheckpointSpec, EndpointSpec, PolicySpec
+from webrl.models.folders import is_adapter
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,9 @@ def serve_checkpoint(settings: Settings, path: str, timeout_s: float, *, channel
     if now.version == wanted:
         return wanted
     where = f"the actor service at {settings.actor.url}"
-    if now.backend != "local":  # vLLM/TGI reload on their own (docker/vllm_supervisor.py); the service reports it
+    # The local backend loads any folder, the openai backend hot-loads an adapter into vLLM; a full-weight folder on
+    # a model server is the server's to reload (docker/vllm_supervisor.py), and the service reports it.
+    if now.backend != "local" and not (now.backend == "openai" and is_adapter(path)):
         return _wait_for(settings, wanted, path, timeout_s, f"{where} (its {now.backend} server serves "
                          f"{now.version!r}; a server reloads on its own once the trainer publishes {wanted!r}: "
                          "docker/vllm_supervisor.py)")

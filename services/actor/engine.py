@@ -1,7 +1,13 @@
 """The actor engine: the current backend, swapped atomically on hot reload without dropping requests.
 
 Every request leases the backend it starts with and keeps it to the end; a swap installs the new backend for
-later requests and closes the old one once its last lease is returned.
+later requests and retires the old one once its last lease is returned: closes it, and for the openai backend on a
+hot-loaded LoRA adapter unloads that adapter from the server (no rollout uses it any more).
+
+Hot reload: the local backend loads the checkpoint folder in this process. The openai backend (vLLM) loads an
+adapter checkpoint into the running server under the checkpoint's version and routes later requests to it; a
+full-weight checkpoint is the server's to restart on (``docker/vllm_supervisor.py``), so the engine routes back
+to the server's own model name and reports what the server says it holds.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from webrl.config import Settings
 from webrl.contracts import ActRequest, ActResponse, ActResult
 from webrl.models.backends import Backend, Generation, make_backend
 from webrl.models.backends.local import LocalBackend
-from webrl.models.loading import load_tokenizer
+from webrl.models.folders import is_adapter
+from webrl.models.loading import checkpoint_version, load_tokenizer
 from webrl.models.policy import actor_prompt, prompt_budget
 from webrl.text import without_nul
 
@@ -102,7 +109,7 @@ class ActorEngine:
                 del self._leases[key]
                 close = self._retired.pop(key, None) is not None
         if close:
-            backend.close()
+            self._retire(backend)
 
     def swap(self, backend: Backend, tokenizer: Any | None = None, path: str = "") -> str:
         """Serve ``backend`` from now on; the old one closes when its last request finishes."""
@@ -116,16 +123,40 @@ class ActorEngine:
             if not idle:
                 self._retired[id(old)] = old
         if idle:
-            old.close()
+            self._retire(old)
         log.info("serving actor %s (was %s)", backend.version, old.version)
         return backend.version
 
+    def _retire(self, backend: Backend) -> None:
+        """Close a backend no request uses any more. A remote backend's ``retire`` (unloading its adapter from the
+        server) runs in a thread: it is an HTTP call, and this may run on the event loop. An adapter the current
+        backend routes to again is never unloaded."""
+        retire = getattr(backend, "retire", None)
+        adapter = getattr(backend, "adapter", None)
+        if retire is None or adapter is None or adapter == getattr(self._backend, "adapter", None):
+            backend.close()
+            return
+        threading.Thread(target=retire, name="retire-backend", daemon=True).start()
+
     def reload(self, path: str, version: str | None = None) -> str:
-        """Load the checkpoint folder ``path`` with the local backend and swap it in."""
-        if not isinstance(self._backend, LocalBackend):
-            raise EngineUnavailableError("hot reload loads checkpoints into the local backend only")
-        backend = LocalBackend.from_path(path, self.settings, version=version)
-        return self.swap(backend, backend.tokenizer, path)
+        """Serve the checkpoint folder ``path``: loaded by the local backend, or (openai backend) an adapter
+        hot-loaded into the server; a full-weight folder on the openai backend is the server's to restart on."""
+        current = self._backend
+        if isinstance(current, LocalBackend):
+            backend = LocalBackend.from_path(path, self.settings, version=version)
+            return self.swap(backend, backend.tokenizer, path)
+        with_adapter = getattr(current, "with_adapter", None)
+        if with_adapter is None:
+            raise EngineUnavailableError(f"the {current.name} backend cannot load checkpoints into its server: "
+                                         "the server reloads them itself")
+        if is_adapter(path):
+            return self.swap(with_adapter(path, version or checkpoint_version(path)), path=path)
+        # a full-weight checkpoint: vLLM's supervisor restarts the server on it under the served name
+        log.info("actor %s is full-weight: the %s server restarts on it (docker/vllm_supervisor.py)",
+                 version or path, current.name)
+        if getattr(current, "adapter", None) is not None:
+            return self.swap(current.without_adapter(), path=self.settings.actor.model or self.path)
+        return current.version
 
     # Generation
     async def complete(self, prompts: list[str], max_new_tokens: int, temperature: float,
