@@ -2,7 +2,7 @@
 
 Runs as the entrypoint of the stock ``vllm/vllm-openai`` image (standard library only):
 
-    python3 vllm_supervisor.py --port 8000 --initial-model PATH -- [vllm args]
+    python3 vllm_supervisor.py --port 8000 --initial-model PATH [--base-model BASE] -- [vllm args]
 
 1. Ask the trainer for its checkpoints (``GET $WEBRL_TRAINER_URL/v1/checkpoints``, Bearer ``$WEBRL_SECURITY__API_KEY``
    when set) and take the newest with role ``actor``; while the trainer has published none, or cannot be
@@ -11,12 +11,18 @@ Runs as the entrypoint of the stock ``vllm/vllm-openai`` image (standard library
    openai backend sends ``WEBRL_ACTOR__MODEL`` both as the model name and as the local folder whose chat
    template renders prompts (services/actor/engine.py), so the name stays the SFT folder's path for every
    checkpoint served: a roll-over never changes the actor's configuration (fine-tuning keeps the tokenizer).
-3. Every ``--poll-s`` seconds look again. When a newer actor checkpoint has been published (its folder is on
-   the shared artifacts volume, mounted at the same path as in the trainer), stop vLLM (SIGTERM, then
-   SIGKILL after ``--stop-timeout-s``) and start it on the new folder. WebRL updates every weight of the
-   actor, so the new weights are a reload, not an adapter hot-swap. vLLM's /health fails while it reloads,
-   so the container's health check and Kubernetes' readiness probe take it out of rotation meanwhile; the
-   pipeline publishes between phases, when no rollout is in flight.
+   An adapter folder (peft's ``adapter_config.json``: the LoRA presets) is served on its base, ``--base-model``:
+   ``vllm serve <base> --served-model-name <base> --enable-lora --lora-modules <initial model path>=<adapter>``,
+   so the actor asks for the same name and gets the adapter.
+3. Every ``--poll-s`` seconds look again. When a newer *full-weight* actor checkpoint has been published (its
+   folder is on the shared artifacts volume, mounted at the same path as in the trainer), stop vLLM (SIGTERM,
+   then SIGKILL after ``--stop-timeout-s``) and start it on the new folder: new weights everywhere are a reload.
+   A newer *adapter* checkpoint restarts nothing: the actor service hot-loads it into the running server
+   (``POST /v1/load_lora_adapter`` under the checkpoint's version, services/actor/engine.py) when it is announced,
+   and unloads the adapters no request uses any more. vLLM's runtime LoRA routes need
+   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, set for the server here. vLLM's /health fails while it reloads, so
+   the container's health check and Kubernetes' readiness probe take it out of rotation meanwhile; the pipeline
+   publishes between phases, when no rollout is in flight.
 
 If vLLM exits on its own, the supervisor exits with its status, and the container restarts.
 """
@@ -40,6 +46,12 @@ log = logging.getLogger("webrl.vllm_supervisor")
 
 REQUEST_TIMEOUT_S = 10.0
 ACTOR_ROLE = "actor"
+PEFT_CONFIG_FILE = "adapter_config.json"  # webrl.models.folders.PEFT_CONFIG_FILE: an adapter folder
+
+
+def is_adapter(path: str) -> bool:
+    """A LoRA adapter folder (served on its base), not a full model folder."""
+    return (Path(path) / PEFT_CONFIG_FILE).is_file()
 
 
 @dataclass(frozen=True)
@@ -90,16 +102,25 @@ class Supervisor:
         self.args = args
         self.child: subprocess.Popen | None = None
         self.serving: Checkpoint | None = None
+        self.adapter_seen: Checkpoint | None = None
         self.stopping = False
 
     def command(self, checkpoint: Checkpoint) -> list[str]:
+        """vLLM on a full-weight folder under the served name, or on the base with the adapter under that name."""
         a = self.args
-        return [*a.serve_cmd.split(), checkpoint.path, "--host", a.host, "--port", str(a.port),
-                "--served-model-name", a.served_model_name, *a.vllm_args]
+        where = ["--host", a.host, "--port", str(a.port)]
+        if not is_adapter(checkpoint.path):
+            return [*a.serve_cmd.split(), checkpoint.path, *where, "--served-model-name", a.served_model_name,
+                    *a.vllm_args]
+        if not a.base_model:
+            raise SystemExit(f"{checkpoint.path} is a LoRA adapter: give its base folder with --base-model")
+        return [*a.serve_cmd.split(), a.base_model, *where, "--served-model-name", a.base_model, "--enable-lora",
+                "--lora-modules", f"{a.served_model_name}={checkpoint.path}", *a.vllm_args]
 
     def start(self, checkpoint: Checkpoint) -> None:
         log.info("serving actor %s from %s", checkpoint.version, checkpoint.path)
-        self.child = subprocess.Popen(self.command(checkpoint))
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        self.child = subprocess.Popen(self.command(checkpoint), env=env)
         self.serving = checkpoint
 
     def stop(self) -> None:
@@ -113,10 +134,16 @@ class Supervisor:
             self.child.wait()
 
     def wanted(self) -> Checkpoint:
-        """The newest published actor whose folder is present here, else what is served, else the initial."""
+        """The newest published actor whose folder is present here, else what is served, else the initial. An
+        adapter is the actor service's to hot-load into the running server: what is served stays."""
         newest = fetch_newest(self.args.trainer_url, self.args.api_key)
         if newest is not None and Path(newest.path).is_dir():
-            return newest
+            if not is_adapter(newest.path):
+                return newest
+            if newest != self.adapter_seen:
+                log.info("actor %s is an adapter: hot-loaded by the actor service, no restart", newest.version)
+                self.adapter_seen = newest
+            newest = None
         if newest is not None:
             log.warning("actor %s is published at %s but that folder is not mounted here", newest.version,
                         newest.path)
@@ -151,6 +178,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--initial-model", required=True, help="Folder served until an actor is published.")
     parser.add_argument("--served-model-name", default=None, help="Name clients ask for (default: --initial-model).")
+    parser.add_argument("--base-model", default=None, help="Base folder an adapter checkpoint is served on.")
     parser.add_argument("--poll-s", type=float, default=30.0, help="Seconds between checkpoint look-ups.")
     parser.add_argument("--stop-timeout-s", type=float, default=60.0)
     parser.add_argument("--serve-cmd", default="vllm serve", help="Command that takes the model folder first.")

@@ -1,6 +1,8 @@
 """docker/vllm_supervisor.py against the real trainer API: it serves the initial (SFT) folder, and when the
-trainer publishes an actor checkpoint it stops the server and starts it on the new folder. The stand-in for
-``vllm serve`` is a script that records its argv and how it ended (vLLM itself needs a GPU)."""
+trainer publishes a full-weight actor checkpoint it stops the server and starts it on the new folder; adapters are
+served on their base and hot-loaded by the actor service, not restarted. The stand-in for ``vllm serve`` is a
+script that records its argv, its runtime-LoRA variable and how it ended (tests/services/actor/test_actor_vllm.py
+runs vLLM itself)."""
 
 from __future__ import annotations
 
@@ -25,11 +27,12 @@ sys.path.insert(0, str(SUPERVISOR.parent))
 from vllm_supervisor import newest_actor  # noqa: E402
 
 FAKE_SERVE = """\
-import json, signal, sys, time
+import json, os, signal, sys, time
 log = sys.argv[1]
 def record(event):
+    lora = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
     with open(log, "a") as f:
-        f.write(json.dumps({"event": event, "argv": sys.argv[2:]}) + "\\n")
+        f.write(json.dumps({"event": event, "argv": sys.argv[2:], "runtime_lora": lora}) + "\\n")
 def stop(*_):
     record("stopped")
     sys.exit(0)
@@ -117,3 +120,46 @@ def test_supervisor_reloads_vllm_on_a_published_actor(settings: Settings, traine
         out, _ = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 0, out
     assert _events(log)[-1]["event"] == "stopped"  # the supervisor stops vLLM when it is stopped
+
+
+def test_supervisor_serves_adapters_on_their_base_and_restarts_only_for_full_weights(
+        settings: Settings, trainer_url: str, tmp_path: Path) -> None:
+    """An adapter initial model is served on --base-model under the served name; a published adapter restarts
+    nothing (the actor service hot-loads it); a published full-weight checkpoint restarts vLLM on it."""
+    from webrl.checkpoints import publish
+
+    initial, base = tmp_path / "actor-sft", tmp_path / "base"
+    initial.mkdir()
+    base.mkdir()
+    (initial / "adapter_config.json").write_text("{}")
+    fake, log = tmp_path / "fake_vllm.py", tmp_path / "serve.log"
+    fake.write_text(FAKE_SERVE)
+    env = {**os.environ, "WEBRL_TRAINER_URL": trainer_url}
+    env.pop("WEBRL_SECURITY__API_KEY", None)
+    env.pop("VLLM_ALLOW_RUNTIME_LORA_UPDATING", None)
+    proc = subprocess.Popen(
+        [sys.executable, str(SUPERVISOR), "--port", "18000", "--initial-model", str(initial), "--base-model",
+         str(base), "--poll-s", "0.3", "--stop-timeout-s", "5", "--serve-cmd", f"{sys.executable} {fake} {log}",
+         "--", "--max-lora-rank", "16"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = _wait_for(log, 1)[0]
+        assert first["argv"] == [str(base), "--host", "0.0.0.0", "--port", "18000", "--served-model-name", str(base),
+                                 "--enable-lora", "--lora-modules", f"{initial}={initial}", "--max-lora-rank", "16"]
+        assert first["runtime_lora"] == "True"
+
+        models = settings.artifacts_dir / "models" / "actor"
+        publish(settings, lambda folder: (folder / "adapter_config.json").write_text("{}"), models / "phase1",
+                role="actor", version="phase1", phase=1)
+        time.sleep(1.5)  # several polls: an adapter is hot-loaded by the actor service, vLLM keeps running
+        assert len(_events(log)) == 1
+
+        info = publish(settings, lambda folder: (folder / "config.json").write_text("{}"), models / "phase2",
+                       role="actor", version="phase2", phase=2)
+        events = _wait_for(log, 3)
+        assert [e["event"] for e in events[:3]] == ["started", "stopped", "started"]
+        assert events[2]["argv"][:1] + events[2]["argv"][5:7] == [info.path, "--served-model-name", str(initial)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 0, out
