@@ -7,14 +7,16 @@ start page, ``--steps`` scrolls, end. The layers, each on top of the one before:
 1. ``bare page``: goto, bare ``scrollBy`` calls (no observation), the page reused by the next episode as it is;
 2. ``+ init scripts``: inflight.js and observe.js on every new document (``INIT_JS``);
 3. ``+ allow-list route``: the context's request route for hosts off the list (``AllowList.route``);
-4. ``+ navigation guard``: every document request paused and checked (``NavigationGuard``);
-5. ``+ observations``: an observation (``observe_view``: settling, observe.js, tab titles) at the start and
+4. ``+ navigation guard``: every request paused and checked (``NavigationGuard``);
+5. ``+ allow-list proxy``: the browser's every connection through an allow-list proxy in this process
+   (``AllowListProxy``; the ratio of this layer to the one before is the proxy's cost);
+6. ``+ observations``: an observation (``observe_view``: settling, observe.js, tab titles) at the start and
    after every step;
-6. ``+ scrub navigation``: the page sent to ``about:blank`` after the episode (its unload handlers run there,
+7. ``+ scrub navigation``: the page sent to ``about:blank`` after the episode (its unload handlers run there,
    before the storage is cleared: ``stage.py``);
-7. ``+ storage clears``: history, cookies, the origin's storage, the HTTP cache (the rest of the scrub): the floor
+8. ``+ storage clears``: history, cookies, the origin's storage, the HTTP cache (the rest of the scrub): the floor
    of any episode that observes and leaves nothing of itself to the next one;
-8. ``webrl warm``: ``BrowserEpisode`` on a warm ``BrowserPool`` (the stock, the freeze, the bookkeeping).
+9. ``webrl warm``: ``BrowserEpisode`` on a warm ``BrowserPool`` (the stock, the freeze, the bookkeeping).
 
 Systems alternate within each round; the table gives each one's median ms per episode (over rounds) and its ratio to
 the bare page, which is the reset target's reference (steps/s including resets within 2x of it).
@@ -43,12 +45,13 @@ from services.browser_pool.pool import CHROMIUM_ARGS, BrowserPool  # noqa: E402
 from services.browser_pool.safety import AllowList  # noqa: E402
 from services.browser_pool.stage import VIEWPORT  # noqa: E402
 from webrl.allow_list import origin  # noqa: E402
+from webrl.allow_list_proxy import AllowListProxy  # noqa: E402
 from webrl.config import Settings  # noqa: E402
 from webrl.navigation_guard import NavigationGuard  # noqa: E402
 from webrl.schemas import TaskConfig  # noqa: E402
 
-LAYERS = ("bare page", "+ init scripts", "+ allow-list route", "+ navigation guard", "+ observations",
-          "+ scrub navigation", "+ storage clears")
+LAYERS = ("bare page", "+ init scripts", "+ allow-list route", "+ navigation guard", "+ allow-list proxy",
+          "+ observations", "+ scrub navigation", "+ storage clears")
 SYSTEMS = (*LAYERS, "webrl warm")
 
 
@@ -63,8 +66,10 @@ class LayeredPage:
 
     async def open(self, playwright, settings: Settings) -> None:  # type: ignore[no-untyped-def]
         allowed = settings.host_allow_list()
+        self.proxy = await AllowListProxy(allowed).start() if self.on("+ allow-list proxy") else None
+        proxy_args = self.proxy.chromium_args() if self.proxy is not None else []
         self.browser = await playwright.chromium.launch(executable_path=settings.browser.chromium_path,
-                                                        args=CHROMIUM_ARGS)
+                                                        args=[*CHROMIUM_ARGS, *proxy_args])
         self.context = await self.browser.new_context(viewport=VIEWPORT)
         if self.on("+ init scripts"):
             await self.context.add_init_script(INIT_JS)
@@ -104,6 +109,8 @@ class LayeredPage:
 
     async def close(self) -> None:
         await self.browser.close()
+        if self.proxy is not None:
+            await self.proxy.close()
 
 
 async def bench(settings: Settings, tasks: list[TaskConfig], rounds: int, steps: int) -> dict[str, list[float]]:

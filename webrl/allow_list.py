@@ -3,7 +3,9 @@ endpoints a request may send a service to.
 
 An entry is ``host:port`` (that port only) or a bare ``host`` (any port); hosts compare case-insensitively.
 The browser pool enforces these rules in the browser (``services/browser_pool/safety.py``,
-:mod:`webrl.navigation_guard`); the actor and the pool check start URLs with :func:`start_url_problem`.
+:mod:`webrl.navigation_guard`) and under it, on every connection the browser makes (:mod:`webrl.allow_list_proxy`,
+which reads ``CONNECT`` targets with :func:`authority`); the actor and the pool check start URLs with
+:func:`start_url_problem`.
 
 Browser URLs are read as Chromium reads them, by the WHATWG URL Standard (:func:`browser_url`, the Ada parser):
 Python's ``urlsplit`` reads ``http://127.0.0.1:18999\\@127.0.0.1:7770/`` as host 127.0.0.1 port 7770, Chromium
@@ -46,10 +48,25 @@ def is_allowed(url: str, allowed: list[str]) -> bool:
         return True
     if scheme not in DEFAULT_PORTS or not parsed.hostname:
         return False
-    host = parsed.hostname.lower()
-    port = int(parsed.port) if parsed.port else DEFAULT_PORTS[scheme]
+    return host_allowed(parsed.hostname, int(parsed.port) if parsed.port else DEFAULT_PORTS[scheme], allowed)
+
+
+def host_allowed(host: str, port: int, allowed: list[str]) -> bool:
+    """Is ``host`` (as :func:`browser_url` serializes it: lower-case, IPv6 in brackets) on ``allowed`` at ``port``?"""
     wanted = {h.strip().lower() for h in allowed}
-    return f"{host}:{port}" in wanted or host in wanted
+    return f"{host.lower()}:{port}" in wanted or host.lower() in wanted
+
+
+def authority(target: str) -> tuple[str, int] | None:
+    """``host:port`` (a proxy's ``CONNECT`` target) read as Chromium reads a URL's host, or None unless it is
+    exactly a host and a port (no user, path, query or fragment): ``(host, port)``, IPv6 hosts in brackets."""
+    head, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or any(c in head for c in "/\\@?#"):
+        return None
+    parsed = browser_url(f"http://{target}/")
+    if parsed is None or not parsed.hostname or parsed.href != f"http://{parsed.host}/":
+        return None
+    return parsed.hostname, int(port)
 
 
 def start_url_problem(url: str, allowed: list[str]) -> str | None:

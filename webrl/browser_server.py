@@ -17,6 +17,12 @@ machine reaches, so a handshake is admitted (:meth:`BrowserServer.admit`) before
 - with a credential (``browser.cdp_token``), it carries ``Authorization: Bearer <token>``.
 Off loopback the server will not start without a credential (:func:`start`). ``max_browsers`` bounds what
 admitted connections can start.
+
+Each browser sends all its traffic, loopback included, through an allow-list proxy of its own
+(:class:`~webrl.allow_list_proxy.AllowListProxy`) with the server's allow-list (``webrl browser serve`` takes
+``WEBRL_SECURITY__ALLOWED_HOSTS``, else the configured sites): the pool's in-browser fences narrow it per episode
+for what they see, and the proxy holds for what they do not (a worker's WebSocket), so such a socket reaches no
+host off the server's list, this server's port and the browsers' DevTools ports included.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from webrl.allow_list_proxy import AllowListProxy
 from webrl.errors import UserError
 from webrl.service import is_loopback
 
@@ -85,10 +92,13 @@ class UnguardedBrowserServer(UserError):
 
 class BrowserServer:
     """Serves :meth:`handle`: one fresh Chromium per admitted connection (:meth:`admit`), at most ``max_browsers``
-    at once."""
+    at once, each reaching only ``allowed`` (through a proxy of its own)."""
 
-    def __init__(self, command: list[str], max_browsers: int, token: str | None = None) -> None:
+    def __init__(self, command: list[str], max_browsers: int, token: str | None = None, *,
+                 allowed: list[str]) -> None:
         self.command, self.max_browsers, self.token = list(command), max_browsers, token
+        self.allowed = list(allowed)
+        self.proxies: set[AllowListProxy] = set()  # one per running browser (tests read what they refused)
         self.browsers: set[asyncio.subprocess.Process] = set()  # running now (tests and logs count them)
         self.refused = 0  # handshakes refused by :meth:`admit` (tests and logs count them)
 
@@ -110,11 +120,18 @@ class BrowserServer:
         if len(self.browsers) >= self.max_browsers:
             await client.close(TRY_AGAIN_LATER, f"{self.max_browsers} browsers running")
             return
+        proxy = await AllowListProxy(self.allowed).start()
+        self.proxies.add(proxy)
         profile = tempfile.mkdtemp(prefix="webrl-chromium-")
-        proc = await asyncio.create_subprocess_exec(
-            *self.command, f"--user-data-dir={profile}", "--remote-debugging-address=127.0.0.1",
-            "--remote-debugging-port=0", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command, *proxy.chromium_args(), f"--user-data-dir={profile}",
+                "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        except BaseException:
+            await self._close_proxy(proxy)
+            shutil.rmtree(profile, ignore_errors=True)
+            raise
         self.browsers.add(proc)
         assert proc.stderr is not None
         drain: asyncio.Task[None] | None = None
@@ -130,7 +147,12 @@ class BrowserServer:
             if drain is not None:
                 drain.cancel()
             shutil.rmtree(profile, ignore_errors=True)
+            await self._close_proxy(proxy)
             log.info("browser %d closed (%d running)", proc.pid, len(self.browsers))
+
+    async def _close_proxy(self, proxy: AllowListProxy) -> None:
+        self.proxies.discard(proxy)
+        await proxy.close()
 
 
 def _bearer_matches(header: str | None, token: str) -> bool:
@@ -185,23 +207,25 @@ def unguarded_bind_problem(host: str, token: str | None) -> str | None:
             "`openssl rand -hex 32`) here and in the browser pool, or listen on 127.0.0.1")
 
 
-async def start(host: str, port: int, chromium_path: str, max_browsers: int,
-                token: str | None = None) -> tuple[Server, BrowserServer]:
+async def start(host: str, port: int, chromium_path: str, max_browsers: int, token: str | None = None, *,
+                allowed: list[str]) -> tuple[Server, BrowserServer]:
     """A listening browser server (``port`` 0: any free port, see ``server.sockets``); ``token``: the credential
-    a connection must carry. Raises :class:`UnguardedBrowserServer` off loopback without one."""
+    a connection must carry; ``allowed``: the hosts its browsers may reach. Raises :class:`UnguardedBrowserServer`
+    off loopback without a credential."""
     if problem := unguarded_bind_problem(host, token):
         raise UnguardedBrowserServer(problem)
-    browsers = BrowserServer(await playwright_command(chromium_path), max_browsers, token or None)
+    browsers = BrowserServer(await playwright_command(chromium_path), max_browsers, token or None, allowed=allowed)
     server = await serve(browsers.handle, host, port, process_request=browsers.admit, max_size=None,
                          compression=None)
     return server, browsers
 
 
-async def run(host: str, port: int, chromium_path: str, max_browsers: int, token: str | None = None) -> None:
+async def run(host: str, port: int, chromium_path: str, max_browsers: int, token: str | None = None, *,
+              allowed: list[str]) -> None:
     """Serve until SIGTERM or SIGINT (``webrl browser serve``), then drain: take no new connection and wait for
     the open ones (browsers in use) to close, which a pod's termination grace period bounds."""
-    server, browsers = await start(host, port, chromium_path, max_browsers, token)
-    log.info("browser server on %s:%d (at most %d browsers)", host, port, max_browsers)
+    server, browsers = await start(host, port, chromium_path, max_browsers, token, allowed=allowed)
+    log.info("browser server on %s:%d (at most %d browsers, reaching only %s)", host, port, max_browsers, allowed)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)

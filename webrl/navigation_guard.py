@@ -10,7 +10,8 @@ browser, and a blocked document shows Chromium's "blocked" error page.
 
 Each request costs one round trip to this process before it is sent (``bench/reset_floor.py``'s navigation-guard
 layer measures it; docs/security.md has the numbers). WebSockets are not fetches and never pause here: the
-allow-list's WebSocket route covers them (``services/browser_pool/safety.py``).
+allow-list's WebSocket route covers a page's (``services/browser_pool/safety.py``), the browser's allow-list proxy
+(:mod:`webrl.allow_list_proxy`) every one, a worker's included.
 
 A guard on a browser (:meth:`NavigationGuard.on_browser`) watches every page of that browser, popups, workers and
 cross-site iframes included; one on a page (:meth:`NavigationGuard.on_page`) watches that page alone.

@@ -8,10 +8,14 @@ A browser that died (crash, killed process) is noticed through its ``disconnecte
 the next lease; the episode that was using it ends with an error (see ``episode.py``) instead of hanging
 the pool.
 
+Each launched browser sends all its traffic through an allow-list proxy of its own
+(:class:`~webrl.allow_list_proxy.AllowListProxy`, loopback included), which follows the allow-list of the
+browser's stock: the fence for what no in-browser hook sees (a worker's WebSocket).
+
 With ``WEBRL_BROWSER__CDP_URL`` the browsers are not launched here: each slot connects to a fresh Chromium on a
 browser server (``webrl browser serve``, :mod:`webrl.browser_server`), so Chromium can run in a pod without the
 pool's secrets and network; a lost connection is a dead browser, and the server kills the browser when the
-connection goes.
+connection goes; there the server's proxy applies the server's allow-list (docs/security.md).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import psutil
 from playwright.async_api import Browser, Playwright, async_playwright
 
 from services.browser_pool.stock import ContextStock
+from webrl.allow_list_proxy import AllowListProxy
 from webrl.browser_server import CHROMIUM_ARGS
 from webrl.config import Settings
 
@@ -42,6 +47,7 @@ class BrowserSlot:
     marker: str
     browser: Browser | None = None
     stock: ContextStock | None = None
+    proxy: AllowListProxy | None = None  # a launched browser's allow-list proxy (none on a browser server)
     launches: int = 0
     episodes: int = 0
     crashed: bool = field(default=False)
@@ -110,9 +116,12 @@ class BrowserPool:
                 self.settings.browser.cdp_url, timeout=LAUNCH_TIMEOUT_MS,
                 headers={"Authorization": f"Bearer {token}"} if token else None)
         else:
+            if slot.proxy is None:
+                slot.proxy = await AllowListProxy(self.settings.host_allow_list()).start()
+            slot.proxy.set_allowed(self.settings.host_allow_list())
             browser = await self._playwright.chromium.launch(
                 executable_path=self.settings.browser.chromium_path,
-                args=[*CHROMIUM_ARGS, slot.marker],
+                args=[*CHROMIUM_ARGS, *slot.proxy.chromium_args(), slot.marker],
                 headless=self.headless,
                 timeout=LAUNCH_TIMEOUT_MS,
             )
@@ -133,6 +142,8 @@ class BrowserPool:
         if slot.stock is None or slot.stock.allowed != list(allowed):
             if slot.stock is not None:
                 await slot.stock.close()
+            if slot.proxy is not None:
+                slot.proxy.set_allowed(allowed)
             slot.stock = await ContextStock.open(slot.browser, allowed, warm=self.warm)
         return slot.stock
 
@@ -203,6 +214,9 @@ class BrowserPool:
         """Close every browser and Playwright."""
         for slot in self._slots:
             await self._discard(slot)
+            proxy, slot.proxy = slot.proxy, None
+            if proxy is not None:
+                await proxy.close()
         if self._playwright is not None:
             await self._playwright.stop()
             self._playwright = None

@@ -1,6 +1,8 @@
 """What a browser context may reach: the host allow-list (rules in :mod:`webrl.allow_list`).
 
-Three fences, all recorded so the episode can report each block:
+Three fences in the browser, all recorded so the episode can report each block, and under them the browser's
+allow-list proxy (:mod:`webrl.allow_list_proxy`, started by ``pool.py``), which takes every connection the browser
+makes, whatever opened it (a worker's WebSocket, which none of the three sees), and logs what it refuses:
 - request interception (``context.route``) on the first request of anything the page loads: only
   requests to hosts *off* the list are intercepted (the route pattern is a regular expression that
   Playwright matches inside the browser driver), so allowed traffic pays nothing here;

@@ -116,6 +116,22 @@ def test_the_browser_server_wants_a_credential_the_pool_holds(overlay: str) -> N
         assert secret["stringData"][BROWSER_TOKEN]
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_browser_servers_allow_list_is_the_pools(overlay: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chromium pod's browsers reach only WEBRL_SECURITY__ALLOWED_HOSTS (through the server's allow-list proxy);
+    it names exactly the hosts the pool's settings (the ConfigMap) allow."""
+    from webrl.config import Settings
+
+    resources = _rendered(overlay)
+    chromium = pods(resources)["chromium"].spec["containers"][0]
+    [hosts] = [e["value"] for e in chromium["env"] if e["name"] == "WEBRL_SECURITY__ALLOWED_HOSTS"]
+    config = next(r for r in resources if r["kind"] == "ConfigMap")["data"]
+    monkeypatch.delenv("WEBRL_SECURITY__ALLOWED_HOSTS", raising=False)
+    for key, value in config.items():
+        monkeypatch.setenv(key, value)
+    assert sorted(hosts.split(",")) == sorted(Settings(_env_file=None).host_allow_list())
+
+
 def test_prod_opens_the_database_to_one_narrow_block_not_the_private_ranges() -> None:
     block = _database_block("prod")
     assert block is not None

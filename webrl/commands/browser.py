@@ -22,14 +22,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """A fresh Chromium (WEBRL_BROWSER__CHROMIUM_PATH, Playwright's switches) for each WebSocket connection, relayed
         over CDP, gone with its profile when the connection closes; point WEBRL_BROWSER__CDP_URL at ws://HOST:PORT/.
-        Connections from web pages (an Origin header) and, with WEBRL_BROWSER__CDP_TOKEN, without it are refused."""
+        Connections from web pages (an Origin header) and, with WEBRL_BROWSER__CDP_TOKEN, without it are refused.
+        The browsers reach only WEBRL_SECURITY__ALLOWED_HOSTS (else the configured sites), through a proxy each."""
         import asyncio
 
         from webrl.browser_server import UnguardedBrowserServer, run, unguarded_bind_problem
 
-        browser_settings = get_settings().browser
+        settings = get_settings()
+        browser_settings = settings.browser
         if problem := unguarded_bind_problem(host, browser_settings.cdp_token):
             raise UnguardedBrowserServer(problem)  # before Chromium is read off a launch: a one-line error
-        asyncio.run(run(host, port, browser_settings.chromium_path, max_browsers, browser_settings.cdp_token))
+        asyncio.run(run(host, port, browser_settings.chromium_path, max_browsers, browser_settings.cdp_token,
+                        allowed=settings.host_allow_list()))
 
     app.add_typer(browser, name="browser")

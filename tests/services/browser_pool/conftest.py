@@ -147,3 +147,19 @@ def store_tasks(settings: Settings, tasks: list[TaskConfig], prefix: str = "sand
 @pytest.fixture(scope="session")
 def stored_keys() -> Callable[..., list[str]]:
     return store_tasks
+
+
+@pytest.fixture
+async def socket_listener() -> AsyncIterator[tuple[str, list[str]]]:
+    """A WebSocket server on another loopback port (a host off the allow-list): its URL and the paths it was
+    asked for."""
+    from websockets.asyncio.server import ServerConnection, serve
+
+    asked: list[str] = []
+
+    async def greet(connection: ServerConnection) -> None:
+        asked.append(connection.request.path if connection.request else "?")
+        await connection.send("hello from outside")
+
+    async with serve(greet, "127.0.0.1", 0) as server:
+        yield f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/", asked

@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 @pytest.fixture(scope="session")
 async def browser_server(pool_settings: Settings) -> AsyncIterator[tuple[str, BrowserServer]]:
-    server, browsers = await start("127.0.0.1", 0, pool_settings.browser.chromium_path, max_browsers=4)
+    server, browsers = await start("127.0.0.1", 0, pool_settings.browser.chromium_path, max_browsers=4,
+                                   allowed=pool_settings.host_allow_list())
     port = server.sockets[0].getsockname()[1]
     async with server:
         yield f"ws://127.0.0.1:{port}/", browsers
@@ -117,8 +118,9 @@ async def test_webrl_browser_serve_drains_on_sigterm(pool_settings, fixture_url,
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = (tmp_path / "serve.log").open("w")
+    env = os.environ | {"WEBRL_SECURITY__ALLOWED_HOSTS": ",".join(pool_settings.host_allow_list())}  # its browsers'
     proc = subprocess.Popen([sys.executable, "-m", "webrl.cli", "browser", "serve", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         settings = pool_settings.replace(browser={"cdp_url": f"ws://127.0.0.1:{port}/"})
         for _ in range(600):
@@ -150,8 +152,9 @@ async def test_a_page_cannot_drive_the_browser_server(browser_server, remote_set
                                                       opener):
     """A page the pool opened on an allowed origin opens ``ws://127.0.0.1:PORT/`` to the very server its browser
     runs on and asks it for CDP targets. The page's own socket is closed by the allow-list's WebSocket route; a
-    worker's, which that route does not see, is refused by the server (it carries an Origin): no CDP answer, no
-    browser started."""
+    worker's, which that route does not see, by the browser's allow-list proxy (the server's port is not on the
+    server's list); the server would refuse either for its Origin (the test below): no CDP answer, no browser
+    started."""
     server = browser_server[1]
     page = f"{fixture_url}/subresources.html?ws={quote(browser_server[0])}&in={opener}"
     async with BrowserPool(remote_settings, size=1) as remote:
@@ -167,9 +170,23 @@ async def test_a_page_cannot_drive_the_browser_server(browser_server, remote_set
         assert len(server.browsers) == 1  # the pool's own browser only
 
 
+async def test_a_handshake_with_a_web_pages_origin_is_refused(browser_server):
+    """What a page's or worker's socket would send if it got through: an ``Origin`` header, refused with 403 before
+    a browser starts."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    url, server = browser_server
+    refused, running = server.refused, len(server.browsers)
+    with pytest.raises(InvalidStatus, match="403"):
+        async with connect(url, origin="http://127.0.0.1:7770"):  # type: ignore[arg-type]
+            pass
+    assert server.refused == refused + 1 and len(server.browsers) == running
+
+
 async def test_a_server_with_a_credential_admits_only_the_pool_that_sends_it(pool_settings, fixture_url, make_task):
     server, browsers = await start("127.0.0.1", 0, pool_settings.browser.chromium_path, max_browsers=2,
-                                   token="s3cret-token")
+                                   token="s3cret-token", allowed=pool_settings.host_allow_list())
     url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
     async with server:
         for token in (None, "wrong"):
@@ -198,4 +215,38 @@ async def test_webrl_browser_serve_refuses_a_network_address_without_a_credentia
     assert done.returncode != 0
     assert "without a credential" in done.stderr and "WEBRL_BROWSER__CDP_TOKEN" in done.stderr, done.stderr
     with pytest.raises(UnguardedBrowserServer):
-        await start("0.0.0.0", 0, "/nonexistent/chromium", max_browsers=1)
+        await start("0.0.0.0", 0, "/nonexistent/chromium", max_browsers=1, allowed=[])
+
+
+async def test_a_remote_workers_web_socket_reaches_only_the_servers_allow_list(browser_server, remote_settings,
+                                                                               fixture_url, socket_listener,
+                                                                               make_task):
+    """A worker's WebSocket in a browser on the server, to a loopback port off the server's list: the proxy the
+    server started for that browser refuses it, and the listener is never reached. Control: with the port on the
+    server's list (and the episode's), it connects."""
+    url, asked = socket_listener
+    server = browser_server[1]
+    page = f"{fixture_url}/subresources.html?ws={quote(url)}&in=worker"
+    async with BrowserPool(remote_settings, size=1) as remote:
+        episode = await BrowserEpisode.open(remote, make_task(page), remote_settings)
+        try:
+            await episode.active.wait_for_function("/socket: (closed|said)/.test(document.body.innerText)")
+            html = (await episode.refresh()).observation.html
+        finally:
+            await episode.close()
+        assert "socket: closed" in html and "said" not in html, html
+        assert any(url.split("//")[1].rstrip("/") in target for proxy in server.proxies for target in proxy.refused)
+    assert asked == []
+    host = url.split("//")[1].rstrip("/")
+    listed = remote_settings.replace(security={"allowed_hosts": [*remote_settings.security.allowed_hosts, host]})
+    server.allowed = [*server.allowed, host]
+    try:
+        async with BrowserPool(listed, size=1) as remote:  # a new connection: a browser with the longer list
+            episode = await BrowserEpisode.open(remote, make_task(page), listed)
+            try:
+                await episode.active.wait_for_function("document.body.innerText.includes('socket: said')")
+            finally:
+                await episode.close()
+    finally:
+        server.allowed = server.allowed[:-1]
+    assert asked == ["/"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-from collections.abc import AsyncIterator
 from urllib.parse import quote
 
 import pytest
@@ -190,22 +189,6 @@ async def test_subresources_redirected_off_the_allow_list_are_blocked(pool, pool
     assert {"/style.css", "/script.js", "/pixel.svg", "/outside.html"} <= set(outside.paths)
 
 
-@pytest.fixture
-async def socket_listener() -> AsyncIterator[tuple[str, list[str]]]:
-    """A WebSocket server on another loopback port (a host off the allow-list): its URL and the paths it was
-    asked for."""
-    from websockets.asyncio.server import ServerConnection, serve
-
-    asked: list[str] = []
-
-    async def greet(connection: ServerConnection) -> None:
-        asked.append(connection.request.path if connection.request else "?")
-        await connection.send("hello from outside")
-
-    async with serve(greet, "127.0.0.1", 0) as server:
-        yield f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/", asked
-
-
 async def test_a_web_socket_off_the_allow_list_is_closed_before_it_connects(pool, pool_settings, fixture_url,
                                                                            socket_listener, make_task):
     url, asked = socket_listener
@@ -226,3 +209,80 @@ async def test_a_web_socket_off_the_allow_list_is_closed_before_it_connects(pool
     finally:
         await episode.close()
     assert asked == ["/"]
+
+
+@pytest.mark.parametrize("opener", ["worker", "shared"])
+async def test_a_workers_web_socket_off_the_allow_list_never_connects(pool, pool_settings, fixture_url,
+                                                                     socket_listener, make_task, opener):
+    """A dedicated or shared worker's WebSocket, which the page's WebSocket route never sees: the browser's
+    allow-list proxy refuses its tunnel, so the listener on the unlisted port is never reached. Control: listed,
+    it connects."""
+    url, asked = socket_listener
+    page = f"{fixture_url}/subresources.html?ws={quote(url)}&in={opener}"
+    episode = await BrowserEpisode.open(pool, make_task(page), pool_settings)
+    try:
+        await episode.active.wait_for_function("/socket: (closed|said)/.test(document.body.innerText)")
+        view = await episode.refresh()
+        assert "socket: closed" in view.observation.html and "said" not in view.observation.html
+    finally:
+        await episode.close()
+    assert asked == []
+    proxy = pool.slots[0].proxy
+    assert proxy is not None and url.split("//")[1].rstrip("/") in proxy.refused  # the fence that held
+    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
+                                                                url.split("//")[1].rstrip("/")]})
+    episode = await BrowserEpisode.open(pool, make_task(page), listed)
+    try:
+        await episode.active.wait_for_function("document.body.innerText.includes('socket: said')")
+    finally:
+        await episode.close()
+    assert asked == ["/"]
+
+
+async def test_a_workers_fetch_and_xhr_off_the_allow_list_are_blocked(pool, pool_settings, fixture_url, outside,
+                                                                      make_task):
+    """A worker's own fetch and XHR to an unlisted port fail and never arrive; listed, both read the page."""
+    page = f"{fixture_url}/subresources.html?wto={quote(outside.url)}"
+    outside.paths.clear()
+    episode = await BrowserEpisode.open(pool, make_task(page), pool_settings)
+    try:
+        await episode.active.wait_for_function("!/(fetch|xhr): waiting/.test(document.body.innerText)")
+        html = (await episode.refresh()).observation.html
+        assert "fetch: failed" in html and "xhr: failed" in html, html
+    finally:
+        await episode.close()
+    assert outside.paths == []
+    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
+                                                                outside.url.split("//")[1]]})
+    episode = await BrowserEpisode.open(pool, make_task(page), listed)
+    try:
+        await episode.active.wait_for_function("!/(fetch|xhr): waiting/.test(document.body.innerText)")
+        html = (await episode.refresh()).observation.html
+        assert "fetch: read" in html and "xhr: read" in html, html
+    finally:
+        await episode.close()
+
+
+async def test_webrtc_sends_no_datagram_to_an_unlisted_port(pool, pool_settings, fixture_url, make_task):
+    """A page's WebRTC asks a STUN server on a loopback UDP port: no HTTP proxy carries UDP, so the browser is
+    kept off it, and the port receives nothing (ICE gathering completes without it)."""
+    import asyncio
+
+    received: list[bytes] = []
+
+    class _Count(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+            received.append(data)
+
+    transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(_Count, local_addr=("127.0.0.1", 0))
+    port = transport.get_extra_info("sockname")[1]
+    try:
+        episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/subresources.html?stun=127.0.0.1:{port}"),
+                                            pool_settings)
+        try:
+            await episode.active.wait_for_function("document.body.innerText.includes('rtc: gathered')")
+        finally:
+            await episode.close()
+    finally:
+        transport.close()
+    assert received == []
