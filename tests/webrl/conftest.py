@@ -64,12 +64,16 @@ class SmokeHome:
     home: Path
     env: dict[str, str]  # its WEBRL_ variables (home, sandbox URLs), for processes that read it
     settings: Settings
+    train_args: list[str]  # the `webrl train` command line of the run
+    train_output: str  # what that command printed
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def smoke_home(tmp_path_factory: pytest.TempPathFactory, tiny_actor: Path) -> Iterator[SmokeHome]:
-    """A real smoke run (phase 0 and one WebRL phase, screenshots on) plus ``webrl eval`` on two test tasks
-    (screenshots on by default), through the CLI, in an embedded home of its own."""
+    """A real smoke run (phase 0 with 3 oracle demonstrations and one WebRL phase, screenshots on) plus
+    ``webrl eval`` on two test tasks (screenshots on by default), through the CLI, in an embedded home of its own;
+    once per test session (tests/webrl/pipeline/test_pipeline_smoke.py checks the run, the viewer shows it)."""
+    from transformers.utils import logging as transformers_logging
     from typer.testing import CliRunner
 
     from webrl.cli import app
@@ -78,13 +82,17 @@ def smoke_home(tmp_path_factory: pytest.TempPathFactory, tiny_actor: Path) -> It
     home, env = tmp_path_factory.mktemp("smoke-home"), site_env()
     with embedded_home(home, env) as settings:
         configure(settings)
+        transformers_logging.enable_progress_bar()  # as in a fresh process (another test may have turned them off)
         actor = str(tiny_actor)
-        train = ["train", "--preset", "smoke", "--run", "smoke", "--actor", actor, "--orm", actor, "--screenshots"]
+        train = ["train", "--preset", "smoke", "--run", "smoke", "--actor", actor, "--orm", actor, "--demo-tasks",
+                 "3", "--screenshots"]
         evaluate = ["eval", "--actor", actor, "--limit", "2", "--max-steps", "2", "--concurrency", "2"]
+        outputs = []
         for args in (train, evaluate):
             result = CliRunner().invoke(app, args)
             assert result.exit_code == 0, result.output + repr(result.exception)
-        yield SmokeHome(home, {"WEBRL_HOME": str(home), **env}, settings)
+            outputs.append(result.output)
+        yield SmokeHome(home, {"WEBRL_HOME": str(home), **env}, settings, train, outputs[0])
 
 
 @pytest.fixture

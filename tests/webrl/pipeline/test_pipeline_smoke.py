@@ -4,6 +4,7 @@ tiny model, real Chromium, a real (tiny) ORM, critic and actor training, checkpo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -49,19 +50,29 @@ def _assert_tensorboard_curves(settings: Settings, steps: int) -> None:
         assert "train/actor_loss" not in scalars
 
 
-def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, tiny_actor: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from transformers.utils import logging as transformers_logging
+@pytest.fixture
+def world(smoke_home: Any, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings of the session's smoke run (tests/webrl/conftest.py: ``webrl train --preset smoke --demo-tasks 3
+    --screenshots``, then ``webrl eval`` on 2 tasks), with its environment for the commands this test runs."""
+    from webrl.config import get_settings
+    from webrl.queue import configure
 
+    for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in smoke_home.env.items():
+        monkeypatch.setenv(var, value)
+    get_settings.cache_clear()
+    configure(get_settings())
+    return get_settings()
+
+
+def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, smoke_home: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from webrl.cli import app
 
-    transformers_logging.enable_progress_bar()  # as in a fresh process (another test may have turned them off)
-    args = ["train", "--preset", "smoke", "--run", "smoke", "--actor", str(tiny_actor), "--orm", str(tiny_actor),
-            "--demo-tasks", "3"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output + repr(result.exception)
-    assert "Loading weights" not in result.output  # only the command's own bars, not one per checkpoint load
-    assert "test overall" in result.output and "(every column: report.md)" in result.output  # 80 columns here
+    args, output = smoke_home.train_args, smoke_home.train_output
+    assert "Loading weights" not in output  # only the command's own bars, not one per checkpoint load
+    assert "test overall" in output and "(every column: report.md)" in output  # 80 columns here
 
     counts = _counts(world)
     assert counts["generated"] > 0  # the curriculum grew from phase 0's failures
