@@ -17,7 +17,7 @@ from webrl.contracts import ValueRequest, ValueResult
 from webrl.service import create_app, model_work
 
 
-class CriticState:
+class LoadedCritics:
     """The loaded critics, each built on first use, one forward pass at a time."""
 
     def __init__(self, settings: Settings, scorer: CriticScorer | None = None) -> None:
@@ -36,18 +36,18 @@ class CriticState:
         return self.scorers[path]
 
 
-def get_state(request: Request) -> CriticState:
+def get_state(request: Request) -> LoadedCritics:
     return request.app.state.critic
 
 
-StateDep = Annotated[CriticState, Depends(get_state)]
+StateDep = Annotated[LoadedCritics, Depends(get_state)]
 
 
 def create_critic_app(settings: Settings | None = None, scorer: CriticScorer | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = create_app("critic", settings=settings, description="WebRL's critic: V(s) = P(success) of a state.",
                      batch_routes=("/v1/critic/value",))
-    app.state.critic = CriticState(settings, scorer)
+    app.state.critic = LoadedCritics(settings, scorer)
 
     @app.post("/v1/critic/value", response_model=ValueResult, tags=["critic"])
     async def critic_value(body: ValueRequest, state: StateDep) -> ValueResult:
