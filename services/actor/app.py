@@ -26,13 +26,13 @@ from services.actor.schemas import (
     CompletionRequest,
     CompletionResponse,
     CompletionUsage,
-    GenerateDetails,
-    GenerateRequest,
-    GenerateResponse,
-    GenerateToken,
     LogprobScore,
     LogprobsRequest,
     LogprobsResponse,
+    TgiGenerateDetails,
+    TgiGenerateRequest,
+    TgiGenerateResponse,
+    TgiGenerateToken,
 )
 from webrl.checkpoints import CHANNEL
 from webrl.config import Settings, get_settings
@@ -165,8 +165,8 @@ def _add_compat_routes(app: FastAPI) -> None:
         from)."""
         return {"model_id": engine.path or engine.version, "router": "webrl-actor", "version": engine.version}
 
-    @app.post("/generate", response_model=GenerateResponse, response_model_exclude_none=True, tags=["compat"])
-    async def generate(body: GenerateRequest, engine: EngineDep) -> GenerateResponse:
+    @app.post("/generate", response_model=TgiGenerateResponse, response_model_exclude_none=True, tags=["compat"])
+    async def generate(body: TgiGenerateRequest, engine: EngineDep) -> TgiGenerateResponse:
         """TGI-compatible ``/generate`` (``details`` gives each token's id and log-prob)."""
         params = body.parameters
         temperature = (params.temperature or 1.0) if params.do_sample else 0.0
@@ -175,12 +175,12 @@ def _add_compat_routes(app: FastAPI) -> None:
         g = generations[0]
         text = body.inputs + g.text if params.return_full_text else g.text
         if not params.details:
-            return GenerateResponse(generated_text=text)
+            return TgiGenerateResponse(generated_text=text)
         special = set(engine.tokenizer.all_special_ids)
-        tokens = [GenerateToken(id=t, text=engine.tokenizer.decode([t]), logprob=lp, special=t in special)
+        tokens = [TgiGenerateToken(id=t, text=engine.tokenizer.decode([t]), logprob=lp, special=t in special)
                   for t, lp in zip(g.token_ids, g.logprobs, strict=True)]
         finish = "eos_token" if g.finish_reason == "stop" else "length"
-        return GenerateResponse(generated_text=text, details=GenerateDetails(
+        return TgiGenerateResponse(generated_text=text, details=TgiGenerateDetails(
             finish_reason=finish, generated_tokens=len(tokens), seed=params.seed, tokens=tokens))
 
 

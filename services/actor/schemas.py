@@ -83,7 +83,7 @@ class CompletionResponse(BaseModel):
 
 
 # POST /generate (TGI-compatible)
-class GenerateParameters(BaseModel):
+class TgiGenerateParameters(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     max_new_tokens: int | None = Field(20, ge=1, le=4096)
@@ -95,30 +95,30 @@ class GenerateParameters(BaseModel):
     decoder_input_details: bool = False
 
 
-class GenerateRequest(BaseModel):
+class TgiGenerateRequest(BaseModel):
     inputs: str = Field(min_length=1)
-    parameters: GenerateParameters = Field(default_factory=GenerateParameters)
+    parameters: TgiGenerateParameters = Field(default_factory=TgiGenerateParameters)
     stream: Literal[False] = False
 
 
-class GenerateToken(BaseModel):
+class TgiGenerateToken(BaseModel):
     id: int
     text: str
     logprob: float
     special: bool
 
 
-class GenerateDetails(BaseModel):
+class TgiGenerateDetails(BaseModel):
     finish_reason: Literal["length", "eos_token", "stop_sequence"]
     generated_tokens: int
     seed: int | None = None
     prefill: list[dict[str, Any]] = Field(default_factory=list)
-    tokens: list[GenerateToken]
+    tokens: list[TgiGenerateToken]
 
 
-class GenerateResponse(BaseModel):
+class TgiGenerateResponse(BaseModel):
     generated_text: str
-    details: GenerateDetails | None = None
+    details: TgiGenerateDetails | None = None
 
 
 # POST /v1/agent/run
