@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 
 from webrl.allow_list import authority, browser_url, host_allowed
 
@@ -34,6 +35,7 @@ MAX_HEAD_BYTES = 64 * 1024  # a request or reply head longer than this is refuse
 HEAD_TIMEOUT_S = 30.0  # a client that opens a connection and says nothing is dropped after this
 CONNECT_TIMEOUT_S = 10.0
 CHUNK = 64 * 1024
+KEPT_REFUSALS = 1000  # the latest refused targets a proxy remembers (all are logged)
 #: Hop-by-hop headers (RFC 9110 section 7.6.1) the proxy drops; it sets its own ``Connection: close``.
 HOP_BY_HOP = {b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization", b"te", b"trailer",
               b"upgrade"}
@@ -52,7 +54,7 @@ class AllowListProxy:
 
     def __init__(self, allowed: list[str]) -> None:
         self.allowed = list(allowed)
-        self.refused: list[str] = []  # targets refused, in order (tests and logs read them)
+        self.refused: deque[str] = deque(maxlen=KEPT_REFUSALS)  # the latest targets refused, oldest first
         self.server: asyncio.Server | None = None
         self._tunnels: dict[asyncio.Task[None], tuple[str, int]] = {}
 

@@ -63,7 +63,7 @@ async def test_a_tunnel_to_an_unlisted_port_is_refused_and_never_opened(listener
     try:
         reply = await _ask(proxy, f"CONNECT 127.0.0.1:{listener.port} HTTP/1.1\r\n\r\n".encode())
         assert reply.startswith(b"HTTP/1.1 403") and listener.connections == 0
-        assert proxy.refused == [f"127.0.0.1:{listener.port}"]
+        assert list(proxy.refused) == [f"127.0.0.1:{listener.port}"]
         proxy.set_allowed([f"127.0.0.1:{listener.port}"])
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
         writer.write(f"CONNECT 127.0.0.1:{listener.port} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n".encode())

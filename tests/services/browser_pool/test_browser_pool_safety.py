@@ -211,10 +211,10 @@ async def test_a_web_socket_off_the_allow_list_is_closed_before_it_connects(pool
     assert asked == ["/"]
 
 
-@pytest.mark.parametrize("opener", ["worker", "shared"])
+@pytest.mark.parametrize("opener", ["worker", "shared", "service"])
 async def test_a_workers_web_socket_off_the_allow_list_never_connects(pool, pool_settings, fixture_url,
                                                                      socket_listener, make_task, opener):
-    """A dedicated or shared worker's WebSocket, which the page's WebSocket route never sees: the browser's
+    """A dedicated, shared or service worker's WebSocket, which the page's WebSocket route never sees: the browser's
     allow-list proxy refuses its tunnel, so the listener on the unlisted port is never reached. Control: listed,
     it connects."""
     url, asked = socket_listener
