@@ -21,10 +21,10 @@ from pathlib import Path
 
 import httpx
 
-from webrl.allow_list import origin
 from webrl.checkpoints import CHANNEL, CheckpointError, CheckpointInfo, announce, folder_sha256, read_manifest
 from webrl.config import Settings
 from webrl.contracts import CheckpointSpec, EndpointSpec, PolicySpec
+from webrl.credentials import actor_headers
 from webrl.models.folders import is_adapter
 
 log = logging.getLogger(__name__)
@@ -35,13 +35,6 @@ REQUEST_TIMEOUT_S = 10.0  # one GET /v1/model
 
 class ActorNotServing(RuntimeError):
     """The actor service cannot be reached, or does not serve the checkpoint a rollout needs in time."""
-
-
-def actor_headers(settings: Settings, url: str) -> dict[str, str]:
-    """The bearer header for ``url`` when it is the configured actor service (``actor.api_key``, else the
-    services' ``security.api_key``); no header for any other endpoint, so the key never leaves for another server."""
-    key = settings.actor.api_key or settings.security.api_key
-    return {"Authorization": f"Bearer {key}"} if key and origin(url) == origin(settings.actor.url) else {}
 
 
 @dataclass(frozen=True)

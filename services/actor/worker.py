@@ -10,7 +10,7 @@ from typing import Any
 from services.actor.engine import ActorEngine
 from webrl.config import get_settings
 from webrl.contracts import ActJob, InvalidRequest
-from webrl.models.policy import shared_backend
+from webrl.models.model_policies import shared_backend
 from webrl.paths import requested_model_folder
 from webrl.queue import celery_app
 

@@ -18,7 +18,7 @@ from webrl.config import Settings, get_settings
 from webrl.contracts import RolloutRequest
 from webrl.db import repository
 from webrl.db.session import session_scope
-from webrl.policy import check_policy_spec
+from webrl.policy_specs import check_policy_spec
 from webrl.schemas import Observation, TaskConfig
 from webrl.service import create_app, invalid, not_found
 from webrl.service_metrics import attribute_reader, register_value

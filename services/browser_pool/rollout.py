@@ -21,7 +21,7 @@ from webrl.config import Settings
 from webrl.contracts import InvalidRequest, RolloutRequest, RolloutResult
 from webrl.db import repository
 from webrl.db.session import session_scope
-from webrl.policy import policy_from_spec
+from webrl.policy_specs import policy_from_spec
 from webrl.schemas import TaskConfig, Trajectory
 
 log = logging.getLogger(__name__)

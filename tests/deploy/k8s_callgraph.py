@@ -20,7 +20,7 @@ DNS = "kube-system/kube-dns"
 #: Who calls whom over HTTP (and CDP), from the code.
 CALLS = {
     ("actor", "browser-pool", 8101),  # agent runs drive the pool (services/actor/agent.py, WEBRL_BROWSER__POOL_URL)
-    *((pool, "actor", 8102) for pool in POOL),  # rollouts: POST /v1/act on WEBRL_ACTOR__URL (webrl/models/policy.py)
+    *((pool, "actor", 8102) for pool in POOL),  # rollouts: POST /v1/act on WEBRL_ACTOR__URL (models/model_policies.py)
     ("trainer-worker", "actor", 8102),  # `webrl train`, run in the trainer worker: GET /v1/model (actor_service.py)
     *((pool, "chromium", CDP_PORT) for pool in POOL),  # the pool's browsers (WEBRL_BROWSER__CDP_URL)
     *(("chromium", "sites", port) for port in SITE_PORTS),  # what the agent browses

@@ -13,7 +13,7 @@ from services.actor.app import create_actor_app
 from webrl.agent.policy import PolicyRequest
 from webrl.config import Settings
 from webrl.contracts import CheckpointSpec, EndpointSpec
-from webrl.policy import policy_from_spec
+from webrl.policy_specs import policy_from_spec
 from webrl.schemas import Observation, TaskConfig
 
 PAGE = '<html> <a id="3"> Electronics </a> <a id="4"> Books </a> <button id="17"> Add to Cart </button> </html>'

@@ -46,7 +46,7 @@ def test_act_returns_text_ids_logprobs_and_version(client) -> None:
 
 def test_logprobs_agree_with_generation(client) -> None:
     from webrl.contracts import ActItem
-    from webrl.models.policy import actor_prompt
+    from webrl.models.model_policies import actor_prompt
 
     result = client.post("/v1/act", json={"batch": [_item()], "max_new_tokens": 8}).json()["results"][0]
     engine = client.app.state.engine

@@ -7,7 +7,7 @@ import pytest
 from webrl.agent.policy import Policy
 from webrl.config import Settings
 from webrl.contracts import CheckpointSpec, EndpointSpec, InvalidRequest
-from webrl.policy import check_policy_spec, policy_from_spec
+from webrl.policy_specs import check_policy_spec, policy_from_spec
 
 
 def test_oracle_spec():
@@ -47,7 +47,7 @@ def test_endpoint_urls_must_be_configured():
 
 @pytest.mark.slow  # imports torch and transformers through webrl.models
 def test_endpoint_spec_builds_the_http_policy():
-    pytest.importorskip("webrl.models.policy")
+    pytest.importorskip("webrl.models.model_policies")
     settings = Settings(actor={"url": "http://127.0.0.1:1"}, security={"api_key": "the-key", "allowed_endpoints": ["http://127.0.0.1:2"]})
     policy = policy_from_spec({"kind": "endpoint", "url": "http://127.0.0.1:1"}, settings)
     assert type(policy).__name__ == "ActorEndpointPolicy" and isinstance(policy, Policy)

@@ -66,7 +66,7 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     import asyncio
 
     from webrl.agent.policy import PolicyRequest
-    from webrl.models.policy import LocalModelPolicy
+    from webrl.models.model_policies import LocalModelPolicy
     from webrl.schemas import Observation, TaskConfig
 
     assert sandbox_ports(free_sites)["shopping"] == int(free_sites.sites.shopping_url.rsplit(":", 1)[1])

@@ -28,7 +28,7 @@ def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, 
     from webrl.db.session import session_scope
     from webrl.hyperparams import DEFAULTS, with_overrides
     from webrl.models.base import base_dir
-    from webrl.models.policy import LocalModelPolicy
+    from webrl.models.model_policies import LocalModelPolicy
     from webrl.schemas import Observation, TaskConfig
 
     link = base_dir(free_sites, "smollm2-135m")

@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 
-from webrl.actor_service import actor_headers
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import Settings
 from webrl.contracts import ActItem, ActRequest, ActResponse
+from webrl.credentials import actor_headers
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
 from webrl.models.folders import model_config_file

@@ -46,9 +46,9 @@ def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> P
 
         return OraclePolicy(corrupt=spec.corrupt, seed=spec.seed)
     if isinstance(spec, CheckpointSpec):
-        from webrl.models.policy import LocalModelPolicy
+        from webrl.models.model_policies import LocalModelPolicy
 
         return LocalModelPolicy(spec.path, settings, temperature=spec.temperature)
-    from webrl.models.policy import ActorEndpointPolicy
+    from webrl.models.model_policies import ActorEndpointPolicy
 
     return ActorEndpointPolicy(spec.url or settings.actor.url, settings, temperature=spec.temperature)
