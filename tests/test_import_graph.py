@@ -95,3 +95,54 @@ def test_webrl_imports_no_service_and_services_import_no_other_service() -> None
     wrong = [f"{module} -> {target}" for module, targets in import_graph().items() for target in targets
              if top(target)[0] == "services" and top(target) != top(module)]
     assert wrong == []
+
+
+#: The layers of webrl/, lowest first: a module may import its own layer and those below, never one above. Each
+#: entry names the top-level modules and packages of webrl/ (``webrl.<name>``) the layer holds; docs/design.md
+#: draws the same table. The services (services/<name>/) stand above all of them.
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("foundation", frozenset({"", "config", "errors", "text", "assets"})),
+    ("method", frozenset({"hyperparams", "presets", "returns", "rewards", "paired_stats"})),
+    ("web safety", frozenset({"allow_list", "navigation_guard", "allow_list_proxy", "credentials"})),
+    ("agent", frozenset({"actions", "schemas", "observed_page", "early_stop", "agent", "evaluation", "prompts"})),
+    ("store", frozenset({"db", "checkpoints", "readiness", "screenshots", "template_prior"})),
+    ("wire", frozenset({"contracts", "queue", "clients", "paths"})),
+    ("serving", frozenset({"service", "service_metrics", "browser_server"})),
+    ("models and sites", frozenset({"models", "sandbox"})),
+    ("policies", frozenset({"actor_service", "policy_specs"})),
+    ("runs", frozenset({"orchestration", "tracking", "report", "viewer"})),
+    ("commands", frozenset({"cli", "commands", "demo"})),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of a module of webrl/ (``webrl.a.b`` is in the layer holding ``a``)."""
+    name = module.split(".")[1] if "." in module else ""
+    [index] = [i for i, (_, names) in enumerate(LAYERS) if name in names] or [None]
+    assert index is not None, f"{module}: add webrl.{name} to a layer of LAYERS"
+    return index
+
+
+def test_every_module_of_webrl_has_one_layer() -> None:
+    names = [name for _, layer in LAYERS for name in layer]
+    assert len(names) == len(set(names))
+    for module in modules():
+        if module.split(".")[0] == "webrl":
+            layer_of(module)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a webrl/ module by one of a lower layer, as ``module (layer) -> target (layer)``."""
+    return [f"{module} ({LAYERS[layer_of(module)][0]}) -> {target} ({LAYERS[layer_of(target)][0]})"
+            for module, targets in sorted(graph.items()) if module.split(".")[0] == "webrl"
+            for target in sorted(targets) if target.split(".")[0] == "webrl" and layer_of(target) > layer_of(module)]
+
+
+def test_upward_imports_are_found() -> None:
+    graph = {"webrl.returns": {"webrl.db.repository", "webrl.hyperparams"}, "webrl.db.repository": {"webrl.rewards"},
+             "webrl.cli": {"webrl.orchestration.pipeline"}, "webrl.orchestration.pipeline": set()}
+    assert upward_imports(graph) == ["webrl.returns (method) -> webrl.db.repository (store)"]
+
+
+def test_webrl_never_imports_a_layer_above() -> None:
+    assert upward_imports(import_graph()) == []
