@@ -233,6 +233,11 @@ class CriticState(Contract):
                                description="Raw responses of the earlier steps, oldest first.")
     key: str | None = Field(None, description="The task's key; values of stored tasks are kept in critic_values.")
 
+    @classmethod
+    def of(cls, start: StartState) -> CriticState:
+        """The state the critic values at a task's start: its intent and first page, no history."""
+        return cls(key=start.key, intent=start.intent, observation=start.observation)
+
 
 class ValueRequest(Contract):
     """``critic.value`` and ``POST /v1/critic/value``: V of ``states``, or of the start states of ``task_keys``

@@ -39,6 +39,7 @@ from webrl.config import Settings
 from webrl.contracts import (
     DEMONSTRATION_ATTEMPT,
     DEMONSTRATION_PURPOSE,
+    CriticState,
     FilterRequest,
     GenerateRequest,
     InvalidRequest,
@@ -321,7 +322,7 @@ class Pipeline:
             return None, "none"
         starts = clients.rollout_observe(ObserveRequest(task_keys=keys)).states
         if critic:
-            states = [{"key": s.key, "intent": s.intent, "observation": s.observation} for s in starts]
+            states = [CriticState.of(start) for start in starts]
             values = clients.critic_value(ValueRequest(critic=critic, states=states)).values
             judge = f"critic:{Path(critic).name}"
         else:

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from services.critic.app import create_critic_app
 from services.critic.values import CriticScorer, MissingStartPageError, State
 from webrl.clients import critic_value
-from webrl.contracts import StartState, ValueRequest
+from webrl.contracts import CriticState, StartState, ValueRequest
 from webrl.db import models as m
 from webrl.db.repository import save_trajectory, upsert_task
 from webrl.db.session import session_scope
@@ -139,7 +139,6 @@ def test_rest_route_and_celery_task_give_the_same_values_and_store_them(client, 
 def test_typed_client_round_trips_keyed_start_states(tiny_critic_dir, db_settings, scorer) -> None:
     _store_task(db_settings, "observed", "reddit", with_episode=False)
     start = StartState(key="observed", intent="Do observed", observation="<p>forum</p>")
-    result = critic_value(ValueRequest(states=[{"key": start.key, "intent": start.intent,
-                                                "observation": start.observation}], critic=str(tiny_critic_dir)))
+    result = critic_value(ValueRequest(states=[CriticState.of(start)], critic=str(tiny_critic_dir)))
     assert result.by_key == {"observed": pytest.approx(scorer.values([State("Do observed", "<p>forum</p>")])[0],
                                                        abs=1e-5)}
