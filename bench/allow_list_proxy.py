@@ -1,5 +1,5 @@
-"""What the allow-list proxy (``webrl.allow_list_proxy``) costs a page load: the same pages loaded by two browsers,
-one launched with the proxy's switches and one without, alternating, the HTTP cache off.
+"""What the allow-list proxy (``webrl.safety.allow_list_proxy``) costs a page load: the same pages loaded by two
+browsers, one launched with the proxy's switches and one without, alternating, the HTTP cache off.
 
 Pages: the sandbox sites' start pages (keep-alive server, few subresources) and a generated page of ``--images``
 images from ``python -m http.server`` (one connection per request either way), where the proxy's cost per
@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from webrl.allow_list_proxy import AllowListProxy  # noqa: E402
-from webrl.browser_server import CHROMIUM_ARGS  # noqa: E402
 from webrl.config import Settings  # noqa: E402
+from webrl.safety.allow_list_proxy import AllowListProxy  # noqa: E402
+from webrl.serving.browser_server import CHROMIUM_ARGS  # noqa: E402
 
 PIXEL = '<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"/>'
 

@@ -11,8 +11,8 @@ Throughput (``--parts throughput``): for pool sizes 1, 2, 4 and 8 (one episode p
 steps/s including resets and evaluation, as ratios against one episode at a time (size 1) and against the
 floor: the bare Playwright calls of the same actions (recorded from an oracle run, replayed by CSS path on
 one browser, a fresh context per episode) with no observation extraction, no evaluation and no policy. Then the
-cost of step screenshots (``--screenshots``, ``webrl.screenshots``): steps/s with them over steps/s without, at the
-smallest and the largest pool size, and their mean size.
+cost of step screenshots (``--screenshots``, ``webrl.store.screenshots``): steps/s with them over steps/s without, at
+the smallest and the largest pool size, and their mean size.
 
     .venv/bin/python bench/browser_pool.py [--parts resets,throughput] [--rounds 3 --episodes 8 --steps 4]
                                            [--tasks 12] [--sizes 1,2,4,8]
@@ -44,10 +44,10 @@ from services.browser_pool.observe import observe_view  # noqa: E402
 from services.browser_pool.pool import CHROMIUM_ARGS, BrowserPool  # noqa: E402
 from services.browser_pool.runs import run_batch  # noqa: E402
 from services.browser_pool.stage import VIEWPORT  # noqa: E402
-from webrl.actions import ActionType, parse_action  # noqa: E402
+from webrl.agent.actions import ActionType, parse_action  # noqa: E402
 from webrl.agent.policy import PolicyRequest  # noqa: E402
+from webrl.agent.schemas import Step, TaskConfig  # noqa: E402
 from webrl.config import SITE_PLACEHOLDERS, Settings  # noqa: E402
-from webrl.schemas import Step, TaskConfig  # noqa: E402
 
 CSS_PATH_JS = """el => { const parts = [];
   for (let e = el; e && e.nodeType === 1 && e !== document.documentElement; e = e.parentElement) {

@@ -34,7 +34,7 @@ from webrl.config import get_settings
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
-from webrl.hyperparams import DEFAULTS
+from webrl.method.hyperparams import DEFAULTS
 from webrl.models.critic import CriticModel, critic_value, value_head
 from webrl.models.examples import encode_prompt, pad_id_of
 from webrl.models.orm import roc_auc

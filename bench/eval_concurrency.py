@@ -57,10 +57,10 @@ def _test_keys(tasks: int) -> list[str]:
 def _timed_run(actor: str, tasks: int, setting: Setting, attempt: int) -> None:
     """In a child process: warm the policy up on one task, then time the first ``tasks`` test tasks; prints one
     JSON line (seconds, trajectory ids)."""
-    from webrl.clients import rollout_run
     from webrl.config import get_settings
-    from webrl.contracts import CheckpointSpec, RolloutRequest
     from webrl.sandbox.server import running_sandbox, sandbox_ports
+    from webrl.wire.clients import rollout_run
+    from webrl.wire.contracts import CheckpointSpec, RolloutRequest
 
     settings = get_settings()
     concurrency, chunk, _ = setting

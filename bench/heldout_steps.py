@@ -43,13 +43,13 @@ def demonstrations(settings, keys: list[str]) -> list[int]:
     """Oracle rollouts of ``keys`` (purpose "sft"); the ids of the successful ones."""
     from sqlalchemy import select
 
-    from webrl.clients import rollout_run
-    from webrl.contracts import OracleSpec, RolloutRequest
     from webrl.db import models as m
     from webrl.db.migrate import upgrade
     from webrl.db.session import session_scope
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import load_suite
+    from webrl.wire.clients import rollout_run
+    from webrl.wire.contracts import OracleSpec, RolloutRequest
 
     upgrade(settings)
     load_suite(settings, BOOTSTRAP_SEED)

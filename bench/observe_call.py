@@ -38,8 +38,8 @@ from services.browser_pool.observe import (  # noqa: E402
     SETTLE,
 )
 from services.browser_pool.pool import BrowserPool  # noqa: E402
+from webrl.agent.schemas import TaskConfig  # noqa: E402
 from webrl.config import Settings  # noqa: E402
-from webrl.schemas import TaskConfig  # noqa: E402
 
 BASELINE = "whole script per call"
 CALLS = {"round trip": ("1", None), BASELINE: (OBSERVE_JS, True), "installed once": (CALL_OBSERVE_JS, True)}

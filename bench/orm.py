@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from services.orm.scoring import LocalOrm
+from webrl.agent.schemas import Observation, Step, Trajectory
 from webrl.config import Settings
 from webrl.models.tiny import build_tiny_folder
-from webrl.schemas import Observation, Step, Trajectory
 
 WORDS = ["Electronics", "Books", "Garden", "Dumbbell Set", "Headphones", "Camera", "Kitchen", "Toys"]
 INTENTS = ["Show me the products in the {x} category", "Add {x} to my wish list", "What is the price of {x}?"]

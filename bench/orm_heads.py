@@ -41,13 +41,13 @@ from services.trainer.orm_head import FEATURE_CACHE_DIR, labelled_prompts
 from webrl.config import get_settings
 from webrl.db import models as m
 from webrl.db.session import session_scope
+from webrl.method.rewards import is_success
 from webrl.models.feature_cache import FeatureCache
 from webrl.models.loading import load_tokenizer
 from webrl.models.orm import roc_auc
 from webrl.models.orm_head import choose_and_fit, load_backbone, prompt_features, success_probability
 from webrl.orchestration.train_orm import ORM_ATTEMPT_BASE, ORM_PURPOSE, split_keys
 from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
-from webrl.rewards import is_success
 
 
 @dataclass

@@ -27,16 +27,16 @@ def main() -> None:
     args = parser.parse_args()
 
     isolated_home("webrl-bench-phase-")
-    from webrl.clients import rollout_run
     from webrl.config import get_settings
-    from webrl.contracts import OracleSpec, RolloutRequest
     from webrl.db.migrate import upgrade
-    from webrl.hyperparams import with_overrides
+    from webrl.method.hyperparams import with_overrides
+    from webrl.method.presets import PRESETS
     from webrl.orchestration.bootstrap import BootstrapConfig, run_bootstrap
     from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
-    from webrl.presets import PRESETS
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import load_suite
+    from webrl.wire.clients import rollout_run
+    from webrl.wire.contracts import OracleSpec, RolloutRequest
 
     settings = get_settings()
     upgrade(settings)

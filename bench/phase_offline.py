@@ -81,10 +81,10 @@ def sample_keys(settings: Any, n: int) -> list[str]:
 
 def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int) -> set[str]:
     """The tasks of ``keys`` the actor at ``actor`` solves greedily (evaluated once per actor state and horizon)."""
-    from webrl.actor_service import rollout_policy
-    from webrl.clients import rollout_run
-    from webrl.contracts import RolloutRequest
     from webrl.orchestration.evaluate import evaluation_attempt, solved_task_keys, trajectory_scores
+    from webrl.policies.actor_service import rollout_policy
+    from webrl.wire.clients import rollout_run
+    from webrl.wire.contracts import RolloutRequest
 
     result = rollout_run(RolloutRequest(task_keys=keys, phase=9999, attempt=evaluation_attempt(actor, max_steps),
                                         purpose="eval", policy=rollout_policy(settings, str(actor.resolve())),

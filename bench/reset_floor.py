@@ -44,11 +44,11 @@ from services.browser_pool.observe import INIT_JS, observe_view  # noqa: E402
 from services.browser_pool.pool import CHROMIUM_ARGS, BrowserPool  # noqa: E402
 from services.browser_pool.safety import AllowList  # noqa: E402
 from services.browser_pool.stage import VIEWPORT  # noqa: E402
-from webrl.allow_list import origin  # noqa: E402
-from webrl.allow_list_proxy import AllowListProxy  # noqa: E402
+from webrl.agent.schemas import TaskConfig  # noqa: E402
 from webrl.config import Settings  # noqa: E402
-from webrl.navigation_guard import NavigationGuard  # noqa: E402
-from webrl.schemas import TaskConfig  # noqa: E402
+from webrl.safety.allow_list import origin  # noqa: E402
+from webrl.safety.allow_list_proxy import AllowListProxy  # noqa: E402
+from webrl.safety.navigation_guard import NavigationGuard  # noqa: E402
 
 LAYERS = ("bare page", "+ init scripts", "+ allow-list route", "+ navigation guard", "+ allow-list proxy",
           "+ observations", "+ scrub navigation", "+ storage clears")

@@ -44,11 +44,11 @@ from services.browser_pool.observe import (  # noqa: E402
     observe_view,
 )
 from services.browser_pool.pool import BrowserPool  # noqa: E402
-from webrl.actions import ActionType, parse_action  # noqa: E402
+from webrl.agent.actions import ActionType, parse_action  # noqa: E402
+from webrl.agent.early_stop import MAX_STEPS  # noqa: E402
 from webrl.agent.policy import PolicyRequest  # noqa: E402
+from webrl.agent.schemas import Step, TaskConfig  # noqa: E402
 from webrl.config import Settings  # noqa: E402
-from webrl.early_stop import MAX_STEPS  # noqa: E402
-from webrl.schemas import Step, TaskConfig  # noqa: E402
 
 FIXTURES = REPO / "tests" / "services" / "browser_pool" / "fixtures"
 STATIC_PAGES = ("elements.html", "actions.html", "wrapper.html", "icons.html", "longvalue.html",

@@ -65,7 +65,7 @@ def split_trajectories(settings: Any) -> tuple[list[int], list[int]]:
 
 def evaluate(settings: Any, path: str, trajectory_ids: list[int], prompt_tokens: int, limit: int) -> dict[str, float]:
     """Greedy actions of the model at ``path`` on every step of the held-out trajectories (at most ``limit``)."""
-    from webrl.actions import ActionParseError, parse_action
+    from webrl.agent.actions import ActionParseError, parse_action
     from webrl.db.repository import load_trajectory
     from webrl.db.session import session_scope
     from webrl.models.backends.local import LocalBackend
@@ -135,7 +135,7 @@ def run_variant(home: str, base: str, name: str, overrides: dict[str, Any], minu
     torch.set_num_threads(1)
     from services.trainer.sft import COMPLETION_BUDGET, run_sft
     from webrl.config import Settings
-    from webrl.contracts import SftJob
+    from webrl.wire.contracts import SftJob
 
     settings = Settings()
     recipe = {**DEFAULT_RECIPE, **overrides}

@@ -28,9 +28,9 @@ from services.browser_pool.act import execute  # noqa: E402
 from services.browser_pool.episode import BrowserEpisode  # noqa: E402
 from services.browser_pool.observe import observe_view, settle  # noqa: E402
 from services.browser_pool.pool import BrowserPool  # noqa: E402
-from webrl.actions import parse_action  # noqa: E402
+from webrl.agent.actions import parse_action  # noqa: E402
+from webrl.agent.schemas import TaskConfig  # noqa: E402
 from webrl.config import Settings  # noqa: E402
-from webrl.schemas import TaskConfig  # noqa: E402
 
 PARTS = ("round trip", "scroll action", "bare scrollBy", "load-state check", "observation", "  of it settling",
          "whole step")

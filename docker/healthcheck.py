@@ -55,7 +55,7 @@ def check_tcp(addresses: list[str]) -> str | None:
 
 def check_celery(node: str | None) -> str | None:
     """None when the worker ``node`` answers ``inspect ping``."""
-    from webrl.queue import celery_app
+    from webrl.wire.queue import celery_app
 
     node = node or f"celery@{socket.gethostname()}"
     replies = celery_app.control.inspect(destination=[node], timeout=CELERY_PING_TIMEOUT_S).ping() or {}

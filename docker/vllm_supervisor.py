@@ -74,7 +74,7 @@ def _rows(body: object) -> list[dict]:
 
 def newest_actor(body: object) -> Checkpoint | None:
     """The newest actor checkpoint in a checkpoints answer. The trainer lists rows oldest first
-    (``webrl.checkpoints.list_checkpoints``), so it is the last actor row with a path."""
+    (``webrl.store.checkpoints.list_checkpoints``), so it is the last actor row with a path."""
     rows = [r for r in _rows(body) if r.get("role") == ACTOR_ROLE and r.get("path")]
     if not rows:
         return None

@@ -54,7 +54,7 @@ def _unavailable(what: str, exc: Exception) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Requests may name the session's model folders (they live in pytest's temporary folder, outside each
-    test's artifacts store) as models to load (``WEBRL_SECURITY__MODEL_DIRS``, webrl.paths); child processes
+    test's artifacts store) as models to load (``WEBRL_SECURITY__MODEL_DIRS``, webrl.serving.paths); child processes
     inherit it."""
     before = os.environ.get("WEBRL_SECURITY__MODEL_DIRS")
     os.environ["WEBRL_SECURITY__MODEL_DIRS"] = str(tmp_path_factory.getbasetemp())

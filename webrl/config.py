@@ -2,7 +2,7 @@
 
 Every other module receives a :class:`Settings` (usually through :func:`get_settings`) and never touches
 ``os.environ``. Values are validated once, at load. Settings are deployment facts (where things are, how they
-are served); the method's knobs (thresholds, bands, beta, learning rates) are :mod:`webrl.hyperparams`.
+are served); the method's knobs (thresholds, bands, beta, learning rates) are :mod:`webrl.method.hyperparams`.
 
 Settings come in groups (``settings.actor.backend``, ``settings.browser.pool_size``), each field set in the
 environment as ``WEBRL_<GROUP>__<FIELD>`` (``WEBRL_ACTOR__BACKEND``); the few global ones are top-level
@@ -130,7 +130,7 @@ def database_url_problem(url: str) -> str | None:
 
 
 class JobsSettings(Group):
-    """Jobs (webrl/queue.py): the Celery broker, how long one job may run and when Redis gives up on its worker;
+    """Jobs (webrl/wire/queue.py): the Celery broker, how long one job may run and when Redis gives up on its worker;
     and the Redis that carries checkpoint events."""
 
     flat_names = {"time_limit_s": "job_time_limit_s", "visibility_timeout_s": "broker_visibility_timeout_s"}

@@ -31,8 +31,8 @@ RUN = "cpu-demo"
 
 def shipped_actor_is_intact(folder: Path = SHIPPED_ACTOR) -> bool:
     """True when the shipped actor exists and its files hash to the sha256 its manifest records."""
-    from webrl.checkpoints import verify
     from webrl.models.folders import is_model_folder
+    from webrl.store.checkpoints import verify
 
     return is_model_folder(folder) and verify(folder)
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import uuid
 
-from webrl.actions import parse_action
+from webrl.agent.actions import parse_action
+from webrl.agent.early_stop import MAX_STEPS
 from webrl.agent.environment import StepResult
 from webrl.agent.loop import run_episode
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.allow_list import start_url_problem
+from webrl.agent.schemas import Observation, TaskConfig, Trajectory, resolve_placeholders
 from webrl.config import SITE_PLACEHOLDERS, Settings
-from webrl.contracts import ActItem, ActRequest
-from webrl.early_stop import MAX_STEPS
-from webrl.schemas import Observation, TaskConfig, Trajectory, resolve_placeholders
+from webrl.safety.allow_list import start_url_problem
+from webrl.wire.contracts import ActItem, ActRequest
 
 
 class AgentRunError(ValueError):

@@ -34,12 +34,12 @@ from services.actor.schemas import (
     TgiGenerateResponse,
     TgiGenerateToken,
 )
-from webrl.checkpoints import CHANNEL
 from webrl.config import Settings, get_settings
-from webrl.contracts import ActRequest, ActResponse
 from webrl.models.backends import Generation
-from webrl.service import create_app, invalid, within
-from webrl.service_metrics import attribute_reader, register_value
+from webrl.serving.factory import create_app, invalid, within
+from webrl.serving.metrics import attribute_reader, register_value
+from webrl.store.checkpoints import CHANNEL
+from webrl.wire.contracts import ActRequest, ActResponse
 
 log = logging.getLogger("webrl.actor")
 BATCH_ROUTES = ("/v1/act", "/v1/logprobs", "/v1/completions")  # they carry batches of pages or prompts

@@ -23,15 +23,15 @@ from typing import Any
 
 import torch
 
-from webrl.actions import ActionParseError, parse_action
+from webrl.agent.actions import ActionParseError, parse_action
 from webrl.config import Settings
-from webrl.contracts import ActRequest, ActResponse, ActResult
 from webrl.models.backends import Backend, Generation, make_backend
 from webrl.models.backends.local import LocalBackend
 from webrl.models.folders import is_adapter
 from webrl.models.loading import checkpoint_version, load_tokenizer
 from webrl.models.model_policies import actor_prompt, prompt_budget
 from webrl.text import without_nul
+from webrl.wire.contracts import ActRequest, ActResponse, ActResult
 
 log = logging.getLogger("webrl.actor")
 

@@ -1,6 +1,6 @@
 """Hot reload: listen on Redis ``webrl:checkpoints`` and swap in each newly published actor.
 
-Events are JSON ``{"role", "version", "path", "sha256"}`` (``webrl.checkpoints.CheckpointInfo.event``); only
+Events are JSON ``{"role", "version", "path", "sha256"}`` (``webrl.store.checkpoints.CheckpointInfo.event``); only
 ``role == "actor"`` events with a new version are loaded, and a folder whose files do not hash to the event's
 sha256 is refused (a half-copied or tampered checkpoint never serves).
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import redis
 from kombu.utils.url import maybe_sanitize_url
 
-from webrl.checkpoints import CHANNEL, folder_sha256
+from webrl.store.checkpoints import CHANNEL, folder_sha256
 
 log = logging.getLogger("webrl.actor.reload")
 

@@ -1,4 +1,4 @@
-"""Request and response records of the actor's routes (``/v1/act``'s live in ``webrl.contracts``)."""
+"""Request and response records of the actor's routes (``/v1/act``'s live in ``webrl.wire.contracts``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from webrl.early_stop import MAX_STEPS
-from webrl.hyperparams import MAX_EPISODE_STEPS
-from webrl.schemas import Seed, Trajectory
+from webrl.agent.early_stop import MAX_STEPS
+from webrl.agent.schemas import Seed, Trajectory
+from webrl.method.hyperparams import MAX_EPISODE_STEPS
 
 MAX_PROMPTS = 64  # prompts per completions call
 

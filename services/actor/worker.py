@@ -9,15 +9,15 @@ from typing import Any
 
 from services.actor.engine import ActorEngine
 from webrl.config import get_settings
-from webrl.contracts import ActJob, InvalidRequest
 from webrl.models.model_policies import shared_backend
-from webrl.paths import requested_model_folder
-from webrl.queue import celery_app
+from webrl.serving.paths import requested_model_folder
+from webrl.wire.contracts import ActJob, InvalidRequest
+from webrl.wire.queue import celery_app
 
 
 @celery_app.task(name="actor.act")
 def act(payload: dict[str, Any]) -> dict[str, Any]:
-    """:class:`~webrl.contracts.ActJob` -> :class:`~webrl.contracts.ActResponse`.
+    """:class:`~webrl.wire.contracts.ActJob` -> :class:`~webrl.wire.contracts.ActResponse`.
 
     Pure inference: safe to run twice (greedy by default; a sampled run is seeded by ``seed`` when given).
     """
@@ -26,7 +26,7 @@ def act(payload: dict[str, Any]) -> dict[str, Any]:
     model = job.model or settings.actor.model
     if not model:
         raise InvalidRequest("model", "actor.act needs a model: give 'model' or set WEBRL_ACTOR__MODEL")
-    if job.model:  # a folder the payload names is loaded only where a request may name one (webrl.paths)
+    if job.model:  # a folder the payload names is loaded only where a request may name one (webrl.serving.paths)
         requested_model_folder(settings, job.model, "model", configured=settings.actor.model)
     backend = shared_backend(model, settings)
     engine = ActorEngine(settings, backend, backend.tokenizer, path=str(model))

@@ -29,7 +29,7 @@ from playwright.async_api import Locator, Page
 
 from services.browser_pool.dates import DATE_INPUT_TYPES, DateFormatError, input_value
 from services.browser_pool.observe import MARK_ATTRIBUTE, ElementMap
-from webrl.actions import Action, ActionType
+from webrl.agent.actions import Action, ActionType
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ from pydantic import BaseModel, Field, model_validator
 from services.browser_pool.episode import StartUrlRefused, StorageStateRefused
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.sessions import EpisodeManager, EpisodeNotFound, JobView, PoolBusy
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.config import Settings, get_settings
-from webrl.contracts import RolloutRequest
 from webrl.db import repository
 from webrl.db.session import session_scope
-from webrl.policy_specs import check_policy_spec
-from webrl.schemas import Observation, TaskConfig
-from webrl.service import create_app, invalid, not_found
-from webrl.service_metrics import attribute_reader, register_value
+from webrl.policies.specs import check_policy_spec
+from webrl.serving.factory import create_app, invalid, not_found
+from webrl.serving.metrics import attribute_reader, register_value
+from webrl.wire.contracts import RolloutRequest
 
 
 class CreateEpisodeIn(BaseModel):

@@ -5,7 +5,7 @@
 Reset (``BrowserEpisode.open``): resolve the ``__SITE__`` placeholders, take a clean context from the leased
 browser's stock (``stock.py``: made ahead of time, or scrubbed after an earlier episode on the same origin;
 WebArena's 1280x720 viewport), log in (the task's storage_state file when it exists, read from the artifacts
-store only, :func:`webrl.paths.confined_path`; else the sandbox's login cookies for each site of a
+store only, :func:`webrl.serving.paths.confined_path`; else the sandbox's login cookies for each site of a
 ``require_login`` task), set the geolocation, put the context in its own sandbox episode (cookie
 ``webrl_episode``), open each `` |AND| `` part of ``start_url`` in a tab (the first in the context's own tab),
 make the first tab active and observe it. Close gives the context back to the stock, which scrubs it in the
@@ -31,12 +31,12 @@ from services.browser_pool.safety import AllowList
 from services.browser_pool.stage import Stage
 from services.browser_pool.stock import ContextStock
 from services.browser_pool.storage_state import StorageState, StorageStateInvalid, read_storage_state
-from webrl.actions import ActionParseError, ActionType, parse_action
+from webrl.agent.actions import ActionParseError, ActionType, parse_action
 from webrl.agent.environment import EpisodeCrashed, StepResult
-from webrl.allow_list import canonical_start_url, origin, start_url_problem
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.config import SITE_PLACEHOLDERS, Settings
-from webrl.paths import PathOutsideArtifacts, confined_path
-from webrl.schemas import Observation, TaskConfig
+from webrl.safety.allow_list import canonical_start_url, origin, start_url_problem
+from webrl.serving.paths import PathOutsideArtifacts, confined_path
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class BrowserEpisode:
         self.observation: Observation | None = None
         self.view: PageView | None = None  # the last observation with its ids and timings
         self.screenshots = screenshots
-        self.screenshot: bytes | None = None  # the page of ``observation`` (``webrl.screenshots``), when taken
+        self.screenshot: bytes | None = None  # the page of ``observation`` (``webrl.store.screenshots``), when taken
         self.closed = False
         self.page_crashed = False
         self._new_page = asyncio.Event()
@@ -179,7 +179,7 @@ class BrowserEpisode:
         urls = resolved.start_urls(settings)
         for problem in filter(None, (start_url_problem(url, allowed) for url in urls)):
             raise StartUrlRefused(problem)
-        urls = [canonical_start_url(url) for url in urls]  # opened as checked (webrl.allow_list)
+        urls = [canonical_start_url(url) for url in urls]  # opened as checked (webrl.safety.allow_list)
         storage_state = storage_state_file(resolved, settings)
         slot = await pool.acquire()
         episode_id = uuid.uuid4().hex[:16]
@@ -337,9 +337,9 @@ class BrowserEpisode:
         return view
 
     async def _capture(self, page: Page) -> bytes | None:
-        """The viewport as :func:`webrl.screenshots.encode` stores it; None (logged) when the page cannot be
+        """The viewport as :func:`webrl.store.screenshots.encode` stores it; None (logged) when the page cannot be
         captured: a missing picture never ends an episode."""
-        from webrl.screenshots import CAPTURE_QUALITY, encode
+        from webrl.store.screenshots import CAPTURE_QUALITY, encode
 
         try:
             captured = await page.screenshot(type="jpeg", quality=CAPTURE_QUALITY, timeout=SCREENSHOT_TIMEOUT_MS)

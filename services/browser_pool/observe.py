@@ -17,7 +17,7 @@ from pathlib import Path
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 
-from webrl.schemas import Observation
+from webrl.agent.schemas import Observation
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import time
 
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
-from webrl.allow_list import first_refused
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
-from webrl.contracts import CheckedPage, InvalidRequest, PageCheckRequest, PageCheckResult
-from webrl.schemas import TaskConfig
+from webrl.safety.allow_list import first_refused
+from webrl.wire.contracts import CheckedPage, InvalidRequest, PageCheckRequest, PageCheckResult
 
 CHECK_INTENT = "look at the page"  # the intent of the one-page task each URL is opened as
 

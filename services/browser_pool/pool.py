@@ -9,11 +9,11 @@ the next lease; the episode that was using it ends with an error (see ``episode.
 the pool.
 
 Each launched browser sends all its traffic through an allow-list proxy of its own
-(:class:`~webrl.allow_list_proxy.AllowListProxy`, loopback included), which follows the allow-list of the
+(:class:`~webrl.safety.allow_list_proxy.AllowListProxy`, loopback included), which follows the allow-list of the
 browser's stock: the fence for what no in-browser hook sees (a worker's WebSocket).
 
 With ``WEBRL_BROWSER__CDP_URL`` the browsers are not launched here: each slot connects to a fresh Chromium on a
-browser server (``webrl browser serve``, :mod:`webrl.browser_server`), so Chromium can run in a pod without the
+browser server (``webrl browser serve``, :mod:`webrl.serving.browser_server`), so Chromium can run in a pod without the
 pool's secrets and network; a lost connection is a dead browser, and the server kills the browser when the
 connection goes; there the server's proxy applies the server's allow-list (docs/security.md).
 """
@@ -29,9 +29,9 @@ import psutil
 from playwright.async_api import Browser, Playwright, async_playwright
 
 from services.browser_pool.stock import ContextStock
-from webrl.allow_list_proxy import AllowListProxy
-from webrl.browser_server import CHROMIUM_ARGS
 from webrl.config import Settings
+from webrl.safety.allow_list_proxy import AllowListProxy
+from webrl.serving.browser_server import CHROMIUM_ARGS
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class BrowserPool:
 
     async def _launch(self, slot: BrowserSlot) -> None:
         """Launch the slot's Chromium, or, with ``browser.cdp_url``, connect to a fresh one on a browser server
-        (``webrl.browser_server``: Chromium in a pod of its own, which ends when the connection does)."""
+        (``webrl.serving.browser_server``: Chromium in a pod of its own, which ends when the connection does)."""
         assert self._playwright is not None
         if self.settings.browser.cdp_url:
             token = self.settings.browser.cdp_token

@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.runs import run_batch
-from webrl import screenshots
+from webrl.agent.schemas import TaskConfig, Trajectory
 from webrl.config import Settings
-from webrl.contracts import InvalidRequest, RolloutRequest, RolloutResult
 from webrl.db import repository
 from webrl.db.session import session_scope
-from webrl.policy_specs import policy_from_spec
-from webrl.schemas import TaskConfig, Trajectory
+from webrl.policies.specs import policy_from_spec
+from webrl.store import screenshots
+from webrl.wire.contracts import InvalidRequest, RolloutRequest, RolloutResult
 
 log = logging.getLogger(__name__)
 

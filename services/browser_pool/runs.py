@@ -14,11 +14,11 @@ from services.browser_pool.batcher import BATCH_WAIT_S, Batcher
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
 from webrl.agent import loop
+from webrl.agent.early_stop import MAX_STEPS, StopRules
 from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.agent.policy import Decide, Policy, PolicyRequest, PolicyResponse
+from webrl.agent.schemas import Observation, TaskConfig, Trajectory
 from webrl.config import Settings
-from webrl.early_stop import MAX_STEPS, StopRules
-from webrl.schemas import Observation, TaskConfig, Trajectory
 
 
 class LeasedEpisode:

@@ -1,12 +1,12 @@
-"""What a browser context may reach: the host allow-list (rules in :mod:`webrl.allow_list`).
+"""What a browser context may reach: the host allow-list (rules in :mod:`webrl.safety.allow_list`).
 
 Three fences in the browser, all recorded so the episode can report each block, and under them the browser's
-allow-list proxy (:mod:`webrl.allow_list_proxy`, started by ``pool.py``), which takes every connection the browser
-makes, whatever opened it (a worker's WebSocket, which none of the three sees), and logs what it refuses:
+allow-list proxy (:mod:`webrl.safety.allow_list_proxy`, started by ``pool.py``), which takes every connection the
+browser makes, whatever opened it (a worker's WebSocket, which none of the three sees), and logs what it refuses:
 - request interception (``context.route``) on the first request of anything the page loads: only
   requests to hosts *off* the list are intercepted (the route pattern is a regular expression that
   Playwright matches inside the browser driver), so allowed traffic pays nothing here;
-- a :class:`~webrl.navigation_guard.NavigationGuard` on the browser for every hop of every request (documents
+- a :class:`~webrl.safety.navigation_guard.NavigationGuard` on the browser for every hop of every request (documents
   and subresources), which the route never sees after a redirect (a 302 from an allowed site to another host);
   the browser's stock of contexts holds it (``stock.py``: one allow-list per browser at a time) and reports to
   the episode's list;
@@ -22,7 +22,7 @@ import re
 
 from playwright.async_api import BrowserContext, Route, WebSocketRoute
 
-from webrl.allow_list import LOCAL_SCHEMES, is_allowed
+from webrl.safety.allow_list import LOCAL_SCHEMES, is_allowed
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class AllowList:
         self.blocked.append((url, is_navigation))
 
     def record_guarded(self, url: str, is_document: bool) -> None:
-        """A hop the browser's :class:`~webrl.navigation_guard.NavigationGuard` failed (a document's is a
+        """A hop the browser's :class:`~webrl.safety.navigation_guard.NavigationGuard` failed (a document's is a
         navigation)."""
         self._record(url, is_document)
 

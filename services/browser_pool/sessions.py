@@ -24,9 +24,9 @@ from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.rollout import run_rollout
 from webrl.agent.environment import EpisodeCrashed, StepResult
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
-from webrl.contracts import RolloutRequest
-from webrl.schemas import TaskConfig
+from webrl.wire.contracts import RolloutRequest
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class EpisodeManager:
     # ----- jobs ----------------------------------------------------------------------------------------
     def submit(self, payload: RolloutRequest) -> JobView:
         if not self.settings.eager:
-            from webrl.queue import celery_app
+            from webrl.wire.queue import celery_app
 
             sent = celery_app.send_task("rollout.run", args=(payload.model_dump(mode="json"),))
             return JobView(job_id=sent.id, status="pending")
@@ -188,7 +188,7 @@ class EpisodeManager:
             return self._jobs.get(job_id)
         from celery.result import AsyncResult
 
-        from webrl.queue import celery_app
+        from webrl.wire.queue import celery_app
 
         res = AsyncResult(job_id, app=celery_app)
         state = {"PENDING": "pending", "RECEIVED": "pending", "STARTED": "running", "RETRY": "running",

@@ -30,7 +30,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from services.browser_pool.observe import INIT_JS
 from services.browser_pool.safety import AllowList
-from webrl.allow_list import origin
+from webrl.safety.allow_list import origin
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ import asyncio
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.rollout import UnknownTasksError
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
-from webrl.contracts import ObserveRequest, ObserveResult, StartState
 from webrl.db import repository
 from webrl.db.session import session_scope
-from webrl.schemas import TaskConfig
+from webrl.wire.contracts import ObserveRequest, ObserveResult, StartState
 
 
 def _configs(settings: Settings, keys: list[str]) -> dict[str, TaskConfig]:

@@ -15,7 +15,7 @@ cores a scrub running beside a reset (a navigation to ``about:blank`` and the st
 own navigation ~2x slower (measured 2026-11-26, commit 2230e09, static fixture pages, quiet machine: its ``goto``
 p50 124 ms with the scrub beside it, 53 ms after it).
 
-The stock also holds the browser's navigation guard (:mod:`webrl.navigation_guard`), which reports to the
+The stock also holds the browser's navigation guard (:mod:`webrl.safety.navigation_guard`), which reports to the
 allow-list of the stage in use: one episode runs on a browser at a time, so one allow-list applies to all
 its contexts; a stock is made for one allow-list (the pool replaces it when an episode needs another).
 
@@ -34,8 +34,8 @@ from playwright.async_api import Error as PlaywrightError
 
 from services.browser_pool.safety import AllowList
 from services.browser_pool.stage import Cleanup, Stage, new_stage, scrub
-from webrl.allow_list import origin
-from webrl.navigation_guard import NavigationGuard
+from webrl.safety.allow_list import origin
+from webrl.safety.navigation_guard import NavigationGuard
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 once before any browser is used.
 
 The file is Playwright's ``BrowserContext.storage_state()`` JSON: cookies, and per origin its localStorage. It
-comes from the artifacts store (:func:`webrl.paths.confined_path`), where anyone who can write a file can put
+comes from the artifacts store (:func:`webrl.serving.paths.confined_path`), where anyone who can write a file can put
 one, so it is parsed here into typed records: malformed JSON, a JSON list, or a cookie whose ``expires`` is
 ``"soon"`` is a :class:`StorageStateInvalid` naming what is wrong (REST: a 422 naming ``task.storage_state``),
 not a Playwright error halfway through a reset. Playwright then gets the checked records, not the file.

@@ -13,8 +13,8 @@ from fastapi import Depends, FastAPI, Request
 
 from services.critic.values import CriticScorer, critic_path, value
 from webrl.config import Settings, get_settings
-from webrl.contracts import ValueRequest, ValueResult
-from webrl.service import create_app, model_work
+from webrl.serving.factory import create_app, model_work
+from webrl.wire.contracts import ValueRequest, ValueResult
 
 
 class LoadedCritics:

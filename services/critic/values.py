@@ -3,7 +3,7 @@
 
 WebRL filters generated tasks by the critic's value of the task's first state: round 0 of the actor prompt on
 the site's start page (``filter_by_critic`` in WebRL's scripts/gen_task.py reads one stored page per site; keep
-the task when V lies in the band of ``webrl.hyperparams.Curriculum``). :func:`start_observations` finds that page
+the task when V lies in the band of ``webrl.method.hyperparams.Curriculum``). :func:`start_observations` finds that page
 for a task in the database: the first observation of a stored episode of the same task, else of a task with the
 same start URL, else of any task on the same site.
 """
@@ -19,12 +19,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webrl.config import Settings
-from webrl.contracts import InvalidRequest, NotServing, ValueRequest, ValueResult
 from webrl.db import models as m
 from webrl.db.repository import save_critic_values, tasks_by_keys
 from webrl.db.session import session_scope
 from webrl.models.critic import CriticModel, critic_prompt, critic_values
-from webrl.paths import requested_model_folder
+from webrl.serving.paths import requested_model_folder
+from webrl.wire.contracts import InvalidRequest, NotServing, ValueRequest, ValueResult
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from functools import lru_cache
 
 from services.critic.values import CriticScorer, critic_path, value
 from webrl.config import get_settings
-from webrl.contracts import ValueRequest
-from webrl.queue import celery_app
+from webrl.wire.contracts import ValueRequest
+from webrl.wire.queue import celery_app
 
 
 @lru_cache(maxsize=2)
@@ -19,8 +19,8 @@ def _scorer(path: str) -> CriticScorer:
 
 @celery_app.task(name="critic.value")
 def critic_value(payload: dict) -> dict:
-    """:class:`~webrl.contracts.ValueRequest` -> :class:`~webrl.contracts.ValueResult`; values of stored tasks are
-    kept in ``critic_values``, idempotent per (task, critic version)."""
+    """:class:`~webrl.wire.contracts.ValueRequest` -> :class:`~webrl.wire.contracts.ValueResult`; values of stored
+    tasks are kept in ``critic_values``, idempotent per (task, critic version)."""
     settings = get_settings()
     request = ValueRequest.model_validate(payload)
     return value(settings, request, _scorer(critic_path(settings, request))).model_dump(mode="json")

@@ -13,8 +13,8 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 
 from services.orm.scoring import OrmBackend, UnknownTrajectoriesError, backend_from_settings, score
 from webrl.config import Settings, get_settings
-from webrl.contracts import ScoreRequest, ScoreResult
-from webrl.service import create_app, model_work
+from webrl.serving.factory import create_app, model_work
+from webrl.wire.contracts import ScoreRequest, ScoreResult
 
 
 class OrmState:
@@ -27,7 +27,7 @@ class OrmState:
         self.lock = threading.Lock()
 
     def backend(self, request: ScoreRequest) -> OrmBackend:
-        """The ORM for ``request``; :class:`~webrl.contracts.NotServing` (503) when none is configured."""
+        """The ORM for ``request``; :class:`~webrl.wire.contracts.NotServing` (503) when none is configured."""
         if request.orm is None and self.default is not None:
             return self.default
         if request.orm not in self.backends:

@@ -25,21 +25,13 @@ from typing import Any, Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from webrl.agent.schemas import Observation, Trajectory
 from webrl.config import Settings
-from webrl.contracts import (
-    InvalidRequest,
-    NotServing,
-    ScoreItem,
-    ScoreRequest,
-    ScoreResult,
-    StartValueRequest,
-    StartValueResult,
-)
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory, save_label
 from webrl.db.session import session_scope
+from webrl.method.rewards import reward_of
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
-from webrl.paths import requested_model_folder
 from webrl.prompts.orm import (
     NO,
     YES,
@@ -49,8 +41,16 @@ from webrl.prompts.orm import (
     orm_prompt_budget,
     render_llama3_orm,
 )
-from webrl.rewards import reward_of
-from webrl.schemas import Observation, Trajectory
+from webrl.serving.paths import requested_model_folder
+from webrl.wire.contracts import (
+    InvalidRequest,
+    NotServing,
+    ScoreItem,
+    ScoreRequest,
+    ScoreResult,
+    StartValueRequest,
+    StartValueResult,
+)
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from functools import lru_cache
 
 from services.orm.scoring import OrmBackend, backend_from_settings, score, start_value
 from webrl.config import get_settings
-from webrl.contracts import ScoreRequest, StartValueRequest
-from webrl.queue import celery_app
+from webrl.wire.contracts import ScoreRequest, StartValueRequest
+from webrl.wire.queue import celery_app
 
 
 @lru_cache(maxsize=2)
@@ -19,7 +19,7 @@ def _backend(path: str | None) -> OrmBackend:
 
 @celery_app.task(name="orm.score")
 def orm_score(payload: dict) -> dict:
-    """:class:`~webrl.contracts.ScoreRequest` -> :class:`~webrl.contracts.ScoreResult`. Idempotent: labels are
+    """:class:`~webrl.wire.contracts.ScoreRequest` -> :class:`~webrl.wire.contracts.ScoreResult`. Idempotent: labels are
     unique per (trajectory, ORM version)."""
     request = ScoreRequest.model_validate(payload)
     return score(get_settings(), request, _backend(request.orm)).model_dump(mode="json")
@@ -27,6 +27,7 @@ def orm_score(payload: dict) -> dict:
 
 @celery_app.task(name="orm.start_value")
 def orm_start_value(payload: dict) -> dict:
-    """:class:`~webrl.contracts.StartValueRequest` -> :class:`~webrl.contracts.StartValueResult`; stores nothing."""
+    """:class:`~webrl.wire.contracts.StartValueRequest` -> :class:`~webrl.wire.contracts.StartValueResult`; stores
+    nothing."""
     request = StartValueRequest.model_validate(payload)
     return start_value(request, _backend(request.orm)).model_dump(mode="json")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from services.taskgen.curriculum import filter_tasks, generate
 from webrl.config import get_settings
-from webrl.contracts import FilterRequest, FilterResult, GenerateRequest, GenerateResult
-from webrl.service import create_app
+from webrl.serving.factory import create_app
+from webrl.wire.contracts import FilterRequest, FilterResult, GenerateRequest, GenerateResult
 
 app = create_app("taskgen", description="Curriculum task generation and filtering (WebRL section 3.2).")
 

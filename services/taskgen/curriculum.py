@@ -12,9 +12,14 @@ from sqlalchemy import select
 from services.taskgen.dedup import Deduplicator
 from services.taskgen.grounded import GroundedGenerator, generated_task_id
 from services.taskgen.llm import NO_API_KEY, LLMGenerator, OpenAICompatibleLLM, Rejection, llm_task_config
-from webrl.allow_list import endpoint_problem, origin
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
-from webrl.contracts import (
+from webrl.db import models as m
+from webrl.db import repository as repo
+from webrl.db.session import session_scope
+from webrl.method.hyperparams import DEFAULTS, check_band
+from webrl.safety.allow_list import endpoint_problem, origin
+from webrl.wire.contracts import (
     FilterRequest,
     FilterResult,
     GenerateRequest,
@@ -22,11 +27,6 @@ from webrl.contracts import (
     InvalidRequest,
     Rejected,
 )
-from webrl.db import models as m
-from webrl.db import repository as repo
-from webrl.db.session import session_scope
-from webrl.hyperparams import DEFAULTS, check_band
-from webrl.schemas import TaskConfig
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from webrl.agent.schemas import TaskConfig
 from webrl.sandbox.tasks.base import SiteData, Template
 from webrl.sandbox.tasks.suite import all_templates, holdout_ids, suite_data
-from webrl.schemas import TaskConfig
 
 SAMPLE_POOL = 400  # candidate instantiations drawn per template and parent; the sampler's own cap is lower
 

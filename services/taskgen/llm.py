@@ -7,9 +7,9 @@ import logging
 import re
 from dataclasses import dataclass
 
+from webrl.agent.schemas import TaskConfig
 from webrl.config import SITE_PLACEHOLDERS
 from webrl.prompts.taskgen import build_evolution_prompt, build_feasibility_prompt, extract_backticked
-from webrl.schemas import TaskConfig
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from torch.utils.data import DataLoader
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
 from services.trainer.loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
-from webrl.hyperparams import ActorLoss, Advantage
+from webrl.method.hyperparams import ActorLoss, Advantage
+from webrl.method.rewards import is_success
 from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import target_logits
 from webrl.models.probe import ProbeStep, encode_probe, flips, probe_matches
-from webrl.rewards import is_success
-from webrl.tracking import Tracker
+from webrl.runs.tracking import Tracker
 
 log = logging.getLogger("webrl.trainer.actor")
 

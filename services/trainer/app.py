@@ -16,11 +16,11 @@ from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel
 
 from services.trainer.jobs import check_paths, kind_of, run_job
-from webrl.checkpoints import CheckpointInfo, list_checkpoints
 from webrl.config import Settings, get_settings
-from webrl.contracts import OrmHeadJob, PhaseJob, SftJob, TrainJob
 from webrl.db.session import session_scope
-from webrl.service import create_app, not_found
+from webrl.serving.factory import create_app, not_found
+from webrl.store.checkpoints import CheckpointInfo, list_checkpoints
+from webrl.wire.contracts import OrmHeadJob, PhaseJob, SftJob, TrainJob
 
 
 class JobAccepted(BaseModel):
@@ -73,7 +73,7 @@ def submit(app: FastAPI, settings: Settings, job: TrainJob) -> JobAccepted:
     task = f"train.{kind_of(job)}"
     if settings.eager:
         return JobAccepted(job_id=app.state.jobs.submit(settings, job), task=task, status="running")
-    from webrl.queue import celery_app
+    from webrl.wire.queue import celery_app
 
     result = celery_app.send_task(task, args=(job.model_dump(mode="json"),))
     return JobAccepted(job_id=result.id, task=task, status="queued")
@@ -82,7 +82,7 @@ def submit(app: FastAPI, settings: Settings, job: TrainJob) -> JobAccepted:
 def job_status(app: FastAPI, settings: Settings, job_id: str) -> JobStatus | None:
     if settings.eager:
         return app.state.jobs.status(job_id)
-    from webrl.queue import celery_app
+    from webrl.wire.queue import celery_app
 
     result = celery_app.AsyncResult(job_id)
     state = {"PENDING": "queued", "STARTED": "running", "SUCCESS": "succeeded", "FAILURE": "failed"}.get(

@@ -27,9 +27,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
-from webrl.actions import ActionParseError, ActionType, parse_action
-from webrl.observed_page import ObservedPage
-from webrl.schemas import Observation, Trajectory
+from webrl.agent.actions import ActionParseError, ActionType, parse_action
+from webrl.agent.observed_page import ObservedPage
+from webrl.agent.schemas import Observation, Trajectory
 
 #: Shortest name worth swapping (shorter ones, "Go", "5", are words of the page's chrome, not entities).
 MIN_NAME_CHARS = 4

@@ -18,10 +18,12 @@ import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from webrl.contracts import DEMONSTRATION_PURPOSE
+from webrl.agent.schemas import Step, Trajectory
 from webrl.db import models as m
 from webrl.db.repository import label_of, load_trajectory, trajectories_for_phase
-from webrl.hyperparams import DEFAULTS
+from webrl.method.hyperparams import DEFAULTS
+from webrl.method.returns import mc_returns
+from webrl.method.rewards import is_success
 from webrl.models.examples import (
     EncodedExample,
     collate,
@@ -30,9 +32,7 @@ from webrl.models.examples import (
     encode_example_ids,
     encode_prompt,
 )
-from webrl.returns import mc_returns
-from webrl.rewards import is_success
-from webrl.schemas import Step, Trajectory
+from webrl.wire.contracts import DEMONSTRATION_PURPOSE
 
 log = logging.getLogger("webrl.trainer.data")
 

@@ -1,8 +1,8 @@
 """Running trainer jobs: in this process, or under ``accelerate launch`` (DeepSpeed on GPUs).
 
 ``run_job(settings, job)`` is what the Celery tasks and the REST routes call, with a typed
-:class:`~webrl.contracts.PhaseJob`, :class:`~webrl.contracts.SftJob` or :class:`~webrl.contracts.OrmHeadJob`.
-When ``settings.trainer.accelerate_config`` names an Accelerate config (e.g.
+:class:`~webrl.wire.contracts.PhaseJob`, :class:`~webrl.wire.contracts.SftJob` or
+:class:`~webrl.wire.contracts.OrmHeadJob`. When ``settings.trainer.accelerate_config`` names an Accelerate config (e.g.
 ``configs/accelerate/deepspeed_zero3.yaml``) the job is written once as JSON and runs as
 ``accelerate launch --config_file <it> -m services.trainer.cli <kind> <job.json> <result.json>``; its result is
 read back from the JSON file the main process writes. Otherwise it runs here. An ORM head job always runs here:
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Literal, overload
 
 from webrl.config import Settings
-from webrl.contracts import OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
-from webrl.paths import confined_path, requested_model_file, requested_model_folder
+from webrl.serving.paths import confined_path, requested_model_file, requested_model_folder
+from webrl.wire.contracts import OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
 
 log = logging.getLogger("webrl.trainer.jobs")
 
@@ -49,9 +49,9 @@ def input_fields(job: TrainJob) -> dict[str, str]:
 
 
 def check_paths(settings: Settings, job: TrainJob) -> None:
-    """Raise an :class:`~webrl.contracts.InvalidRequest` naming the field unless every output path of ``job`` lies
+    """Raise an :class:`~webrl.wire.contracts.InvalidRequest` naming the field unless every output path of ``job`` lies
     inside the artifacts store (a job replaces what is at its output, so it may write there only) and every model
-    folder it loads is one a request may name (:func:`~webrl.paths.requested_model_folder`: loading runs a
+    folder it loads is one a request may name (:func:`~webrl.serving.paths.requested_model_folder`: loading runs a
     folder's pickles and code, and its error would tell whether any path exists). The configured models count as
     named. The REST routes call this before enqueueing, :func:`run_job` before running."""
     for name, value in output_fields(job).items():

@@ -41,7 +41,7 @@ LOG_EVERY = 10
 @dataclass
 class LoopConfig:
     """Optimisation settings shared by every training run. A WebRL phase fills lr, epochs, batch_size and
-    grad_accum from its :class:`webrl.hyperparams.WebRLHyperparams` (``actor`` / ``critic``, ``batching``)."""
+    grad_accum from its :class:`webrl.method.hyperparams.WebRLHyperparams` (``actor`` / ``critic``, ``batching``)."""
 
     lr: float = 1e-5
     """AdamW learning rate (the SFT default; a phase: ``ActorLoss.lr`` / ``Critic.lr``)."""
@@ -224,7 +224,7 @@ def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig
 def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: LossFn, config: LoopConfig,
           on_step: StepHook | None = None, on_epoch: EpochHook | None = None) -> TrainSummary:
     """Run ``config.epochs`` epochs: loss_fn -> backward -> (every ``grad_accum`` micro-batches) clip, step;
-    ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.tracking`), ``on_epoch`` each
+    ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.runs.tracking`), ``on_epoch`` each
     finished epoch's (its result joins ``summary.epochs``)."""
     summary = TrainSummary()
     totals: dict[str, float] = defaultdict(float)

@@ -1,7 +1,7 @@
 """WebRL's losses as pure functions ``(inputs) -> (loss, metrics)``; the loop does backward and logging.
 
 Shapes: B = batch, T = sequence length. Formulas: docs/design.md steps 5 and 6; the actor objective's constants
-(beta, beta_high, the p_ref thresholds, kl) are :class:`webrl.hyperparams.ActorLoss`.
+(beta, beta_high, the p_ref thresholds, kl) are :class:`webrl.method.hyperparams.ActorLoss`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from webrl.hyperparams import DEFAULTS, ActorLoss
+from webrl.method.hyperparams import DEFAULTS, ActorLoss
 from webrl.models.critic import critic_value
 from webrl.models.logprobs import confidence
 

@@ -37,10 +37,10 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import label_of, load_trajectory
 from webrl.db.session import session_scope
-from webrl.hyperparams import WebRLHyperparams, parse_hyperparams
+from webrl.method.hyperparams import WebRLHyperparams, parse_hyperparams
+from webrl.method.returns import binarise
 from webrl.models.probe import ProbeStep
 from webrl.orchestration.pipeline_state import PipelineOptions
-from webrl.returns import binarise
 
 STEPS_FILE = "steps.jsonl.gz"
 META_FILE = "phase.json"
@@ -205,7 +205,7 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
 
 
 def setting(hp: WebRLHyperparams, overrides: dict[str, Any]) -> WebRLHyperparams:
-    """``hp`` with ``{"group.field": value}`` replaced (``webrl.hyperparams.with_overrides``), validated."""
-    from webrl.hyperparams import with_overrides
+    """``hp`` with ``{"group.field": value}`` replaced (``webrl.method.hyperparams.with_overrides``), validated."""
+    from webrl.method.hyperparams import with_overrides
 
     return with_overrides(hp, overrides) if overrides else dataclasses.replace(hp)

@@ -28,12 +28,11 @@ from services.trainer.loop import LoopConfig
 from services.trainer.orm_backbone import BackboneFit, train_backbone
 from services.trainer.publish import already_published, payload_version
 from services.trainer.sft import lora_base_dtype
-from webrl.checkpoints import MANIFEST_FILE, CheckpointInfo, publish
 from webrl.config import Settings
-from webrl.contracts import OrmHeadJob
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
+from webrl.method.rewards import is_success
 from webrl.models.adapters import LoraSpec, load_trainable, save_adapter
 from webrl.models.feature_cache import FeatureCache
 from webrl.models.folders import is_adapter
@@ -50,9 +49,10 @@ from webrl.models.orm_head import (
     success_probability,
     write_head,
 )
-from webrl.paths import confined_path
 from webrl.prompts.orm import build_orm_prompt, orm_context_tokens, orm_prompt_budget
-from webrl.rewards import is_success
+from webrl.serving.paths import confined_path
+from webrl.store.checkpoints import MANIFEST_FILE, CheckpointInfo, publish
+from webrl.wire.contracts import OrmHeadJob
 
 log = logging.getLogger("webrl.trainer.orm_head")
 

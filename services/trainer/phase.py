@@ -18,7 +18,7 @@ Its batches are therefore made of the steps it keeps (``actor_update.trained_ste
 step contributing once per epoch, at the cost of the kept steps only (on the CPU demo 0-35% of a phase's steps). The
 paper's ``squared`` objective trains on every step.
 
-Every knob of these steps comes from the job's :class:`webrl.hyperparams.WebRLHyperparams`.
+Every knob of these steps comes from the job's :class:`webrl.method.hyperparams.WebRLHyperparams`.
 """
 
 from __future__ import annotations
@@ -62,18 +62,18 @@ from services.trainer.loop import (
 from services.trainer.losses import actor_loss_mask, critic_loss
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model
 from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
-from webrl.checkpoints import CheckpointInfo, find, verify
 from webrl.config import Settings
-from webrl.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
 from webrl.db.repository import StepValues, save_step_values
 from webrl.db.session import session_scope
+from webrl.method.returns import advantages, binarise
 from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
 from webrl.models.folders import is_adapter
 from webrl.models.probe import load_probe
-from webrl.paths import confined_path
-from webrl.returns import advantages, binarise
-from webrl.tracking import Tracker
+from webrl.runs.tracking import Tracker
+from webrl.serving.paths import confined_path
+from webrl.store.checkpoints import CheckpointInfo, find, verify
+from webrl.wire.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
 
 log = logging.getLogger("webrl.trainer.phase")
 

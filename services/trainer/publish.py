@@ -1,6 +1,6 @@
 """Publishing what the trainer trained: the actor (a causal LM folder, or only its LoRA adapter when it trains
 one) and the critic (backbone or backbone adapter + heads),
-each through :func:`webrl.checkpoints.publish` (atomic folder, checkpoints row, ``webrl:checkpoints`` event).
+each through :func:`webrl.store.checkpoints.publish` (atomic folder, checkpoints row, ``webrl:checkpoints`` event).
 
 Under DeepSpeed ZeRO-3 the weights are sharded: ``accelerator.get_state_dict`` gathers them on the main
 process, which alone writes and publishes; the other processes wait.
@@ -15,10 +15,10 @@ from typing import Any
 
 from accelerate import Accelerator
 
-from webrl.checkpoints import CheckpointInfo, publish, read_manifest, verify
 from webrl.config import Settings
 from webrl.models.adapters import is_peft_model, save_adapter
 from webrl.models.loading import save_tokenizer
+from webrl.store.checkpoints import CheckpointInfo, publish, read_manifest, verify
 
 
 def payload_version(prefix: str, payload: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ buffer with actor confidence filtering").
 From earlier phases, the first successful trajectory per task (``data.first_success_examples``); keep a
 step when the current actor's confidence in its action, c = 1/perplexity = exp(lp / n), lies in
 (low, high]; keep at most cap_ratio x the current phase's step count; mix with the current steps; shuffle.
-The three numbers are :class:`webrl.hyperparams.Replay`.
+The three numbers are :class:`webrl.method.hyperparams.Replay`.
 
 The anchor (this project's, off by default): with ``replay.demo_tasks``, the run's oracle demonstrations
 (``data.demonstration_examples``) join the actor's update at ``demo_ratio`` steps per step with A > 0
@@ -19,7 +19,7 @@ from typing import Any
 
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
 from services.trainer.loop import evaluate, prepared_loader
-from webrl.hyperparams import DEFAULTS, Replay
+from webrl.method.hyperparams import DEFAULTS, Replay
 from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import confidence, sequence_logprobs
 

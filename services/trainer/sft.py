@@ -20,19 +20,19 @@ from services.trainer.data import SequenceItem, actor_prompt_fn, encode_action, 
 from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from services.trainer.losses import sft_loss
 from services.trainer.publish import already_published, payload_version, publish_model
-from webrl.checkpoints import CheckpointInfo
 from webrl.config import Settings
-from webrl.contracts import SftJob
 from webrl.db import models as m
 from webrl.db.repository import label_of, load_trajectory
 from webrl.db.session import session_scope
+from webrl.method.rewards import is_success
 from webrl.models.adapters import LoraSpec, is_adapter, load_trainable
 from webrl.models.examples import EncodedExample, encode_example, pad_id_of
 from webrl.models.loading import attach_prompt_style
 from webrl.models.logprobs import token_logprobs
-from webrl.paths import confined_path
 from webrl.prompts.actor import COMPLETION_BUDGET  # also imported from here by the phase and offline trainers
-from webrl.rewards import is_success
+from webrl.serving.paths import confined_path
+from webrl.store.checkpoints import CheckpointInfo
+from webrl.wire.contracts import SftJob
 
 log = logging.getLogger("webrl.trainer.sft")
 

@@ -30,7 +30,7 @@ from compose_lite import (
 from compose_spec import PyCompose
 
 from webrl.config import SANDBOX_PORTS, SERVICE_URL_SETTINGS, Settings, env_name, setting_variables
-from webrl.queue import QUEUES
+from webrl.wire.queue import QUEUES
 
 ROOT = COMPOSE_FILE.parent
 SERVICE_DIRS = sorted(p.name for p in (ROOT / "services").iterdir() if p.is_dir() and not p.name.startswith("_"))

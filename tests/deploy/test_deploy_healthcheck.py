@@ -40,7 +40,7 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 @pytest.fixture
 def service_url(settings: Settings) -> Iterator[str]:
-    from webrl.service import create_app
+    from webrl.serving.factory import create_app
 
     server = uvicorn.Server(uvicorn.Config(create_app("probe", settings=settings), host="127.0.0.1", port=0,
                                            log_level="warning"))

@@ -16,7 +16,7 @@ import yaml
 from kustomize_lite import build, config_map_hash, strategic_merge
 
 from webrl.config import Settings, setting_variables
-from webrl.queue import QUEUES
+from webrl.wire.queue import QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"

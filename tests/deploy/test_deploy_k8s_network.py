@@ -99,8 +99,8 @@ def test_chromium_runs_apart_reaching_only_the_sites_and_holding_only_its_creden
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_browser_server_wants_a_credential_the_pool_holds(overlay: str) -> None:
     """The chromium pod's server listens on every address, loopback included, where a page of its own browsers
-    can reach it and no NetworkPolicy looks: it must want a credential (webrl/browser_server.py), the same one the
-    pool sends, from the Secret."""
+    can reach it and no NetworkPolicy looks: it must want a credential (webrl/serving/browser_server.py), the same one
+    the pool sends, from the Secret."""
     resources = _rendered(overlay)
     everyone = pods(resources)
     chromium = everyone["chromium"].spec["containers"][0]

@@ -88,7 +88,7 @@ def test_newest_actor_is_the_last_actor_row() -> None:
 
 
 def test_supervisor_reloads_vllm_on_a_published_actor(settings: Settings, trainer_url: str, tmp_path: Path) -> None:
-    from webrl.checkpoints import publish
+    from webrl.store.checkpoints import publish
 
     initial = tmp_path / "actor-sft"
     initial.mkdir()
@@ -126,7 +126,7 @@ def test_supervisor_serves_adapters_on_their_base_and_restarts_only_for_full_wei
         settings: Settings, trainer_url: str, tmp_path: Path) -> None:
     """An adapter initial model is served on --base-model under the served name; a published adapter restarts
     nothing (the actor service hot-loads it); a published full-weight checkpoint restarts vLLM on it."""
-    from webrl.checkpoints import publish
+    from webrl.store.checkpoints import publish
 
     initial, base = tmp_path / "actor-sft", tmp_path / "base"
     initial.mkdir()

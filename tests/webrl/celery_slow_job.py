@@ -9,7 +9,7 @@ from pathlib import Path
 
 from celery.signals import worker_ready
 
-from webrl.queue import celery_app
+from webrl.wire.queue import celery_app
 
 
 @celery_app.task(name="killtest.sum")

@@ -77,7 +77,7 @@ def smoke_home(tmp_path_factory: pytest.TempPathFactory, tiny_actor: Path) -> It
     from typer.testing import CliRunner
 
     from webrl.cli import app
-    from webrl.queue import configure
+    from webrl.wire.queue import configure
 
     home, env = tmp_path_factory.mktemp("smoke-home"), site_env()
     with embedded_home(home, env) as settings:
@@ -104,7 +104,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]
     for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY"):
         monkeypatch.delenv(var, raising=False)
     get_settings.cache_clear()
-    from webrl.queue import configure
+    from webrl.wire.queue import configure
 
     configure(get_settings())
     yield get_settings()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webrl.actions import ACTION_ARGUMENTS, Action, ActionParseError, ActionType, format_action, parse_action
+from webrl.agent.actions import ACTION_ARGUMENTS, Action, ActionParseError, ActionType, format_action, parse_action
 
 EXAMPLES = {
     'do(action="Click", element="7")': Action(type=ActionType.CLICK, element="7"),

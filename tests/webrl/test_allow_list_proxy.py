@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from webrl.allow_list import authority
-from webrl.allow_list_proxy import AllowListProxy
+from webrl.safety.allow_list import authority
+from webrl.safety.allow_list_proxy import AllowListProxy
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the listener fixture runs on
 

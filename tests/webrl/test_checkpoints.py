@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from webrl import checkpoints as ck
 from webrl.config import Settings
 from webrl.db.session import session_scope
+from webrl.store import checkpoints as ck
 
 
 def _write_files(folder: Path) -> None:
@@ -121,7 +121,7 @@ def test_a_killed_process_leaves_no_visible_checkpoint(tmp_path: Path) -> None:
     script = f"""
 import os
 from pathlib import Path
-from webrl.checkpoints import publish_folder
+from webrl.store.checkpoints import publish_folder
 def write(folder):
     (folder / "config.json").write_text("{{}}")
     os._exit(9)

@@ -134,8 +134,9 @@ def test_an_invalid_database_url_is_not_quoted_by_the_settings_error() -> None:
 
 
 def test_train_and_eval_refuse_an_actor_the_services_may_not_load(settings: Settings, tmp_path: Path) -> None:
-    """The trainer and the rollout workers load only folders a request may name (webrl.paths): an actor elsewhere
-    is refused as a bad --actor naming the setting that allows it (typer's usage error), before anything runs."""
+    """The trainer and the rollout workers load only folders a request may name (webrl.serving.paths): an actor
+    elsewhere is refused as a bad --actor naming the setting that allows it (typer's usage error), before anything
+    runs."""
     import shutil
 
     elsewhere = tmp_path / "actor"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from webrl import clients
 from webrl.config import Settings
-from webrl.contracts import (
+from webrl.method.hyperparams import DEFAULTS, with_overrides
+from webrl.wire import clients
+from webrl.wire.contracts import (
     ActItem,
     ActResult,
     Contract,
@@ -24,7 +25,6 @@ from webrl.contracts import (
     StartValueRequest,
     ValueRequest,
 )
-from webrl.hyperparams import DEFAULTS, with_overrides
 
 VALID: dict[type[Contract], dict] = {
     RolloutRequest: {"task_keys": ["k"], "policy": {"kind": "oracle"}},
@@ -71,7 +71,7 @@ def test_the_knobs_in_contracts_are_the_hyperparameter_records() -> None:
 
 def test_act_records_convert_from_and_to_the_policy_interface() -> None:
     from webrl.agent.policy import PolicyRequest
-    from webrl.schemas import Observation, Step, TaskConfig
+    from webrl.agent.schemas import Observation, Step, TaskConfig
 
     request = PolicyRequest(task=TaskConfig(task_id=1, sites=["shopping"], intent="Buy", start_url="u"),
                             intent="Buy", observation=Observation(html="<p/>", url="http://s/"),
@@ -95,8 +95,8 @@ def test_the_typed_client_round_trips_through_eager_dispatch(settings: Settings)
 
 
 def test_histories_and_trajectories_are_capped_at_the_longest_episode() -> None:
-    from webrl.contracts import MAX_EPISODE_STEPS, CriticState
-    from webrl.schemas import Observation, Step, Trajectory
+    from webrl.agent.schemas import Observation, Step, Trajectory
+    from webrl.wire.contracts import MAX_EPISODE_STEPS, CriticState
 
     page = {"html": "<p/>", "url": "http://127.0.0.1:7770/"}
     too_long = ["do(action=\"Scroll Down\")"] * (MAX_EPISODE_STEPS + 1)

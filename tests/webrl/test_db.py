@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, inspect, select
 
-from webrl.actions import Action, ActionType
+from webrl.agent.actions import Action, ActionType
+from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.migrate import downgrade, upgrade
 from webrl.db.session import get_engine, session_scope
-from webrl.rewards import reward_of
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+from webrl.method.rewards import reward_of
 
 TABLES = {"tasks", "trajectories", "steps", "orm_labels", "critic_values", "runs", "phases", "checkpoints",
           "step_values"}

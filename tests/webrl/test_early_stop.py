@@ -1,7 +1,7 @@
 """WebArena's early stop, counted by hand."""
 
-from webrl.actions import parse_action
-from webrl.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, EarlyStop, StopRules
+from webrl.agent.actions import parse_action
+from webrl.agent.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, EarlyStop, StopRules
 
 CLICK = parse_action('do(action="Click", element="3")')
 OTHER = parse_action('do(action="Click", element="4")')

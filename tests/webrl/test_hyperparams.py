@@ -13,9 +13,8 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from webrl.config import Settings
-from webrl.contracts import FilterRequest, PhaseJob, RolloutRequest, TrackingSpec
 from webrl.db.migrate import upgrade
-from webrl.hyperparams import (
+from webrl.method.hyperparams import (
     DEFAULTS,
     MAX_EPISODE_STEPS,
     ActorLoss,
@@ -24,8 +23,9 @@ from webrl.hyperparams import (
     parse_hyperparams,
     with_overrides,
 )
+from webrl.method.presets import PRESETS
 from webrl.models.probe import ProbeStep, save_probe
-from webrl.presets import PRESETS
+from webrl.wire.contracts import FilterRequest, PhaseJob, RolloutRequest, TrackingSpec
 
 
 def test_defaults_are_the_papers_and_the_published_codes_values() -> None:
@@ -48,7 +48,7 @@ def test_every_field_has_a_docstring_that_names_its_source() -> None:
     import ast
     import inspect
 
-    import webrl.hyperparams as module
+    import webrl.method.hyperparams as module
 
     tree = ast.parse(inspect.getsource(module))
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name != "WebRLHyperparams"):
@@ -67,7 +67,7 @@ def test_presets_are_records_and_round_trip_through_json() -> None:
 
 def test_a_misspelt_key_is_an_error_that_names_it() -> None:
     with pytest.raises(TypeError, match="betta"):
-        ActorLoss(betta=2.0)  # a preset is Python: it fails when webrl.presets is imported
+        ActorLoss(betta=2.0)  # a preset is Python: it fails when webrl.method.presets is imported
     with pytest.raises(ValidationError, match=r"actor\.betta"):
         parse_hyperparams({"actor": {"betta": 2.0}})
     with pytest.raises(ValueError, match=r"unknown hyperparameter 'actor\.betta'; known: .*actor\.beta,"):
@@ -123,7 +123,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     monkeypatch.setattr(train_command, "ensure_ready", lambda s: None)
     monkeypatch.setattr(train_command, "sandbox_if_needed", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(train_command, "print_phase_table", lambda s, run: None)
-    monkeypatch.setattr("webrl.report.write_report", lambda s, run, out: out)
+    monkeypatch.setattr("webrl.runs.report.write_report", lambda s, run, out: out)
     monkeypatch.setattr(Pipeline, "run", lambda self: jobs.append(self.phase_job(1)))
     result = CliRunner().invoke(app, [
         "train", "--preset", "smoke", "--actor", str(actor), "--beta", "2", "--value-low", "0.1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webrl.paired_stats import bootstrap_interval, mcnemar_exact_p, paired_comparison, wald_interval
+from webrl.method.paired_stats import bootstrap_interval, mcnemar_exact_p, paired_comparison, wald_interval
 
 
 def test_mcnemar_exact_p_by_hand() -> None:

@@ -1,4 +1,4 @@
-"""Paths in requests stay inside the artifacts store (webrl.paths)."""
+"""Paths in requests stay inside the artifacts store (webrl.serving.paths)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from webrl.config import Settings
-from webrl.contracts import InvalidRequest
-from webrl.paths import confined_path, requested_model_folder
+from webrl.serving.paths import confined_path, requested_model_folder
+from webrl.wire.contracts import InvalidRequest
 
 
 @pytest.fixture

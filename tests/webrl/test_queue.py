@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from webrl.config import Settings
-from webrl.queue import QUEUES, DispatchTimeout, celery_app, configure, dispatch, route_for
+from webrl.wire.queue import QUEUES, DispatchTimeout, celery_app, configure, dispatch, route_for
 
 pytestmark = pytest.mark.redis
 
@@ -47,7 +47,7 @@ def worker(redis_url: str, postgres_url: str, tmp_path: Path) -> Iterator[Settin
     env = {**os.environ, "WEBRL_JOBS__BROKER_URL": broker, "WEBRL_DATABASE__URL": postgres_url,
            "WEBRL_HOME": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "webrl.queue", "worker", "-Q", "default", "--pool", "solo",
+        [sys.executable, "-m", "celery", "-A", "webrl.wire.queue", "worker", "-Q", "default", "--pool", "solo",
          "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
@@ -94,7 +94,7 @@ JOB_S, TIME_LIMIT_S, VISIBILITY_S = 3.0, 4.0, 6.0
 
 def _start_worker(env: dict[str, str], queue: str, name: str) -> subprocess.Popen:
     return subprocess.Popen(
-        ["nice", "-n", "19", sys.executable, "-m", "celery", "-A", "webrl.queue", "worker", "-Q", queue,
+        ["nice", "-n", "19", sys.executable, "-m", "celery", "-A", "webrl.wire.queue", "worker", "-Q", queue,
          "-n", f"{name}@%h", "--pool", "prefork", "--concurrency", "1", "--include", "celery_slow_job",
          "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

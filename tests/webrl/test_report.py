@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webrl.report import phase_seconds, phase_table
+from webrl.runs.report import phase_seconds, phase_table
 
 PHASE_0 = {"phase": 0, "status": "done", "evaluate.success": 0.05, "evaluate.seconds": 90.0,
            "seed-rollout.rollouts": 48, "seed-rollout.reward_rate": 0.125, "seed-rollout.seconds": 30.0}
@@ -28,7 +28,7 @@ def test_phase_table_rows() -> None:
 
 
 def test_solved_table_marks_each_phase_and_orders_tasks_by_the_first_phase_that_solved_them() -> None:
-    from webrl.report import markdown_table, solved_table
+    from webrl.runs.report import markdown_table, solved_table
 
     rows = [{**PHASE_0, "evaluate.solved": ["t/b"]}, {"phase": 1, "status": "running"},
             {**PHASE_1, "phase": 2, "evaluate.solved": ["t/a", "t/b"]}]
@@ -40,7 +40,7 @@ def test_solved_table_marks_each_phase_and_orders_tasks_by_the_first_phase_that_
 
 
 def test_orm_column_measures_the_orm_or_says_none_judged() -> None:
-    from webrl.report import NO_ORM
+    from webrl.runs.report import NO_ORM
 
     evaluators = {**PHASE_1, "label.judge": "evaluators", "label.orm_accuracy": None}
     orm = {**PHASE_1, "label.judge": "orm:orm-sft-1234", "label.orm_accuracy": 0.75}
@@ -57,7 +57,7 @@ def test_report_md_shows_no_orm_for_an_evaluator_rewarded_run(settings, tmp_path
     from webrl.db import models as m
     from webrl.db.migrate import upgrade
     from webrl.db.session import session_scope
-    from webrl.report import NO_ORM, ORM_COLUMN_NOTE, phase_rows, write_report
+    from webrl.runs.report import NO_ORM, ORM_COLUMN_NOTE, phase_rows, write_report
 
     upgrade(settings)
     with session_scope(settings) as s:
@@ -76,12 +76,12 @@ def test_report_md_shows_no_orm_for_an_evaluator_rewarded_run(settings, tmp_path
 def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(settings, tmp_path, capsys) -> None:
     """Phase 0 and the last phase evaluate all test tasks, the phases between a fixed subset: the report counts
     each phase on that subset too, so the curve compares the same tasks."""
+    from webrl.agent.schemas import TaskConfig, Trajectory
     from webrl.db import models as m
     from webrl.db.migrate import upgrade
     from webrl.db.repository import save_trajectory, upsert_task
     from webrl.db.session import session_scope
-    from webrl.report import phase_rows, write_report
-    from webrl.schemas import TaskConfig, Trajectory
+    from webrl.runs.report import phase_rows, write_report
 
     upgrade(settings)
     keys = [f"t/{i}" for i in range(8)]
@@ -125,7 +125,7 @@ def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(se
 
 
 def test_the_evaluation_note_says_how_many_tasks_each_phase_evaluated_and_which_came_later() -> None:
-    from webrl.report import evaluation_note
+    from webrl.runs.report import evaluation_note
 
     same = [{**PHASE_0, "evaluate.n": 165}, {**PHASE_1, "evaluate.n": 165}]
     assert evaluation_note(same) == ""  # nothing to explain
@@ -145,7 +145,7 @@ def test_the_actor_columns_show_the_exact_kl_k1_flips_and_positives_from_failed_
     assert [(r["KL exact"], r["k1"], r["flips"], r["pos. from failed"]) for r in rows] == [
         ("-", "-", "-", "-"), ("0.0123", "-0.004", "25.0%", "50.0%"), ("-", "0.009", "-", "-")]
 
-    from webrl.report import flips_table
+    from webrl.runs.report import flips_table
 
     flips_header, flips_body = flips_table([PHASE_0, new, old])
     assert flips_header == ["phase", "flips", "flips shopping", "flips shopping_admin", "flips reddit", "flips gitlab"]
@@ -171,7 +171,7 @@ SAMPLED = [
 
 
 def _sampled_rows() -> list[dict]:
-    from webrl.report import add_subset_success, subset_keys
+    from webrl.runs.report import add_subset_success, subset_keys
 
     rows = [dict(r) for r in SAMPLED]
     add_subset_success(rows, subset_keys(rows))
@@ -179,7 +179,7 @@ def _sampled_rows() -> list[dict]:
 
 
 def test_success_series_joins_only_phases_scored_on_the_same_tasks() -> None:
-    from webrl.report import success_series
+    from webrl.runs.report import success_series
 
     phases, series = success_series(_sampled_rows())
     assert phases == [0, 1, 2, 3]
@@ -209,7 +209,7 @@ def test_the_plot_draws_no_line_between_phases_scored_on_different_tasks(tmp_pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from webrl.report import draw_success, plot_success, subset_keys
+    from webrl.runs.report import draw_success, plot_success, subset_keys
 
     rows = _sampled_rows()
     tasks = {r["phase"]: set(r["evaluate.keys"]) for r in rows}
@@ -233,7 +233,7 @@ def test_the_plot_draws_no_line_between_phases_scored_on_different_tasks(tmp_pat
 
 
 def test_last_phase_against_the_sft_actor_on_the_tasks_both_evaluated() -> None:
-    from webrl.report import comparison_lines, last_against_sft
+    from webrl.runs.report import comparison_lines, last_against_sft
 
     rows = _sampled_rows()
     last, comparison = last_against_sft(rows)  # type: ignore[misc]

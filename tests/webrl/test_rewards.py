@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webrl.rewards import is_success, reward_of
+from webrl.method.rewards import is_success, reward_of
 
 
 def test_reward_threshold() -> None:

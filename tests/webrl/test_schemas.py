@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from webrl.agent.schemas import TaskConfig, load_task_file, resolve_placeholders
 from webrl.config import Settings
-from webrl.schemas import TaskConfig, load_task_file, resolve_placeholders
 
 
 def test_all_webarena_configs_round_trip(webarena_configs: list[dict]) -> None:

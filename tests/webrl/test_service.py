@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
 from webrl.config import Settings
-from webrl.service import create_app, model_work
+from webrl.serving.factory import create_app, model_work
 
 
 class Echo(BaseModel):
@@ -123,7 +123,7 @@ def test_serve_refuses_an_open_network_bind(monkeypatch: pytest.MonkeyPatch) -> 
 
     from webrl.cli import app
     from webrl.config import get_settings
-    from webrl.service import unauthenticated_bind_problem
+    from webrl.serving.factory import unauthenticated_bind_problem
 
     monkeypatch.delenv("WEBRL_SECURITY__API_KEY", raising=False)
     monkeypatch.delenv("WEBRL_SECURITY__ALLOW_NO_AUTH", raising=False)

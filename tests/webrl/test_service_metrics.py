@@ -7,8 +7,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from webrl.config import Settings
-from webrl.service import create_app
-from webrl.service_metrics import QUEUE_NAMES, read_samples
+from webrl.serving.factory import create_app
+from webrl.serving.metrics import QUEUE_NAMES, read_samples
 
 
 def _probe_app(settings: Settings) -> TestClient:
@@ -40,7 +40,7 @@ def test_route_latency_and_requests_move_after_requests(settings: Settings) -> N
 def test_queue_depth_counts_the_jobs_waiting_on_the_redis_broker(settings: Settings, redis_url: str) -> None:
     import redis
 
-    from webrl.queue import make_celery
+    from webrl.wire.queue import make_celery
 
     broker = redis_url.rsplit("/", 1)[0] + "/13"  # a database of its own: no worker consumes these queues
     broker_settings = settings.replace(jobs={"broker_url": broker, "result_backend": broker})

@@ -1,16 +1,16 @@
-"""The filter's judge before a critic exists (webrl.template_prior): a task is worth its template's Beta-smoothed
+"""The filter's judge before a critic exists (webrl.store.template_prior): a task is worth its template's Beta-smoothed
 success rate over the run's own training rollouts, and only training rollouts count."""
 
 from __future__ import annotations
 
 import pytest
 
+from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
 from webrl.config import Settings
 from webrl.db import repository as repo
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
-from webrl.template_prior import template_values
+from webrl.store.template_prior import template_values
 
 VERSION = "env-evaluator"
 RUN = 1  # runs.id of the first run in a fresh database: the pipeline's run in the last test
@@ -81,7 +81,7 @@ def test_unknown_keys_are_named(store: Settings) -> None:
 
 
 def test_phase_one_without_a_critic_or_orm_keeps_promising_templates_first(store: Settings) -> None:
-    from webrl.hyperparams import DEFAULTS, with_overrides
+    from webrl.method.hyperparams import DEFAULTS, with_overrides
     from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions
 
     hp = with_overrides(DEFAULTS, {"curriculum.tasks_per_phase": 2, "curriculum.fill_filter": False})

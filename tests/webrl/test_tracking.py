@@ -1,4 +1,4 @@
-"""webrl.tracking: what a stream writes is what TensorBoard's own reader reads back; `--log-with` a tracker whose
+"""webrl.runs.tracking: what a stream writes is what TensorBoard's own reader reads back; `--log-with` a tracker whose
 package is missing is a one-line CLI error naming it; the run's tracking reaches the trainer's job."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from webrl.config import Settings
-from webrl.contracts import TrackingSpec
-from webrl.tracking import Tracker, missing_package, quantiles, read_stream, tracking_dir
+from webrl.runs.tracking import Tracker, missing_package, quantiles, read_stream, tracking_dir
+from webrl.wire.contracts import TrackingSpec
 
 
 def test_scalars_keep_finite_numbers_and_histograms_every_value(settings: Settings) -> None:

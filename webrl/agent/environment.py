@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from webrl.actions import Action
-from webrl.schemas import Observation, TaskConfig
+from webrl.agent.actions import Action
+from webrl.agent.schemas import Observation, TaskConfig
 
 
 class EpisodeCrashed(Exception):

@@ -3,8 +3,8 @@ condition, evaluate, close. The browser pool runs it on its own browsers (rollou
 it on the browser pool service over HTTP (agent runs).
 
 Stopping (docs/design.md step 2, WebArena's ``early_stop`` as WebRL runs it): ``exit(...)``, ``max_steps``
-actions, 5 parse failures in a row, 5 identical actions in a row (:class:`webrl.early_stop.EarlyStop`; the
-thresholds are the rollout's :class:`webrl.early_stop.StopRules`); also a step or the episode over its time
+actions, 5 parse failures in a row, 5 identical actions in a row (:class:`webrl.agent.early_stop.EarlyStop`; the
+thresholds are the rollout's :class:`webrl.agent.early_stop.StopRules`); also a step or the episode over its time
 limit, or an environment that crashed.
 """
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from webrl.actions import Action
+from webrl.agent.actions import Action
+from webrl.agent.early_stop import MAX_STEPS, EarlyStop, StopRules
 from webrl.agent.environment import Environment, EpisodeCrashed
 from webrl.agent.policy import Decide, PolicyRequest, PolicyResponse
-from webrl.early_stop import MAX_STEPS, EarlyStop, StopRules
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The browser pool hands a policy a *batch* of requests (one per live episode), so an actor can batch its
 forward passes; oracle solvers, the local actor and remote actor endpoints all implement it. Policies are
-built from a spec by :func:`webrl.policy_specs.policy_from_spec`.
+built from a spec by :func:`webrl.policies.specs.policy_from_spec`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from webrl.schemas import Observation, Step, TaskConfig
+from webrl.agent.schemas import Observation, Step, TaskConfig
 
 
 class PolicyRequest(BaseModel):

@@ -18,12 +18,12 @@ def quiet_model_loading() -> None:
 def check_loadable(settings: Settings, folder: Path, option: str, configured: str | None = None) -> None:
     """Raise :class:`typer.BadParameter` naming ``option`` unless the services may load ``folder``: its jobs reach
     the trainer and the rollout workers as requests, which load only model folders a request may name
-    (:func:`webrl.paths.requested_model_folder`), so a folder elsewhere is refused here, in one line with the fix,
-    rather than by a job halfway through."""
+    (:func:`webrl.serving.paths.requested_model_folder`), so a folder elsewhere is refused here, in one line with the
+    fix, rather than by a job halfway through."""
     import typer
 
-    from webrl.contracts import InvalidRequest
-    from webrl.paths import requested_model_folder
+    from webrl.serving.paths import requested_model_folder
+    from webrl.wire.contracts import InvalidRequest
 
     try:
         requested_model_folder(settings, str(folder), option, configured=configured)

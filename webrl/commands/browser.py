@@ -1,4 +1,4 @@
-"""``webrl browser``: Chromium as a server of its own (:mod:`webrl.browser_server`), for a browser pool that
+"""``webrl browser``: Chromium as a server of its own (:mod:`webrl.serving.browser_server`), for a browser pool that
 connects to it over CDP (``WEBRL_BROWSER__CDP_URL``)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         The browsers reach only WEBRL_SECURITY__ALLOWED_HOSTS (else the configured sites), through a proxy each."""
         import asyncio
 
-        from webrl.browser_server import UnguardedBrowserServer, run, unguarded_bind_problem
+        from webrl.serving.browser_server import UnguardedBrowserServer, run, unguarded_bind_problem
 
         settings = get_settings()
         browser_settings = settings.browser

@@ -9,7 +9,7 @@ import typer
 
 from webrl.commands import check_loadable
 from webrl.config import get_settings
-from webrl.hyperparams import DEFAULTS
+from webrl.method.hyperparams import DEFAULTS
 from webrl.orchestration.train_orm import (
     DEFAULT_LORA_RANK,
     FULL_LR,

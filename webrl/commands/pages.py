@@ -14,9 +14,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from webrl.allow_list import first_refused
 from webrl.config import get_settings
-from webrl.contracts import CheckedPage, PageCheckRequest, PageCheckResult
+from webrl.safety.allow_list import first_refused
+from webrl.wire.contracts import CheckedPage, PageCheckRequest, PageCheckResult
 
 ALLOW_LIST_HINT = "WEBRL_SECURITY__ALLOWED_HOSTS sets the allow-list"
 
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (PageCheckResult)."),
     ) -> None:
         """Open each URL as an agent's start page and print the observation it would get, with timings."""
-        from webrl.clients import rollout_check_pages
+        from webrl.wire.clients import rollout_check_pages
 
         if problem := first_refused(urls, get_settings().host_allow_list()):
             typer.echo(f"webrl pages check: {problem} ({ALLOW_LIST_HINT})", err=True)

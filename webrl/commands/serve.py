@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
                                         "service's own: 8101 .. 8106)."),
     ) -> None:
         """Serve SERVICE's REST API (what the containers run)."""
-        from webrl.service import unauthenticated_bind_problem
+        from webrl.serving.factory import unauthenticated_bind_problem
 
         if service not in SERVICES:
             raise typer.BadParameter(f"unknown service {service!r}; one of {', '.join(SERVICES)}",

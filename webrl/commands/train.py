@@ -15,9 +15,9 @@ from rich.table import Table
 
 from webrl.commands import check_loadable, quiet_model_loading
 from webrl.config import Settings, get_settings
-from webrl.contracts import LogWith, TrackingSpec
-from webrl.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
+from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
 from webrl.models.folders import is_model_folder
+from webrl.wire.contracts import LogWith, TrackingSpec
 
 console = Console()
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def _progress() -> Progress:
 def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyperparams:
     """The preset's record (the defaults without one) with the ``{"group.field": value}`` flags that were given
     (None: not given) replaced; a value the record refuses is a ``typer.BadParameter``."""
-    from webrl.presets import PRESETS
+    from webrl.method.presets import PRESETS
 
     if preset and preset not in PRESETS:
         raise typer.BadParameter(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}", param_hint="--preset")
@@ -88,11 +88,11 @@ def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyper
 
 
 def check_probe(settings: Settings, probe: Path) -> None:
-    """A ``typer.BadParameter`` naming --probe unless the trainer may read ``probe`` (``webrl.paths``) and it is a
-    probe file (``webrl.models.probe``)."""
-    from webrl.contracts import InvalidRequest
+    """A ``typer.BadParameter`` naming --probe unless the trainer may read ``probe`` (``webrl.serving.paths``) and it
+    is a probe file (``webrl.models.probe``)."""
     from webrl.models.probe import load_probe
-    from webrl.paths import requested_model_file
+    from webrl.serving.paths import requested_model_file
+    from webrl.wire.contracts import InvalidRequest
 
     try:
         requested_model_file(settings, str(probe), "--probe")
@@ -108,7 +108,7 @@ def tracking_for(run: str, log_with: str) -> TrackingSpec:
     folder, is a ``typer.BadParameter`` (one line)."""
     from pydantic import ValidationError
 
-    from webrl.tracking import missing_package
+    from webrl.runs.tracking import missing_package
 
     problem = missing_package(log_with)
     if problem:
@@ -146,7 +146,7 @@ def _table(title: str, header: list[str], body: list[list[str]], columns: list[i
 def print_phase_table(settings: Settings, run: str) -> None:
     """The run's phase table (in a terminal narrower than the whole table, where rich would cut cells to
     ellipses, only :data:`NARROW_COLUMNS`), then the last phase against the SFT actor on the same tasks."""
-    from webrl.report import comparison_lines, phase_rows, phase_table
+    from webrl.runs.report import comparison_lines, phase_rows, phase_table
 
     rows = phase_rows(settings, run)
     header, body = phase_table(rows)
@@ -222,10 +222,10 @@ def register(app: typer.Typer) -> None:
                                    "the share of its steps whose greedy action changed."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
-        from webrl.contracts import InvalidRequest
         from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
-        from webrl.report import write_report
-        from webrl.tracking import Tracker
+        from webrl.runs.report import write_report
+        from webrl.runs.tracking import Tracker
+        from webrl.wire.contracts import InvalidRequest
 
         settings = get_settings()
         tracking = tracking_for(run, log_with)
@@ -236,7 +236,7 @@ def register(app: typer.Typer) -> None:
         if orm is not None and not is_model_folder(orm):
             raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
         check_loadable(settings, actor_path, "--actor", configured=settings.actor.model)
-        if orm_path is not None:  # the ORM service loads only folders a request may name (webrl.paths)
+        if orm_path is not None:  # the ORM service loads only folders a request may name (webrl.serving.paths)
             check_loadable(settings, orm_path, "--orm", configured=settings.orm.model)
         hyperparams = hyperparams_for(preset, {
             "curriculum.phases": phases, "curriculum.enabled": curriculum, "curriculum.fill_filter": fill_filter,
@@ -261,7 +261,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"[green]phase {r.phase} {r.stage}[/green] {shown}")
             tracker.scalars(r.metrics, step=r.phase, prefix=f"{r.stage}/")
 
-        from webrl.actor_service import ActorNotServing
+        from webrl.policies.actor_service import ActorNotServing
 
         try:
             with sandbox_if_needed(settings), _progress() as progress, tracker:
@@ -319,7 +319,7 @@ def register(app: typer.Typer) -> None:
         if tasks is not None and not tasks.exists():
             raise typer.BadParameter(f"{tasks} does not exist", param_hint="--tasks")
         if tasks is not None:
-            from webrl.schemas import load_task_file
+            from webrl.agent.schemas import load_task_file
 
             load_task_file(tasks)  # a bad file is one line naming the entry and field, before anything starts
         ensure_ready(settings)
@@ -341,9 +341,9 @@ def _evaluate_run_phase(settings: Settings, run: str, phase: int | None, *, limi
     """``webrl eval --run``: evaluate one phase of a stored run on the test tasks and make the result that phase's
     evaluation (:meth:`webrl.orchestration.pipeline.Pipeline.evaluate_in_full`), then show the run's table and
     rewrite its report."""
-    from webrl.contracts import InvalidRequest
     from webrl.orchestration.pipeline import Pipeline
-    from webrl.report import write_report
+    from webrl.runs.report import write_report
+    from webrl.wire.contracts import InvalidRequest
 
     given = [flag for flag, is_given in refused.items() if is_given]
     if given:

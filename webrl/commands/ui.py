@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         port: int = typer.Option(VIEWER_PORT, min=1, max=65535, help="Port."),
     ) -> None:
         """Browse runs, phases, generated tasks and trajectories step by step (read-only, in a browser)."""
-        from webrl.service import unauthenticated_bind_problem
+        from webrl.serving.factory import unauthenticated_bind_problem
 
         settings = get_settings()
         problem = unauthenticated_bind_problem(host, settings)

@@ -89,7 +89,7 @@ class Step(Base):
     logprobs: Mapped[list[Any]] = mapped_column(JSON, default=list)
     url: Mapped[str] = mapped_column(Text, default="")
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    #: The page the step saw as an image, a path relative to the artifacts directory (``webrl.screenshots``);
+    #: The page the step saw as an image, a path relative to the artifacts directory (``webrl.store.screenshots``);
     #: None when the rollout took no screenshots.
     screenshot: Mapped[str | None] = mapped_column(Text, nullable=True)
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from webrl.agent.schemas import Observation, TaskConfig, Trajectory
 from webrl.db import models as m
-from webrl.rewards import reward_of
-from webrl.schemas import Observation, TaskConfig, Trajectory
+from webrl.method.rewards import reward_of
 from webrl.text import without_nul
 
 _NON_WORD = re.compile(r"[^a-z0-9]+")
@@ -148,8 +148,8 @@ def save_trajectory(
 
 def load_trajectory(row: m.Trajectory) -> Trajectory:
     """The typed record of a stored trajectory (steps included, latest ORM label applied)."""
-    from webrl.actions import ActionParseError, parse_action
-    from webrl.schemas import Step
+    from webrl.agent.actions import ActionParseError, parse_action
+    from webrl.agent.schemas import Step
 
     steps = []
     for s in row.steps:

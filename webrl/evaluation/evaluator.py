@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from playwright.async_api import BrowserContext, Page
 
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
 from webrl.evaluation.base import EpisodeEnd, SubEvaluator
 from webrl.evaluation.errors import EvaluatorBuildError
@@ -19,7 +20,6 @@ from webrl.evaluation.judge import LLMJudge
 from webrl.evaluation.program_html import ProgramHtml
 from webrl.evaluation.string_match import StringMatch
 from webrl.evaluation.url_match import UrlMatch
-from webrl.schemas import TaskConfig
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ Where it reads: the agent's own page, live, until a target navigates (so ``"last
 form values, as in WebArena) and never navigates that page; every navigation happens on a page of its own
 in the same browser context (same cookies, so the same sandbox episode and login), closed at the end.
 That page only opens URLs on the allow-list and follows no redirect off it (a
-:class:`~webrl.navigation_guard.NavigationGuard` on it); either is an :class:`EvaluationError`.
+:class:`~webrl.safety.navigation_guard.NavigationGuard` on it); either is an :class:`EvaluationError`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from urllib.parse import urlparse
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 
-from webrl.allow_list import is_allowed
 from webrl.evaluation.base import EpisodeEnd
 from webrl.evaluation.errors import EvaluationError, EvaluatorBuildError
 from webrl.evaluation.helpers import HelperCall, HelperContext
 from webrl.evaluation.judge import require_judge
 from webrl.evaluation.text import exact_match, must_exclude, must_include_any
-from webrl.navigation_guard import NavigationGuard
+from webrl.safety.allow_list import is_allowed
+from webrl.safety.navigation_guard import NavigationGuard
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlparse
 
+from webrl.agent.schemas import EvalSpec
 from webrl.evaluation.base import EpisodeEnd
 from webrl.evaluation.errors import EvaluatorBuildError
 from webrl.evaluation.text import OR_SEPARATOR
-from webrl.schemas import EvalSpec
 
 GOLD_IN_PRED = "GOLD in PRED"
 EXACT = "EXACT"

@@ -98,8 +98,8 @@ def base_dir(settings: Settings, name: str) -> Path:
 
 
 def read_provenance(folder: Path) -> dict | None:
-    """The base's manifest (``webrl.checkpoints.MANIFEST_FILE``, role "base"), or None when not converted."""
-    from webrl.checkpoints import CheckpointError, read_manifest
+    """The base's manifest (``webrl.store.checkpoints.MANIFEST_FILE``, role "base"), or None when not converted."""
+    from webrl.store.checkpoints import CheckpointError, read_manifest
 
     try:
         manifest = read_manifest(folder)
@@ -109,7 +109,7 @@ def read_provenance(folder: Path) -> dict | None:
 
 
 def base_content_sha256(folder: Path) -> str:
-    """The base's identity as a model (``webrl.checkpoints.content_sha256``): recorded in its manifest at
+    """The base's identity as a model (``webrl.store.checkpoints.content_sha256``): recorded in its manifest at
     conversion; computed (~2 s, then cached) for a folder converted before webrl recorded it."""
     recorded = ((read_provenance(folder) or {}).get("metrics") or {}).get("content_sha256")
     if recorded:
@@ -119,7 +119,7 @@ def base_content_sha256(folder: Path) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _computed_content_sha256(folder: str, mtime_ns: int) -> str:
-    from webrl.checkpoints import content_sha256
+    from webrl.store.checkpoints import content_sha256
 
     return content_sha256(folder)
 
@@ -138,7 +138,7 @@ def convert_base(spec: BaseSpec, dest: Path, store: Path | None = None) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-    from webrl.checkpoints import content_sha256, publish_folder
+    from webrl.store.checkpoints import content_sha256, publish_folder
 
     source = gguf_path(spec)
     start = time.perf_counter()

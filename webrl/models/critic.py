@@ -45,7 +45,7 @@ CRITIC_CONFIG_FILE = "critic_config.json"
 
 #: Std of the normal init of the heads' first two Linear layers, biases zero; the last Linear keeps torch's
 #: default init (``initializer_range = 0.2`` in WebRL's VLMDoubleCritic; published code, not in the paper).
-#: ``Critic.head_init_std`` (webrl.hyperparams) may choose another, or None: :func:`fan_in_std`.
+#: ``Critic.head_init_std`` (webrl.method.hyperparams) may choose another, or None: :func:`fan_in_std`.
 HEAD_INIT_STD = 0.2
 
 #: Classes of each head: index 1 = "the task will succeed" (V = softmax[1]).

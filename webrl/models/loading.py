@@ -20,7 +20,7 @@ from webrl.models.folders import is_adapter
 
 log = logging.getLogger(__name__)
 
-#: The manifest a published checkpoint folder holds (``webrl.checkpoints.MANIFEST_FILE``); its "version" names it.
+#: The manifest a published checkpoint folder holds (``webrl.store.checkpoints.MANIFEST_FILE``); its "version" names it.
 VERSION_FILE = "webrl_checkpoint.json"
 
 _DTYPES: dict[str, torch.dtype | str] = {

@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from webrl.checkpoints import publish_folder, store_relative
 from webrl.config import Settings
 from webrl.models.adapters import ADAPTER_FILE, load_merged
 from webrl.models.loading import checkpoint_version, load_tokenizer, save_tokenizer
+from webrl.store.checkpoints import publish_folder, store_relative
 
 
 def merge_to_folder(adapter: str | Path, output: str | Path, settings: Settings, dtype: str = "bfloat16") -> Any:

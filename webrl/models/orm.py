@@ -3,7 +3,7 @@
 WebRL's ``add_overall_reward`` (scripts/process_data.py; published code, not in the paper)::
 
     p = exp(logit_YES) / (exp(logit_YES) + exp(logit_NO))      # softmax over the two answers only
-    reward = 1 if p >= 0.5 else 0                               # webrl.rewards.reward_of
+    reward = 1 if p >= 0.5 else 0                               # webrl.method.rewards.reward_of
 
 read at the position after the assistant header. Here prompts are left-padded into batches with explicit
 position ids, so a prompt's p does not depend on the batch it is scored in.
@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from webrl.hyperparams import DEFAULTS
+from webrl.method.hyperparams import DEFAULTS
+from webrl.method.rewards import reward_of
 from webrl.models.batched import score_in_batches
 from webrl.prompts.orm import NO, YES
-from webrl.rewards import reward_of
 
 
 def answer_token_id(tokenizer: Any, answer: str) -> int:

@@ -13,7 +13,7 @@ the critic reads a state (:mod:`webrl.models.critic`):
   held-out part of the training tasks (never the test split) and the head is refitted on all of them.
 
 The result plugs in where the generative ORM does: ``p`` feeds the same rule, reward = 1[p >= threshold]
-(:func:`webrl.rewards.reward_of`). An ORM folder holds the backbone (an adapter on a registered base, or a full
+(:func:`webrl.method.rewards.reward_of`). An ORM folder holds the backbone (an adapter on a registered base, or a full
 model), :data:`HEAD_FILE` and :data:`HEAD_CONFIG_FILE`.
 """
 

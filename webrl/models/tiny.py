@@ -21,7 +21,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from webrl.actions import Action, ActionType
+from webrl.agent.actions import Action, ActionType
 
 BOS = "<|begin_of_text|>"
 EOT = "<|eot_id|>"  # end of turn: the eos of generation, included in SFT targets

@@ -6,5 +6,5 @@
 - :mod:`~webrl.orchestration.evaluate`: ``webrl eval``, success on a task set;
 - :mod:`~webrl.orchestration.train_orm`: ``webrl train-orm``, the ORM trained and measured on labelled rollouts.
 
-They call the services through the typed clients (:mod:`webrl.clients`) only, so each runs embedded or distributed.
+They call the services through the typed clients (:mod:`webrl.wire.clients`) only, so each runs embedded or distributed.
 """

@@ -11,7 +11,7 @@
    ``<artifacts>/models/actor-sft``;
 6. optionally evaluate it on the 165 test tasks (``rollout.run``, purpose ``eval``).
 
-Every stage goes through ``webrl.queue.dispatch``: in the embedded mode it runs here, in the distributed mode
+Every stage goes through ``webrl.wire.queue.dispatch``: in the embedded mode it runs here, in the distributed mode
 on the rollout and train workers. Deterministic for a seed (suite, sample, tokenizer, init, SFT order).
 """
 
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
 from webrl.prompts.actor import COMPLETION_BUDGET
-from webrl.schemas import TaskConfig
 
 log = logging.getLogger("webrl.bootstrap")
 
@@ -171,12 +171,12 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
     """Success rate of the checkpoint at ``path`` on the suite's test tasks (``rollout.run``, purpose "eval",
     phase 0, attempt from the checkpoint's version), overall and per site. The suite must be loaded and the
     sandbox running. ``limit``: only the first ``limit`` test tasks (quick measurements)."""
-    from webrl.actor_service import rollout_policy
-    from webrl.clients import rollout_run
-    from webrl.contracts import RolloutRequest
     from webrl.models.loading import checkpoint_version
     from webrl.orchestration.evaluate import success_by_site, trajectory_scores
+    from webrl.policies.actor_service import rollout_policy
     from webrl.sandbox.tasks.suite import build_suite, task_key
+    from webrl.wire.clients import rollout_run
+    from webrl.wire.contracts import RolloutRequest
 
     keys = [task_key("test", t) for t in build_suite(seed)["test"]][:limit]
     attempt = eval_attempt(checkpoint_version(path))
@@ -198,13 +198,13 @@ def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: in
 def run_bootstrap(settings: Settings, config: BootstrapConfig,
                   on_stage: Callable[[str], None] = lambda stage: None) -> BootstrapResult:
     """Run every stage (module docstring); returns where the actor is and what it measured."""
-    from webrl.clients import rollout_run, train_sft
-    from webrl.contracts import DEMONSTRATION_PURPOSE, OracleSpec, RolloutRequest, SftJob
     from webrl.db.migrate import upgrade
     from webrl.models.base import ensure_base, spec_of
     from webrl.models.tiny import SIZES, pretokenize_pattern
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
+    from webrl.wire.clients import rollout_run, train_sft
+    from webrl.wire.contracts import DEMONSTRATION_PURPOSE, OracleSpec, RolloutRequest, SftJob
 
     # checked before ~15 minutes of demonstrations, not after
     if config.base is not None:

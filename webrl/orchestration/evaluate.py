@@ -8,15 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from webrl.actor_service import rollout_policy
-from webrl.clients import rollout_run
+from webrl.agent.early_stop import MAX_STEPS
+from webrl.agent.schemas import load_task_file
 from webrl.config import Settings
-from webrl.contracts import RolloutRequest
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
-from webrl.early_stop import MAX_STEPS
-from webrl.rewards import is_success
-from webrl.schemas import load_task_file
+from webrl.method.rewards import is_success
+from webrl.policies.actor_service import rollout_policy
+from webrl.wire.clients import rollout_run
+from webrl.wire.contracts import RolloutRequest
 
 EVAL_PHASE = 0  # stand-alone evaluations share phase 0 and run 0 (none); their attempt number (>= 1) tells them apart
 CHUNK = 16  # tasks per rollout job

@@ -5,7 +5,7 @@ train tasks, whose failures seed the curriculum. Each phase i >= 1 then runs the
 
     generate -> filter -> rollout -> label -> train -> evaluate
 
-Every stage is a Celery task reached through its typed client in :mod:`webrl.clients` (eager in the embedded mode,
+Every stage is a Celery task reached through its typed client in :mod:`webrl.wire.clients` (eager in the embedded mode,
 a service worker in the distributed mode), so this file is the same in both modes. The stages finished so
 far are persisted in the ``phases`` table *after* each stage's own writes commit, and every stage is
 idempotent (trajectories are unique per (task, phase, attempt, run), labels per (trajectory, ORM version),
@@ -13,10 +13,10 @@ tasks per key, checkpoints per version), so a process killed at any moment resum
 stage, and a half-finished stage redoes only the work that is missing.
 
 Rollouts in the distributed mode go through the actor service (``{"kind": "endpoint"}``): before each one the
-pipeline waits until the service reports serving the checkpoint it needs (:func:`webrl.actor_service.serve_checkpoint`,
-the trainer's published actor arriving by hot reload), and each trajectory records the version that answered. The
-embedded mode loads the checkpoint in the rollout job (``{"kind": "checkpoint"}``); ``Settings.actor.rollout_policy``
-overrides the choice.
+pipeline waits until the service reports serving the checkpoint it needs
+(:func:`webrl.policies.actor_service.serve_checkpoint`, the trainer's published actor arriving by hot reload), and each
+trajectory records the version that answered. The embedded mode loads the checkpoint in the rollout job (``{"kind":
+"checkpoint"}``); ``Settings.actor.rollout_policy`` overrides the choice.
 
 What a stage hands the later ones (candidate and kept task keys, the published checkpoints) is the phase's typed
 :class:`PhaseState`, stored with the phase; its metrics are for reporting only. The run's stored progress lives in
@@ -33,10 +33,31 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from webrl import clients
-from webrl.actor_service import rollout_policy
 from webrl.config import Settings
-from webrl.contracts import (
+from webrl.db import models as m
+from webrl.db import repository as repo
+from webrl.db.session import session_scope
+from webrl.method.hyperparams import WebRLHyperparams
+from webrl.method.rewards import EVALUATOR_LABELS
+from webrl.orchestration.pipeline_metrics import (
+    actor_versions,
+    attempted_task_keys,
+    evaluation_metrics,
+    failed_task_keys,
+    orm_agreement,
+)
+from webrl.orchestration.pipeline_state import (
+    PhaseState,
+    PipelineOptions,
+    RunStore,
+    StageOutput,
+    StageReport,
+    options_of_run,
+)
+from webrl.policies.actor_service import rollout_policy
+from webrl.prompts.actor import COMPLETION_BUDGET
+from webrl.wire import clients
+from webrl.wire.contracts import (
     DEMONSTRATION_ATTEMPT,
     DEMONSTRATION_PURPOSE,
     CriticState,
@@ -53,27 +74,6 @@ from webrl.contracts import (
     TrackingSpec,
     ValueRequest,
 )
-from webrl.db import models as m
-from webrl.db import repository as repo
-from webrl.db.session import session_scope
-from webrl.hyperparams import WebRLHyperparams
-from webrl.orchestration.pipeline_metrics import (
-    actor_versions,
-    attempted_task_keys,
-    evaluation_metrics,
-    failed_task_keys,
-    orm_agreement,
-)
-from webrl.orchestration.pipeline_state import (
-    PhaseState,
-    PipelineOptions,
-    RunStore,
-    StageOutput,
-    StageReport,
-    options_of_run,
-)
-from webrl.prompts.actor import COMPLETION_BUDGET
-from webrl.rewards import EVALUATOR_LABELS
 
 __all__ = ["BASELINE_STAGES", "BASELINE_TABLE", "PHASE_TABLE", "STAGES", "PhaseState", "Pipeline",
            "PipelineOptions", "ProgressHook", "StageOutput", "StageReport", "nearest_to_band"]
@@ -85,7 +85,7 @@ ProgressHook = Callable[[str, int, int], None]  # (label, done, total)
 
 def nearest_to_band(keys: Sequence[str], values: dict[str, float], low: float, high: float) -> list[str]:
     """``keys`` ordered by the distance of their value V to the band: d = max(low - V, 0, V - high), ties in
-    the given order (the filter's top-up, :attr:`webrl.hyperparams.Curriculum.fill_filter`)."""
+    the given order (the filter's top-up, :attr:`webrl.method.hyperparams.Curriculum.fill_filter`)."""
     return sorted(keys, key=lambda k: max(low - values[k], 0.0, values[k] - high))
 
 
@@ -97,7 +97,7 @@ class Pipeline:
                  on_stage: Callable[[StageReport], None] | None = None,
                  tracking: TrackingSpec | None = None, end_at: int | None = None) -> None:
         self.settings = settings
-        self.tracking = tracking  # where the trainer logs each step (webrl.tracking); not stored with the run
+        self.tracking = tracking  # where the trainer logs each step (webrl.runs.tracking); not stored with the run
         self.end_at = end_at  # a resume's explicit phase count, which may also end the run early (resumed_options)
         self.on_progress = on_progress or (lambda label, done, total: None)
         self.on_stage = on_stage or (lambda report: None)
@@ -282,7 +282,7 @@ class Pipeline:
 
         Phase 1 has no critic yet: the ORM's P(YES) on the start state stands in (as the WebRL authors did);
         with neither (rewards from the sandbox evaluators), the task's template's success so far does
-        (:mod:`webrl.template_prior`), or every generated task is kept (``curriculum.judge_before_critic``).
+        (:mod:`webrl.store.template_prior`), or every generated task is kept (``curriculum.judge_before_critic``).
         """
         curriculum = self.hp.curriculum
         if not curriculum.enabled:
@@ -314,7 +314,7 @@ class Pipeline:
         """V(start state) per task from the critic, or the ORM's P(YES) before the first critic exists."""
         critic, orm = self.critic_for_phase(index), self.options.orm
         if keys and not (critic or orm) and self.hp.curriculum.judge_before_critic == "templates":
-            from webrl.template_prior import template_values
+            from webrl.store.template_prior import template_values
 
             with session_scope(self.settings) as s:
                 return template_values(s, keys, range(index), self._orm_version(), run_id=self.run_id), "templates"
@@ -377,8 +377,8 @@ class Pipeline:
         return sorted(rng.sample(keys, min(n, len(keys))))
 
     def _policy(self, actor: str, temperature: float | None, label: str) -> PolicySpec:
-        """What a rollout of the folder ``actor`` runs (:func:`webrl.actor_service.rollout_policy`), with the wait
-        for the actor service to serve it shown as progress."""
+        """What a rollout of the folder ``actor`` runs (:func:`webrl.policies.actor_service.rollout_policy`), with the
+        wait for the actor service to serve it shown as progress."""
         if not self.settings.rollouts_through_actor:
             return rollout_policy(self.settings, actor, temperature)
         waiting = f"{label}: actor service loads {Path(actor).name}"

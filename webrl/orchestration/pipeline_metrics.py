@@ -1,6 +1,6 @@
 """What the pipeline's stages measure and read back from the stored trajectories: success on the test tasks, the
 ORM's agreement with the evaluators, the actor versions that answered, and a phase's failed tasks. Success is
-:func:`webrl.rewards.is_success` and a trajectory's label the run's ORM's (:func:`webrl.db.repository.label_of`)
+:func:`webrl.method.rewards.is_success` and a trajectory's label the run's ORM's (:func:`webrl.db.repository.label_of`)
 throughout. Reporting only, except :func:`failed_task_keys`, which the next phase's generator evolves.
 """
 
@@ -15,7 +15,7 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
-from webrl.rewards import is_success
+from webrl.method.rewards import is_success
 
 
 def evaluation_metrics(settings: Settings, trajectory_ids: list[int]) -> dict[str, Any]:

@@ -15,11 +15,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from webrl.config import Settings
-from webrl.contracts import InvalidRequest
 from webrl.db import models as m
 from webrl.db.session import session_scope
-from webrl.hyperparams import WebRLHyperparams, with_overrides
-from webrl.rewards import EVALUATOR_LABELS
+from webrl.method.hyperparams import WebRLHyperparams, with_overrides
+from webrl.method.rewards import EVALUATOR_LABELS
+from webrl.wire.contracts import InvalidRequest
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,9 @@ class PipelineOptions:
     seed: int = 0
     """Seed of every sample the run draws (tasks, generation, training)."""
     hyperparams: WebRLHyperparams = field(default_factory=WebRLHyperparams)
-    """The method's knobs and the run's scale (``webrl.hyperparams``; a preset is one)."""
+    """The method's knobs and the run's scale (``webrl.method.hyperparams``; a preset is one)."""
     screenshots: bool = False
-    """Store a screenshot of every rollout step (``webrl.screenshots``) for the viewer; costs browser time."""
+    """Store a screenshot of every rollout step (``webrl.store.screenshots``) for the viewer; costs browser time."""
     probe: str = ""
     """A flips probe of the starting actor (``webrl probe build``); "" = flips not measured."""
 

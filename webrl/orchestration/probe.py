@@ -39,8 +39,8 @@ def _candidate_steps(settings: Settings, trajectory_ids: list[int], tokenizer: o
     from webrl.db import models as m
     from webrl.db.repository import load_trajectory
     from webrl.db.session import session_scope
+    from webrl.method.rewards import is_success
     from webrl.prompts.actor import render_actor_prompt
-    from webrl.rewards import is_success
 
     out = []
     with session_scope(settings) as session:
@@ -75,13 +75,13 @@ def spread_over_tasks(steps: list[ProbeStep], seed: int) -> list[ProbeStep]:
 def build_probe(settings: Settings, actor: Path, output: Path, *, per_site: int = 24, per_template: int = 1,
                 seed: int = 1, concurrency: int = 4, batch_size: int = 4) -> ProbeBuild:
     """Run stages 1-4 of the module docstring and return what was written."""
-    from webrl.clients import rollout_run
-    from webrl.contracts import DEMONSTRATION_PURPOSE, OracleSpec, RolloutRequest
     from webrl.db.migrate import upgrade
     from webrl.models.loading import load_causal_lm
     from webrl.orchestration.bootstrap import COMPLETION_BUDGET, demo_tasks
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
+    from webrl.wire.clients import rollout_run
+    from webrl.wire.contracts import DEMONSTRATION_PURPOSE, OracleSpec, RolloutRequest
 
     settings.ensure_dirs()
     upgrade(settings)

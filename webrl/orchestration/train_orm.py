@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from webrl.config import Settings
-from webrl.contracts import CheckpointSpec, EndpointSpec, OracleSpec, PolicySpec, RolloutRequest, SftJob, SftResult
-from webrl.hyperparams import DEFAULTS
+from webrl.method.hyperparams import DEFAULTS
+from webrl.method.rewards import is_success
 from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
-from webrl.rewards import is_success
+from webrl.wire.contracts import CheckpointSpec, EndpointSpec, OracleSpec, PolicySpec, RolloutRequest, SftJob, SftResult
 
 log = logging.getLogger("webrl.judges")
 
@@ -191,7 +191,7 @@ def split_keys(settings: Settings, split: str, limit: int | None, seed: int) -> 
 
 def collect(policies: Sequence[PolicySpec], keys: Sequence[Sequence[str]], concurrency: int) -> list[int]:
     """Run policy i on the tasks ``keys[i]`` (one attempt per policy: its index); the stored trajectory ids."""
-    from webrl.clients import rollout_run
+    from webrl.wire.clients import rollout_run
 
     ids: list[int] = []
     for attempt, (policy, tasks) in enumerate(zip(policies, keys, strict=True)):
@@ -230,8 +230,8 @@ def balance(labels: dict[int, int], seed: int) -> list[int]:
 
 def score_with(orm_path: str, ids: Sequence[int], threshold: float) -> list[float]:
     """P(YES) of each trajectory under the ORM at ``orm_path`` (``orm.score``; labels stored)."""
-    from webrl.clients import orm_score
-    from webrl.contracts import ScoreRequest
+    from webrl.wire.clients import orm_score
+    from webrl.wire.contracts import ScoreRequest
 
     result = orm_score(ScoreRequest(trajectory_ids=list(ids), orm=orm_path, threshold=threshold))
     return [item.p for item in result.results]
@@ -315,8 +315,8 @@ def publish_start(settings: Settings, folder: Path, starts: Path, *, rank: int |
     import hashlib
     import shutil
 
-    from webrl.checkpoints import MANIFEST_FILE, folder_sha256, publish_folder, read_manifest, verify
     from webrl.models.adapters import base_identity
+    from webrl.store.checkpoints import MANIFEST_FILE, folder_sha256, publish_folder, read_manifest, verify
 
     inputs = {"base": base_identity(folder), "rank": rank, "max_length": max_length, "seed": seed,
               "adapter_sha256": folder_sha256(folder) if rank is None else None}
@@ -358,8 +358,8 @@ def fit(options: TrainOrmOptions, start: OrmStart, labels: dict[int, int]) -> Sf
 
     ``answer``: ``train.sft`` kind "orm" on the balanced trajectories. ``head``: ``train.orm_head`` on all of
     them (its loss weighs the classes equally, so nothing is thrown away)."""
-    from webrl.clients import train_orm_head, train_sft
-    from webrl.contracts import OrmHeadJob
+    from webrl.wire.clients import train_orm_head, train_sft
+    from webrl.wire.contracts import OrmHeadJob
 
     if options.objective == "head":
         backbone_lr = LORA_LR if options.lr is None else options.lr

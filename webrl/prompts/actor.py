@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from webrl.schemas import Step
+from webrl.agent.schemas import Step
 
 #: What earlier rounds show instead of their HTML (published WebRL/VAB-WebArena-Lite traces).
 ELIDED_HTML = "** Simplified html **"

@@ -15,7 +15,7 @@ Two renderings: :func:`render_llama3_orm` writes that exact string; :func:`rende
 tokenizer's chat template (any chat model, the tiny CPU model included) unless the tokenizer is a Llama-3
 one, where the exact layout wins: Llama-3.1's own HF template adds "Cutting Knowledge Date" lines to the system
 turn that the released checkpoint never saw.
-:func:`build_orm_prompt` renders a :class:`~webrl.schemas.Trajectory` within a token budget by cutting the
+:func:`build_orm_prompt` renders a :class:`~webrl.agent.schemas.Trajectory` within a token budget by cutting the
 observation only, never the intent or the history.
 """
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from webrl.agent.schemas import Trajectory
 from webrl.prompts.actor import COMPLETION_BUDGET
-from webrl.schemas import Trajectory
 
 #: The ORM's system prompt, verbatim from WebRL's ``build_rm_data`` (note the typographic apostrophes in
 #: "user’s" and "agent’s execution" next to the plain one in "agent's action history": they are in the data

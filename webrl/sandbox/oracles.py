@@ -1,9 +1,9 @@
 """Oracle solvers: scripted policies that read the observation and emit WebRL actions.
 
-The observation is WebRL's simplified HTML, parsed by :class:`webrl.observed_page.ObservedPage`; the
+The observation is WebRL's simplified HTML, parsed by :class:`webrl.agent.observed_page.ObservedPage`; the
 helpers below (:func:`click`, :func:`type_text`, :func:`search`, :func:`select`, :func:`answer`, ...) find
 the element whose text or label matches and format the action, raising
-:class:`webrl.observed_page.NotOnPage` when nothing matches (a solver raises :class:`OracleStuck`, one kind
+:class:`webrl.agent.observed_page.NotOnPage` when nothing matches (a solver raises :class:`OracleStuck`, one kind
 of it, when a page is not what it expected).
 
 A template's solver is a generator (see :mod:`webrl.sandbox.tasks.base`). :class:`OraclePolicy` implements
@@ -21,10 +21,10 @@ import random
 import re
 from collections.abc import Generator
 
-from webrl.actions import Action, ActionType, format_action
+from webrl.agent.actions import Action, ActionType, format_action
+from webrl.agent.observed_page import FORM_FIELDS, Element, NotOnPage, ObservedPage
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.observed_page import FORM_FIELDS, Element, NotOnPage, ObservedPage
-from webrl.schemas import Observation, Step, TaskConfig
+from webrl.agent.schemas import Observation, Step, TaskConfig
 
 ORACLE_VERSION = "oracle"
 

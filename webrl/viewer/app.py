@@ -2,8 +2,8 @@
 step by step, a task's attempts across phases, screenshots and plots. Each route reads through
 :mod:`webrl.viewer.queries` in a read-only session and renders a template; nothing here writes.
 
-Auth is every service's (:func:`webrl.service.create_app`): with ``WEBRL_SECURITY__API_KEY`` set every page wants the
-key, as a bearer header or, for a browser, the cookie ``/login`` sets; without one only loopback is served.
+Auth is every service's (:func:`webrl.serving.factory.create_app`): with ``WEBRL_SECURITY__API_KEY`` set every page
+wants the key, as a bearer header or, for a browser, the cookie ``/login`` sets; without one only loopback is served.
 Every response carries a Content-Security-Policy that allows no script at all and nothing from elsewhere.
 """
 
@@ -19,10 +19,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import Session
 
-from webrl import screenshots
 from webrl.config import Settings, get_settings
 from webrl.db.session import read_only_scope
-from webrl.report import (
+from webrl.runs.report import (
     FLIPS_NOTE,
     ORM_COLUMN_NOTE,
     calibration_points_in,
@@ -30,7 +29,8 @@ from webrl.report import (
     flips_table,
     phase_table,
 )
-from webrl.service import create_app, key_matches, not_found
+from webrl.serving.factory import create_app, key_matches, not_found
+from webrl.store import screenshots
 from webrl.viewer import plots, queries
 from webrl.viewer.templating import templates
 from webrl.viewer.tokens import decoder_for

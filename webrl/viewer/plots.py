@@ -1,4 +1,4 @@
-"""The report's PNG plots (:mod:`webrl.report`), drawn for the viewer in memory. Matplotlib's pyplot is not
+"""The report's PNG plots (:mod:`webrl.runs.report`), drawn for the viewer in memory. Matplotlib's pyplot is not
 thread-safe and the routes run in a thread pool, so plots are drawn one at a time; a plot is kept until its
 input changes."""
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from webrl.report import plot_calibration, plot_success
+from webrl.runs.report import plot_calibration, plot_success
 
 _LOCK = threading.Lock()
 _CACHE: dict[str, bytes | None] = {}

@@ -1,7 +1,7 @@
 """What the viewer shows, read from the database. Every function takes an open session (the viewer's are
 read-only: :func:`webrl.db.session.read_only_scope`) and returns plain records for the templates.
 
-Runs and phases come from ``runs`` / ``phases`` (the report's rows, :func:`webrl.report.phase_rows_in`); a
+Runs and phases come from ``runs`` / ``phases`` (the report's rows, :func:`webrl.runs.report.phase_rows_in`); a
 phase's generated tasks from its :class:`webrl.orchestration.pipeline.PhaseState` (candidates, kept) with their lineage
 (``tasks.parent_id``) and the values the filter stored (``critic_values`` under the filter's judge);
 trajectories, steps and labels from their tables. A trajectory carries its phase and the run that rolled it out
@@ -19,13 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from webrl.actions import ActionParseError, parse_action
+from webrl.agent.actions import ActionParseError, parse_action
 from webrl.db import models as m
 from webrl.db.repository import label_of
-from webrl.hyperparams import DEFAULTS
+from webrl.method.hyperparams import DEFAULTS
+from webrl.method.rewards import SUCCESS_SCORE
 from webrl.orchestration.pipeline import BASELINE_STAGES, STAGES, PhaseState, PipelineOptions
-from webrl.report import phase_rows_in
-from webrl.rewards import SUCCESS_SCORE
+from webrl.runs.report import phase_rows_in
 
 PAGE_SIZE = 50  # trajectories per page of the list
 LOGPROB_BUCKETS = 10  # heat-map colours: token probability p = exp(log p) in tenths
@@ -83,7 +83,7 @@ def run_summaries(session: Session) -> list[RunSummary]:
 class RunView:
     name: str
     options: PipelineOptions | None
-    rows: list[dict[str, Any]]  # webrl.report.phase_rows_in: what the report's table and plot are made from
+    rows: list[dict[str, Any]]  # webrl.runs.report.phase_rows_in: what the report's table and plot are made from
     current: str | None
     stages: list[str]  # every stage any phase has, in pipeline order (the timing table's columns)
     seconds: dict[int, dict[str, float]]  # phase -> stage -> wall seconds
@@ -331,7 +331,7 @@ class StepView:
     error: str | None
     has_screenshot: bool
     tokens: list[TokenCell]
-    mc_return: float | None  # G_t of the trajectory's reward (webrl.returns.mc_returns)
+    mc_return: float | None  # G_t of the trajectory's reward (webrl.method.returns.mc_returns)
     value: float | None  # V(start state), step 0, where the curriculum filter stored it
     trained: list[TrainedValues]  # per phase that trained on the step: V(s), V(s'), A, the loss's mask
 
@@ -396,7 +396,7 @@ def start_value(session: Session, task_id: int) -> tuple[float, str] | None:
 def trajectory_view(session: Session, trajectory_id: int, decoder: Any | None = None,
                     gamma: float = DEFAULTS.advantage.gamma) -> TrajectoryView | None:
     """A trajectory with every step; ``decoder(actor_version)`` gives a token-id -> text function (or None)."""
-    from webrl.returns import mc_returns
+    from webrl.method.returns import mc_returns
 
     t = session.get(m.Trajectory, trajectory_id, options=[selectinload(m.Trajectory.steps),
                                                           selectinload(m.Trajectory.labels)])

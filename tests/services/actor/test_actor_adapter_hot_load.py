@@ -18,11 +18,11 @@ from vllm_standin import VLLMStandIn
 
 from services.actor.app import create_actor_app
 from services.actor.engine import ActorEngine
-from webrl.actor_service import serve_checkpoint
-from webrl.checkpoints import publish_folder
 from webrl.config import Settings
 from webrl.models.backends.openai_compat import AdapterLoadError, OpenAIBackend
 from webrl.models.loading import load_tokenizer
+from webrl.policies.actor_service import serve_checkpoint
+from webrl.store.checkpoints import publish_folder
 
 HTML = '<html> <a id="3"> Electronics </a> <a id="4"> Books </a> </html>'
 ITEM = {"intent": "Show me Electronics", "observation": {"html": HTML, "url": "http://127.0.0.1:7770/"}}

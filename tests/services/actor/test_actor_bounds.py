@@ -14,8 +14,8 @@ from services.actor.app import create_actor_app
 from services.actor.engine import ActorEngine
 from services.actor.schemas import MAX_PROMPTS
 from webrl.config import Settings
-from webrl.contracts import MAX_EPISODE_STEPS
 from webrl.models.backends.local import LocalBackend
+from webrl.wire.contracts import MAX_EPISODE_STEPS
 
 HTML = '<html> <a id="3"> Electronics </a> <a id="4"> Books </a> </html>'
 

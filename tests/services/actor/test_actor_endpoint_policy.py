@@ -11,10 +11,10 @@ import httpx
 
 from services.actor.app import create_actor_app
 from webrl.agent.policy import PolicyRequest
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.config import Settings
-from webrl.contracts import CheckpointSpec, EndpointSpec
-from webrl.policy_specs import policy_from_spec
-from webrl.schemas import Observation, TaskConfig
+from webrl.policies.specs import policy_from_spec
+from webrl.wire.contracts import CheckpointSpec, EndpointSpec
 
 PAGE = '<html> <a id="3"> Electronics </a> <a id="4"> Books </a> <button id="17"> Add to Cart </button> </html>'
 

@@ -15,9 +15,9 @@ import redis
 
 from services.actor.app import create_actor_app
 from services.actor.engine import ActorEngine
-from webrl.checkpoints import publish_folder
 from webrl.config import Settings
 from webrl.models.backends.local import LocalBackend
+from webrl.store.checkpoints import publish_folder
 
 pytestmark = pytest.mark.redis
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from services.actor.reload import CheckpointSubscriber, parse_event
-from webrl.checkpoints import publish_folder
+from webrl.store.checkpoints import publish_folder
 
 
 def test_parse_event_keeps_only_well_formed_actor_events() -> None:

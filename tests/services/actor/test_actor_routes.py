@@ -45,8 +45,8 @@ def test_act_returns_text_ids_logprobs_and_version(client) -> None:
 
 
 def test_logprobs_agree_with_generation(client) -> None:
-    from webrl.contracts import ActItem
     from webrl.models.model_policies import actor_prompt
+    from webrl.wire.contracts import ActItem
 
     result = client.post("/v1/act", json={"batch": [_item()], "max_new_tokens": 8}).json()["results"][0]
     engine = client.app.state.engine
@@ -134,7 +134,7 @@ def test_served_by_uvicorn(actor_model_dir: Path, settings: Settings, serve) -> 
 
 
 def test_metrics_count_the_tokens_generated(client) -> None:
-    from webrl.service_metrics import read_samples
+    from webrl.serving.metrics import read_samples
 
     def scrape() -> dict[str, float]:
         return read_samples(client.get("/metrics").text)

@@ -14,10 +14,10 @@ import pytest
 
 from services.actor.app import create_actor_app
 from services.actor.engine import ActorEngine
-from webrl.actor_service import ActorNotServing, serve_checkpoint, serving
-from webrl.checkpoints import MANIFEST_FILE, publish_folder
 from webrl.config import Settings
 from webrl.models.backends.local import LocalBackend
+from webrl.policies.actor_service import ActorNotServing, serve_checkpoint, serving
+from webrl.store.checkpoints import MANIFEST_FILE, publish_folder
 
 pytestmark = pytest.mark.redis
 

@@ -23,16 +23,16 @@ import httpx
 import pytest
 
 from services.actor.app import create_actor_app
-from webrl.actions import parse_action
-from webrl.actor_service import serve_checkpoint
-from webrl.checkpoints import publish_folder
+from webrl.agent.actions import parse_action
 from webrl.config import Settings
 from webrl.models.backends import make_backend
 from webrl.models.backends.local import LocalBackend
 from webrl.models.backends.openai_compat import Adapter, AdapterLoadError, OpenAIBackend
 from webrl.models.backends.vllm_server import VLLM_PYTHON_ENV, VLLMServer, free_port, running_vllm, vllm_command
 from webrl.models.loading import load_tokenizer
+from webrl.policies.actor_service import serve_checkpoint
 from webrl.prompts.actor import render_actor_prompt
+from webrl.store.checkpoints import publish_folder
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 

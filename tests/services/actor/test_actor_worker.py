@@ -1,4 +1,4 @@
-"""The ``actor.act`` Celery task, run eagerly through ``webrl.queue.dispatch``."""
+"""The ``actor.act`` Celery task, run eagerly through ``webrl.wire.queue.dispatch``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from webrl.config import Settings
-from webrl.queue import dispatch
+from webrl.wire.queue import dispatch
 
 
 def test_actor_act_task(actor_model_dir: Path, settings: Settings) -> None:
@@ -26,9 +26,9 @@ def test_typed_client_gives_what_the_act_route_gives(actor_model_dir: Path, sett
     from fastapi.testclient import TestClient
 
     from services.actor.app import create_actor_app
-    from webrl.clients import actor_act
-    from webrl.contracts import ActItem, ActJob
-    from webrl.schemas import Observation
+    from webrl.agent.schemas import Observation
+    from webrl.wire.clients import actor_act
+    from webrl.wire.contracts import ActItem, ActJob
 
     item = ActItem(intent="Show me Electronics", observation=Observation(html='<a id="3"> Electronics </a>', url="u"))
     job = ActJob(model=str(actor_model_dir), batch=[item], max_new_tokens=6)

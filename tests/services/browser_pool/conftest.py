@@ -15,8 +15,8 @@ from urllib.parse import unquote
 import pytest
 
 from services.browser_pool.pool import BrowserPool
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
-from webrl.schemas import TaskConfig
 
 FIXTURES = Path(__file__).with_name("fixtures")
 SLOW_PAGE_DELAY_S = 0.3  # /slow.html answers after this long: actions must wait for it, not race it

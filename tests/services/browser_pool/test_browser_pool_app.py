@@ -43,7 +43,7 @@ def test_fixture_round_trip(client, fixture_url, make_task):
 
 
 def test_metrics_show_the_episodes_in_flight(client, fixture_url, make_task):
-    from webrl.service_metrics import read_samples
+    from webrl.serving.metrics import read_samples
 
     def scrape() -> dict[str, float]:
         return read_samples(client.get("/metrics").text)
@@ -106,10 +106,10 @@ def test_sandbox_round_trip_and_rollout_job(sandbox, sandbox_tasks, stored_keys)
     import asyncio
 
     from webrl.agent.policy import PolicyRequest
+    from webrl.agent.schemas import Observation, Step
     from webrl.db import repository
     from webrl.db.session import session_scope
     from webrl.sandbox.oracles import OraclePolicy
-    from webrl.schemas import Observation, Step
 
     keys = stored_keys(sandbox, sandbox_tasks[:2], prefix="rest/test")
     oracle = OraclePolicy()

@@ -9,7 +9,7 @@ import pytest
 
 from services.browser_pool.batcher import Batcher
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.schemas import Observation, TaskConfig
+from webrl.agent.schemas import Observation, TaskConfig
 
 TASK = TaskConfig(task_id=1, sites=["shopping"], intent="find it", start_url="http://shop.test/")
 

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from services.browser_pool.runs import run_batch, run_episode
+from webrl.agent.early_stop import MAX_STEPS
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.early_stop import MAX_STEPS
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -6,8 +6,8 @@ import pytest
 
 from webrl.agent.policy import Policy
 from webrl.config import Settings
-from webrl.contracts import CheckpointSpec, EndpointSpec, InvalidRequest
-from webrl.policy_specs import check_policy_spec, policy_from_spec
+from webrl.policies.specs import check_policy_spec, policy_from_spec
+from webrl.wire.contracts import CheckpointSpec, EndpointSpec, InvalidRequest
 
 
 def test_oracle_spec():
@@ -62,7 +62,7 @@ def test_endpoint_spec_builds_the_http_policy():
 def test_checkpoint_paths_must_be_model_folders_a_request_may_name(tmp_path):
     """A checkpoint policy loads (and so runs the code of) its folder: only the store, the shipped models,
     WEBRL_SECURITY__MODEL_DIRS or the configured actor; /etc and an absent folder get the same refusal."""
-    from webrl.paths import SHIPPED_MODELS
+    from webrl.serving.paths import SHIPPED_MODELS
 
     settings = Settings(home=tmp_path / "home", security={"model_dirs": []}, _env_file=None)
     for path in ("/etc", "/root", "/nonexistent-webrl", str(tmp_path)):

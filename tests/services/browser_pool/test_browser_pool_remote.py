@@ -1,4 +1,4 @@
-"""The pool on a browser server (``WEBRL_BROWSER__CDP_URL``, :mod:`webrl.browser_server`): Chromium in another
+"""The pool on a browser server (``WEBRL_BROWSER__CDP_URL``, :mod:`webrl.serving.browser_server`): Chromium in another
 process, reached over CDP, observes as a launched one does, keeps the allow-list's every-hop guard, is replaced
 when it dies, and ends with its connection; the server starts no more than ``max_browsers``."""
 
@@ -15,8 +15,8 @@ from playwright.async_api import Error as PlaywrightError
 
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
-from webrl.browser_server import BrowserServer, UnguardedBrowserServer, start
 from webrl.config import Settings
+from webrl.serving.browser_server import BrowserServer, UnguardedBrowserServer, start
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -11,12 +11,12 @@ import pytest
 
 from services.browser_pool import rollout
 from services.browser_pool.rollout import run_rollout
+from webrl.agent.early_stop import MAX_PARSE_FAILURES
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.contracts import CheckpointSpec, OracleSpec, RolloutRequest
 from webrl.db import models as m
 from webrl.db.session import session_scope
-from webrl.early_stop import MAX_PARSE_FAILURES
 from webrl.sandbox.oracles import OraclePolicy
+from webrl.wire.contracts import CheckpointSpec, OracleSpec, RolloutRequest
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

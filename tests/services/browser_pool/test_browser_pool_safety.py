@@ -15,7 +15,7 @@ from services.browser_pool.pool import BrowserPool
 from services.browser_pool.runs import run_episode
 from services.browser_pool.safety import blocked_url_regex
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.allow_list import is_allowed
+from webrl.safety.allow_list import is_allowed
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -10,12 +10,12 @@ import pytest
 from PIL import Image
 
 from services.browser_pool.runs import run_batch
-from webrl import screenshots
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import Settings
 from webrl.db import repository
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
+from webrl.store import screenshots
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

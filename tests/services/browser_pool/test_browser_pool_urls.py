@@ -1,5 +1,5 @@
 """One reading of a URL: the start-URL check, the in-browser guard and Chromium agree on the host of every URL
-(the WHATWG URL Standard, :func:`webrl.allow_list.browser_url`), and a navigation the browser itself refuses
+(the WHATWG URL Standard, :func:`webrl.safety.allow_list.browser_url`), and a navigation the browser itself refuses
 (a redirect to ``file:`` or ``chrome:``) is named in the observation's error."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 
 from services.browser_pool.episode import BrowserEpisode, StartUrlRefused
-from webrl.allow_list import browser_url
+from webrl.safety.allow_list import browser_url
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -65,7 +65,7 @@ def test_celery_rollout_writes_postgres(sandbox, sandbox_tasks, stored_keys, pos
     log_path = tmp_path / "worker.log"
     log_file = log_path.open("w")  # a file, not a pipe: a chatty worker must never block on a full pipe
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "webrl.queue", "worker", "-Q", "rollout", "--pool", "solo",
+        [sys.executable, "-m", "celery", "-A", "webrl.wire.queue", "worker", "-Q", "rollout", "--pool", "solo",
          "--concurrency", "1", "--loglevel", "INFO", "-n", f"bp-{prefix}@%h"],
         cwd=REPO, env=_worker_env(sandbox, postgres_url, broker, tmp_path), stdout=log_file,
         stderr=subprocess.STDOUT, text=True)

@@ -10,14 +10,14 @@ from sqlalchemy import select
 
 from services.critic.app import create_critic_app
 from services.critic.values import CriticScorer, MissingStartPageError, State
-from webrl.clients import critic_value
-from webrl.contracts import CriticState, StartState, ValueRequest
+from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
 from webrl.db import models as m
 from webrl.db.repository import save_trajectory, upsert_task
 from webrl.db.session import session_scope
 from webrl.models.critic import encode_states
-from webrl.queue import dispatch
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
+from webrl.wire.clients import critic_value
+from webrl.wire.contracts import CriticState, StartState, ValueRequest
+from webrl.wire.queue import dispatch
 
 STATES = [State("Add the blue kettle to the cart", '<div id="5">kettle</div>'),
           State("Find the price of the kettle", '<div id="5">kettle</div><p>$12</p>',

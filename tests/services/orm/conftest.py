@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
 from webrl.config import Settings
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
 PAGES = ['<html><div id="5">Order placed</div></html>', '<html><div id="6">Error: out of stock</div></html>']
 

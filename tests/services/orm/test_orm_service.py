@@ -84,8 +84,8 @@ def test_an_unconfigured_orm_answers_503(db_settings, make_trajectory) -> None:
 
 
 def test_rest_route_and_celery_task_label_a_phase_alike(tiny_orm_dir, db_settings, make_trajectory, store) -> None:
-    from webrl.clients import orm_score
-    from webrl.contracts import ScoreRequest
+    from webrl.wire.clients import orm_score
+    from webrl.wire.contracts import ScoreRequest
 
     ids = store(db_settings, [make_trajectory(i) for i in range(2)], phase=4)
     request = ScoreRequest(phase=4, orm=str(tiny_orm_dir), threshold=0.5)
@@ -101,7 +101,7 @@ def test_rest_route_and_celery_task_label_a_phase_alike(tiny_orm_dir, db_setting
 
 
 def test_a_trajectory_over_the_step_cap_is_a_422_naming_it(client, make_trajectory) -> None:
-    from webrl.contracts import MAX_EPISODE_STEPS
+    from webrl.wire.contracts import MAX_EPISODE_STEPS
 
     long = make_trajectory(1)
     long.steps = [long.steps[0].model_copy(update={"index": i}) for i in range(MAX_EPISODE_STEPS + 1)]

@@ -20,7 +20,7 @@ from webrl.db import models as m
 from webrl.db.session import session_scope
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
 from webrl.prompts.orm import render_orm_prompt
-from webrl.queue import dispatch
+from webrl.wire.queue import dispatch
 
 
 def test_orm_score_task_labels_a_phase(tiny_orm_dir, db_settings, make_trajectory, store) -> None:

@@ -11,10 +11,10 @@ from webrl.config import Settings
 
 def store_parent(settings: Settings, key: str = "p1") -> None:
     """Migrate the database of ``settings`` and store one seed task of the shopping site under ``key``."""
+    from webrl.agent.schemas import TaskConfig
     from webrl.db import repository as repo
     from webrl.db.migrate import upgrade
     from webrl.db.session import session_scope
-    from webrl.schemas import TaskConfig
 
     upgrade(settings)
     parent = TaskConfig.from_json({"task_id": 1, "sites": ["shopping"], "intent": "Find the cheapest red mug",

@@ -9,12 +9,12 @@ from sqlalchemy import select
 from services.taskgen.curriculum import filter_by_value
 from services.taskgen.dedup import NEAR_DUPLICATE_JACCARD, Deduplicator, jaccard, trigrams
 from services.taskgen.llm import parse_generated, validate_intent
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
-from webrl.schemas import TaskConfig
 
 
 def _config(i: int, intent: str) -> TaskConfig:
@@ -90,7 +90,7 @@ def test_rest_filter_and_validation(db: Settings) -> None:
     assert unknown.status_code == 422 and "task_keys" in unknown.json()["error"]["message"]
     llm = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["t1"], "n": 3, "generator": "llm"})
     assert llm.status_code == 422 and "endpoint and model" in llm.json()["error"]["message"]
-    from webrl.queue import dispatch
+    from webrl.wire.queue import dispatch
 
     anywhere = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["t1"], "n": 3, "generator": "llm",
                                                         "endpoint": "http://127.0.0.1:1/v1", "model": "m"})
@@ -104,8 +104,8 @@ def test_rest_filter_and_validation(db: Settings) -> None:
 
 def test_rest_route_and_celery_task_filter_and_store_alike(db: Settings) -> None:
     from services.taskgen.app import app
-    from webrl.clients import taskgen_filter
-    from webrl.contracts import FilterRequest
+    from webrl.wire.clients import taskgen_filter
+    from webrl.wire.contracts import FilterRequest
 
     request = FilterRequest(task_keys=["t1", "t3"], values={"t1": 0.04, "t3": 0.3}, critic_version="c-both")
     by_route = TestClient(app).post("/v1/tasks/filter", json=request.model_dump(mode="json"))
@@ -118,7 +118,7 @@ def test_rest_route_and_celery_task_filter_and_store_alike(db: Settings) -> None
 
 def test_a_misspelt_field_is_rejected_by_name(db: Settings) -> None:
     from services.taskgen.app import app
-    from webrl.queue import dispatch
+    from webrl.wire.queue import dispatch
 
     body = {"task_keys": ["t1"], "values": {"t1": 0.5}, "critic_version": "c", "hihg": 0.9}
     resp = TestClient(app).post("/v1/tasks/filter", json=body)

@@ -52,10 +52,10 @@ PAGE = '<html><body><a id="3">Electronics</a><a id="4">Books</a><input id="7" pl
 
 def _store(settings: Settings, task_key: str, phase: int, attempt: int, responses: list[str],
            reward: float | None, env_score: float | None = None, purpose: str = "train", run_id: int = 0) -> int:
-    from webrl.actions import parse_action
+    from webrl.agent.actions import parse_action
+    from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
     from webrl.db.repository import save_label, save_trajectory, upsert_task
     from webrl.db.session import session_scope
-    from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
     config = TaskConfig(task_id=task_key, sites=["shopping"], intent=f"Show me {task_key}",
                         start_url="__SHOPPING__/")

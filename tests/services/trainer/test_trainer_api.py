@@ -8,7 +8,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from services.trainer.app import create_trainer_app
-from webrl.checkpoints import publish
+from webrl.store.checkpoints import publish
 
 CLICK, EXIT = 'do(action="Click", element="3")', 'exit(message="done")'
 
@@ -51,7 +51,7 @@ def test_sft_job_through_rest_runs_and_reports(tiny_dir: Path, store_trajectory,
 
 
 def test_celery_task_runs_eagerly_through_dispatch(tiny_dir: Path, store_trajectory, db) -> None:
-    from webrl.queue import configure, dispatch
+    from webrl.wire.queue import configure, dispatch
 
     configure(db)
     ids = [store_trajectory("s1", 0, 0, [CLICK], reward=None, env_score=1.0, purpose="sft")]
@@ -70,9 +70,9 @@ def test_a_misspelt_job_field_is_a_422_naming_it(db) -> None:
 
 
 def test_rest_job_and_typed_client_publish_the_same_checkpoint(tiny_dir: Path, store_trajectory, db) -> None:
-    from webrl.clients import train_sft
-    from webrl.contracts import SftJob, SftResult
-    from webrl.queue import configure
+    from webrl.wire.clients import train_sft
+    from webrl.wire.contracts import SftJob, SftResult
+    from webrl.wire.queue import configure
 
     configure(db)
     ids = [store_trajectory("s1", 0, 0, [CLICK, EXIT], reward=None, env_score=1.0, purpose="sft")]

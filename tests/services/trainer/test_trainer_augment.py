@@ -16,9 +16,9 @@ from services.trainer.augment import (
     renumber_ids,
     trajectory_names,
 )
-from webrl.actions import parse_action
-from webrl.observed_page import ObservedPage
-from webrl.schemas import Observation, Step, Trajectory
+from webrl.agent.actions import parse_action
+from webrl.agent.observed_page import ObservedPage
+from webrl.agent.schemas import Observation, Step, Trajectory
 
 URL = "http://127.0.0.1:7770/"
 MENU = ('<html> <nav> <button id="0"> Shop by Category </button> <a id="1"> Electronics </a> '

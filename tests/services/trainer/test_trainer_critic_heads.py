@@ -13,12 +13,12 @@ from services.trainer.critic_heads import distinct_states, state_features, train
 from services.trainer.data import StatePairItem
 from services.trainer.loop import LoopConfig, make_accelerator
 from services.trainer.phase import run_phase
-from webrl.contracts import PhaseJob
 from webrl.db.models import StepValue
 from webrl.db.session import session_scope
-from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.models.critic import CriticModel
 from webrl.models.examples import collate_prompts
+from webrl.wire.contracts import PhaseJob
 
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
     'exit(message="done")'

@@ -18,7 +18,7 @@ from services.trainer.data import (
     load_phase_examples,
 )
 from webrl.db.session import session_scope
-from webrl.hyperparams import Replay
+from webrl.method.hyperparams import Replay
 
 RUN = 3  # the run being trained: these tests store its rows, and another run's beside them
 

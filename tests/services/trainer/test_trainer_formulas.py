@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from services.trainer.losses import actor_loss, adaptive_beta, critic_loss, sft_loss
-from webrl.hyperparams import ActorLoss
+from webrl.method.hyperparams import ActorLoss
+from webrl.method.returns import advantages, binarise, mc_returns
 from webrl.models.critic import critic_value
-from webrl.returns import advantages, binarise, mc_returns
 
 
 def test_mc_returns_discount_with_gamma_0_9() -> None:

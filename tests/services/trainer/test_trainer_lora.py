@@ -11,11 +11,11 @@ import torch
 
 from services.trainer.phase import run_phase
 from services.trainer.sft import load_for_training, run_sft
-from webrl.checkpoints import read_manifest, verify
-from webrl.contracts import PhaseJob, SftJob
-from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.models.adapters import ADAPTER_FILE, AdapterError, is_adapter, resolve_base
 from webrl.models.loading import load_causal_lm
+from webrl.store.checkpoints import read_manifest, verify
+from webrl.wire.contracts import PhaseJob, SftJob
 
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
     'exit(message="done")'
@@ -82,8 +82,8 @@ def test_an_adapter_trained_elsewhere_republishes_naming_the_base_it_resolved_he
     (before: a warning that it "could not find a config file" on every save)."""
     import warnings
 
-    from webrl.checkpoints import folder_sha256
     from webrl.models.adapters import load_trainable, save_adapter
+    from webrl.store.checkpoints import folder_sha256
 
     out, _ = _sft_adapter(tiny_dir, store_trajectory, db)
     config_file = out / "adapter_config.json"

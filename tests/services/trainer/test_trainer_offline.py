@@ -14,14 +14,14 @@ from sqlalchemy import select
 
 from services.trainer.offline import export_phase, load_phase, rerun_update, setting
 from services.trainer.phase import run_phase
-from webrl.contracts import PhaseJob
 from webrl.db import models as m
 from webrl.db.repository import save_label
 from webrl.db.session import session_scope
-from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.method.hyperparams import DEFAULTS, with_overrides
+from webrl.method.rewards import EVALUATOR_LABELS
 from webrl.models.probe import ProbeStep
 from webrl.orchestration.pipeline import PipelineOptions
-from webrl.rewards import EVALUATOR_LABELS
+from webrl.wire.contracts import PhaseJob
 
 ROOT = Path(__file__).resolve().parents[3]
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \

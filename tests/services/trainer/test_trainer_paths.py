@@ -9,9 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.trainer.app import create_trainer_app
-from webrl.checkpoints import list_checkpoints
-from webrl.contracts import InvalidRequest
 from webrl.db.session import session_scope
+from webrl.store.checkpoints import list_checkpoints
+from webrl.wire.contracts import InvalidRequest
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_rest_refuses_outputs_outside_the_store(db, tiny_dir: Path, victim: Path
 
 
 def test_celery_tasks_refuse_outputs_outside_the_store(db, tiny_dir: Path, store_trajectory, victim: Path) -> None:
-    from webrl.queue import configure, dispatch
+    from webrl.wire.queue import configure, dispatch
 
     configure(db)
     ids = [store_trajectory("s1", 0, 0, ['exit(message="done")'], reward=None, env_score=1.0, purpose="sft")]
@@ -93,7 +93,7 @@ def test_rest_refuses_input_folders_outside_the_model_roots(db, tiny_dir: Path) 
 
 
 def test_celery_tasks_refuse_input_folders_outside_the_model_roots(db, tiny_dir: Path) -> None:
-    from webrl.queue import configure, dispatch
+    from webrl.wire.queue import configure, dispatch
 
     configure(db)
     with pytest.raises(InvalidRequest, match=r"^base: .*outside the artifacts store"):
@@ -119,8 +119,8 @@ def test_the_store_the_shipped_models_and_the_configured_actor_may_be_loaded(db,
     """What the demo and the tests start from stays allowed: the converted base and copied actors in the store, the
     shipped SFT actors (webrl/assets), the folders of WEBRL_SECURITY__MODEL_DIRS, and the configured actor."""
     from services.trainer.jobs import check_paths
-    from webrl.contracts import PhaseJob, SftJob
-    from webrl.paths import SHIPPED_MODELS
+    from webrl.serving.paths import SHIPPED_MODELS
+    from webrl.wire.contracts import PhaseJob, SftJob
 
     in_store = Path(db.artifacts_dir) / "models" / "base" / "smollm2-135m"
     in_store.mkdir(parents=True)
@@ -135,7 +135,7 @@ def test_the_store_the_shipped_models_and_the_configured_actor_may_be_loaded(db,
 def test_a_phase_job_reads_a_probe_file_only_inside_the_model_roots(db, tiny_dir: Path) -> None:
     """The flips probe is read by the trainer like a model folder: outside the roots (an existing file or not) is the
     same refusal naming ``probe``; a folder where a file should be is refused too."""
-    from webrl.queue import configure, dispatch
+    from webrl.wire.queue import configure, dispatch
 
     configure(db)
     for value in ("/etc/passwd", "/nonexistent-webrl.jsonl.gz"):

@@ -13,11 +13,11 @@ from services.trainer.loop import LoopConfig, make_accelerator, prepare
 from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version, publish_model
 from services.trainer.sft import run_sft
-from webrl.checkpoints import list_checkpoints, read_manifest, verify
-from webrl.contracts import PhaseJob, SftJob
 from webrl.db.models import StepValue
 from webrl.db.session import session_scope
-from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.method.hyperparams import DEFAULTS, with_overrides
+from webrl.store.checkpoints import list_checkpoints, read_manifest, verify
+from webrl.wire.contracts import PhaseJob, SftJob
 
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
     'exit(message="done")'

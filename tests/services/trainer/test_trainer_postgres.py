@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from services.trainer.data import first_success_examples, load_phase_examples
-from webrl.checkpoints import list_checkpoints, publish
 from webrl.config import Settings
 from webrl.db.session import session_scope
+from webrl.store.checkpoints import list_checkpoints, publish
 
 pytestmark = pytest.mark.postgres
 

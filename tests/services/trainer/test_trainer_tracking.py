@@ -11,9 +11,9 @@ from services.trainer.actor_update import actor_loss_fn
 from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version
-from webrl.contracts import PhaseJob, TrackingSpec
-from webrl.hyperparams import DEFAULTS, with_overrides
-from webrl.tracking import read_stream, tracking_dir
+from webrl.method.hyperparams import DEFAULTS, with_overrides
+from webrl.runs.tracking import read_stream, tracking_dir
+from webrl.wire.contracts import PhaseJob, TrackingSpec
 
 CLICK, TYPE, EXIT = 'do(action="Click", element="3")', 'do(action="Type", argument="laptop", element="7")', \
     'exit(message="done")'

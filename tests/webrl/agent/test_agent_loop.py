@@ -7,13 +7,13 @@ import asyncio
 
 import pytest
 
-from webrl.actions import ActionParseError, ActionType, parse_action
+from webrl.agent.actions import ActionParseError, ActionType, parse_action
+from webrl.agent.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, MAX_STEPS, StopRules
 from webrl.agent.environment import Environment, EpisodeCrashed, StepResult
 from webrl.agent.loop import run_episode
 from webrl.agent.policy import PolicyRequest, PolicyResponse
-from webrl.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, MAX_STEPS, StopRules
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.evaluation.errors import EvaluationError
-from webrl.schemas import Observation, TaskConfig
 
 TASK = TaskConfig(task_id=7, sites=["shopping"], intent="count the clicks", start_url="__SHOPPING__/")
 RESOLVED = TASK.model_copy(update={"start_url": "http://shop.test/"})

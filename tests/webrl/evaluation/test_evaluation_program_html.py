@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from playwright.async_api import BrowserContext, Page
 
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
 from webrl.evaluation import EvaluationError, UnsupportedHelperError, build_evaluator
-from webrl.schemas import TaskConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
 from webrl.evaluation import LLMJudgeNotConfiguredError, build_evaluator
 from webrl.evaluation.url_match import url_score
-from webrl.schemas import TaskConfig
 
 
 def task(eval_block: dict[str, Any], intent: str = "What is the status of order 5?") -> TaskConfig:

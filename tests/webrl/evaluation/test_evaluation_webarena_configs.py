@@ -6,11 +6,11 @@ from collections import Counter
 
 import pytest
 
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
 from webrl.evaluation import UnsupportedHelperError, build_evaluator
 from webrl.evaluation.helpers import HELPERS, HelperContext
 from webrl.evaluation.program_html import ProgramHtml
-from webrl.schemas import TaskConfig
 
 WEBARENA_TASKS = 812 + 165  # WebArena test + WebArena-Lite test
 

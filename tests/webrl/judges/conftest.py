@@ -79,9 +79,9 @@ def chatml_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> object:
 def store_trajectories(settings: object) -> Callable[..., list[int]]:
     """``store(trajectories, split="train")``: each trajectory under a task of its own ``task_id`` (upserted, in
     ``split``), as phase 0 attempt 1000 with purpose "orm", as ``webrl train-orm`` stores its rollouts; the ids."""
+    from webrl.agent.schemas import TaskConfig
     from webrl.db.repository import save_trajectory, upsert_task
     from webrl.db.session import session_scope
-    from webrl.schemas import TaskConfig
 
     def store(trajectories: list, split: str = "train") -> list[int]:
         ids = []
@@ -108,7 +108,7 @@ FAILURE_PAGE = ('<html><h1 id="3">Something went wrong</h1><div id="5">Error: th
 
 def purchase(item: str, success: bool, rng: random.Random) -> object:
     """Search for ``item``, 0-2 clicks, exit on the confirmation page (env score 1) or the error page (0)."""
-    from webrl.schemas import Observation, Step, Trajectory
+    from webrl.agent.schemas import Observation, Step, Trajectory
 
     steps = [Step(index=0, observation=Observation(html='<input id="13"/>', url="http://s/"),
                   response=f'do(action="Search", argument="{item}", element="13")')]

@@ -108,10 +108,10 @@ def test_cached_features_are_read_once_and_survive_a_crash(tiny_llama3, tmp_path
 def test_the_trainer_fits_publishes_and_the_orm_service_judges_with_the_head(settings, tiny_llama3, tmp_path,
                                                                             store_trajectories, purchases) -> None:
     from services.orm.scoring import LocalOrm
-    from webrl.checkpoints import read_manifest, verify
     from webrl.db.migrate import upgrade
     from webrl.orchestration.train_orm import measure
-    from webrl.queue import dispatch
+    from webrl.store.checkpoints import read_manifest, verify
+    from webrl.wire.queue import dispatch
 
     upgrade(settings)
     folder, _, _ = tiny_llama3
@@ -139,7 +139,7 @@ def test_the_trainer_fits_publishes_and_the_orm_service_judges_with_the_head(set
 def test_a_head_job_needs_both_labels_and_known_trajectories(settings, tiny_llama3, store_trajectories,
                                                             purchases) -> None:
     from webrl.db.migrate import upgrade
-    from webrl.queue import dispatch
+    from webrl.wire.queue import dispatch
 
     upgrade(settings)
     folder, _, _ = tiny_llama3
@@ -175,7 +175,7 @@ def test_the_backbone_trains_with_the_head_and_the_kept_epoch_is_what_the_orm_se
     from webrl.models.folders import is_adapter
     from webrl.models.orm_head import HEAD_CONFIG_FILE
     from webrl.orchestration.train_orm import measure
-    from webrl.queue import dispatch
+    from webrl.wire.queue import dispatch
 
     upgrade(settings)
     folder, _, _ = tiny_llama3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from webrl.agent.schemas import Observation, Step, Trajectory
 from webrl.prompts.orm import (
     ORM_SYSTEM_PROMPT,
     build_orm_messages,
@@ -9,7 +10,6 @@ from webrl.prompts.orm import (
     render_llama3_orm,
     render_orm_prompt,
 )
-from webrl.schemas import Observation, Step, Trajectory
 
 INTENT = "  Add the blue kettle to the cart \n"
 HISTORY = ['# Element: the search box\ndo(action="Search", argument="kettle", element="13")',

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from webrl.contracts import CheckpointSpec, EndpointSpec, OracleSpec
 from webrl.models.orm import (
     calibration_bins,
     classification_metrics,
@@ -25,6 +24,7 @@ from webrl.orchestration.train_orm import (
     split_policy_cap,
     tasks_per_policy,
 )
+from webrl.wire.contracts import CheckpointSpec, EndpointSpec, OracleSpec
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def one_thread() -> Iterator[None]:
 def test_short_orm_training_beats_the_untrained_model(settings, tiny_base, tmp_path, one_thread,
                                                     store_trajectories, purchases) -> None:
     from webrl.db.migrate import upgrade
-    from webrl.queue import dispatch
+    from webrl.wire.queue import dispatch
 
     upgrade(settings)
     train, test = purchases(12)

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from webrl.agent.schemas import Observation, Step, Trajectory
 from webrl.commands.judges import resolve_models
 from webrl.config import Settings
 from webrl.orchestration import train_orm
 from webrl.orchestration.train_orm import TrainOrmOptions, default_policies
-from webrl.schemas import Observation, Step, Trajectory
 
 SUCCESS_PAGE = '<html><h1 id="3">Thank you for your purchase</h1><div id="5">Your order is placed</div></html>'
 FAILURE_PAGE = '<html><h1 id="3">Something went wrong</h1><div id="5">Error: out of stock</div></html>'
@@ -53,8 +53,8 @@ def test_train_orm_on_the_pretrained_base_publishes_an_adapter_the_orm_service_j
     import torch
 
     from services.orm.scoring import LocalOrm
-    from webrl.checkpoints import read_manifest
     from webrl.db.migrate import upgrade
+    from webrl.store.checkpoints import read_manifest
 
     upgrade(with_smollm2)
     ids, test = _rollouts_stored(store_trajectories, monkeypatch)

@@ -66,8 +66,8 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     import asyncio
 
     from webrl.agent.policy import PolicyRequest
+    from webrl.agent.schemas import Observation, TaskConfig
     from webrl.models.model_policies import LocalModelPolicy
-    from webrl.schemas import Observation, TaskConfig
 
     assert sandbox_ports(free_sites)["shopping"] == int(free_sites.sites.shopping_url.rsplit(":", 1)[1])
     stages: list[str] = []

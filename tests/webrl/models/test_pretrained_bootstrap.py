@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from webrl.checkpoints import verify
 from webrl.config import Settings
 from webrl.models.adapters import ADAPTER_FILE
 from webrl.models.folders import is_adapter
 from webrl.orchestration.bootstrap import BootstrapConfig, run_bootstrap
+from webrl.store.checkpoints import verify
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -23,13 +23,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, smollm2_base: Path) -> None:
     from services.trainer.phase import run_phase
     from webrl.agent.policy import PolicyRequest
-    from webrl.contracts import PhaseJob
+    from webrl.agent.schemas import Observation, TaskConfig
     from webrl.db import models as m
     from webrl.db.session import session_scope
-    from webrl.hyperparams import DEFAULTS, with_overrides
+    from webrl.method.hyperparams import DEFAULTS, with_overrides
     from webrl.models.base import base_dir
     from webrl.models.model_policies import LocalModelPolicy
-    from webrl.schemas import Observation, TaskConfig
+    from webrl.wire.contracts import PhaseJob
 
     link = base_dir(free_sites, "smollm2-135m")
     link.parent.mkdir(parents=True, exist_ok=True)

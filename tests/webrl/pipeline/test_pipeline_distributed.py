@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from webrl.config import Settings, get_settings
 from webrl.db import models as m
 from webrl.db.session import session_scope
-from webrl.queue import configure
+from webrl.wire.queue import configure
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.postgres, pytest.mark.redis]
 QUEUES = "rollout,actor,orm,critic,taskgen,train,default"
@@ -91,7 +91,7 @@ def distributed(world: Settings, postgres_url: str, redis_url: str, actor_servic
     redis.Redis.from_url(broker).flushdb()
     worker_log = (tmp_path / "worker.log").open("w")  # a file, never a pipe a chatty worker could fill
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "webrl.queue", "worker", "-Q", QUEUES, "--pool", "solo",
+        [sys.executable, "-m", "celery", "-A", "webrl.wire.queue", "worker", "-Q", QUEUES, "--pool", "solo",
          "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
         env=dict(os.environ), stdout=worker_log, stderr=subprocess.STDOUT)
     configure(settings)
@@ -126,10 +126,10 @@ TWO_SMALL_PHASES = {"curriculum.phases": 2, "curriculum.tasks_per_phase": 2, "cu
 def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, tiny_actor: Path,
                                                          actor_service: str) -> None:
     from webrl.commands.train import ensure_ready
-    from webrl.hyperparams import with_overrides
+    from webrl.method.hyperparams import with_overrides
+    from webrl.method.presets import PRESETS
     from webrl.models.loading import checkpoint_version
     from webrl.orchestration.pipeline import Pipeline, PipelineOptions
-    from webrl.presets import PRESETS
 
     assert distributed.rollouts_through_actor  # the distributed mode's default, nothing configured for it
     ensure_ready(distributed)

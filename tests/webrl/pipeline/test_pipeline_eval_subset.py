@@ -8,9 +8,9 @@ from webrl.config import Settings
 from webrl.db import repository as repo
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
-from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions
-from webrl.report import phase_rows, subset_keys
+from webrl.runs.report import phase_rows, subset_keys
 from webrl.sandbox.tasks.suite import load_suite
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from webrl.config import Settings
 from webrl.db.migrate import upgrade
-from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions, nearest_to_band
 
 

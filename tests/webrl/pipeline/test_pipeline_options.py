@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from webrl.agent.early_stop import StopRules
 from webrl.config import Settings
-from webrl.contracts import OracleSpec
 from webrl.db import models as m
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
-from webrl.early_stop import StopRules
-from webrl.hyperparams import DEFAULTS, with_overrides
+from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.orchestration.pipeline import Pipeline, PipelineOptions
+from webrl.wire.contracts import OracleSpec
 
 
 def test_a_resume_keeps_the_stored_record_and_only_grows_the_phases(settings: Settings) -> None:
@@ -29,7 +29,7 @@ def test_a_resume_keeps_the_stored_record_and_only_grows_the_phases(settings: Se
 
 
 def test_an_explicit_phase_count_ends_a_resumed_run_early_only_before_that_phase_evaluated(settings: Settings) -> None:
-    from webrl.contracts import InvalidRequest
+    from webrl.wire.contracts import InvalidRequest
 
     upgrade(settings)
     three = with_overrides(DEFAULTS, {"curriculum.phases": 3})

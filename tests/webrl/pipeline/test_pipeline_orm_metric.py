@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
 from webrl.config import Settings
 from webrl.db.migrate import upgrade
 from webrl.orchestration.pipeline import Pipeline, PipelineOptions
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
 PAGES = ['<html><div id="5">Order placed</div></html>', '<html><div id="6">Error: out of stock</div></html>']
 

@@ -42,9 +42,9 @@ def _trained_trajectories(settings: Settings, critic_version: str) -> set[int]:
 @pytest.mark.timeout(1500)  # bootstrap and two runs of two trainings' worth on a busy 2-core box
 def test_two_runs_in_one_database_each_roll_out_and_train_on_their_own(world: Settings, tiny_actor: Path) -> None:
     from webrl.commands.train import ensure_ready, sandbox_if_needed
-    from webrl.hyperparams import with_overrides
+    from webrl.method.hyperparams import with_overrides
+    from webrl.method.presets import PRESETS
     from webrl.orchestration.pipeline import Pipeline, PipelineOptions
-    from webrl.presets import PRESETS
 
     ensure_ready(world)
     hp = with_overrides(PRESETS["smoke"], ONE_SMALL_PHASE)

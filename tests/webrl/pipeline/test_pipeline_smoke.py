@@ -31,7 +31,7 @@ def _counts(settings: Settings) -> dict[str, int]:
 def _assert_tensorboard_curves(settings: Settings, steps: int) -> None:
     """The run's TensorBoard streams, read back with TensorBoard's event reader: one point per phase of test
     success and the phase's actor loss, and one per optimizer step of the actor's loss and learning rate."""
-    from webrl.tracking import read_stream, tracking_dir
+    from webrl.runs.tracking import read_stream, tracking_dir
 
     scalars, _ = read_stream(tracking_dir(settings, "smoke") / "pipeline")
     assert [step for step, _ in scalars["evaluate/success"]] == [0, 1]  # the SFT actor, then phase 1's
@@ -55,7 +55,7 @@ def world(smoke_home: Any, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """The settings of the session's smoke run (tests/webrl/conftest.py: ``webrl train --preset smoke --demo-tasks 3
     --screenshots``, then ``webrl eval`` on 2 tasks), with its environment for the commands this test runs."""
     from webrl.config import get_settings
-    from webrl.queue import configure
+    from webrl.wire.queue import configure
 
     for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY"):
         monkeypatch.delenv(var, raising=False)

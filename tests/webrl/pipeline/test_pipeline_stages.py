@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
@@ -21,7 +22,6 @@ from webrl.orchestration.pipeline import (
     StageReport,
 )
 from webrl.orchestration.pipeline_metrics import failed_task_keys
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
 
 def test_the_stage_table_lists_the_methods_stages_in_order() -> None:

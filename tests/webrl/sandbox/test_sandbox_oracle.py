@@ -7,13 +7,13 @@ import asyncio
 
 import pytest
 
-from webrl.actions import ActionType, parse_action
+from webrl.agent.actions import ActionType, parse_action
+from webrl.agent.observed_page import NotOnPage, ObservedPage
 from webrl.agent.policy import Policy, PolicyRequest
+from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
 from webrl.config import Settings
-from webrl.observed_page import NotOnPage, ObservedPage
 from webrl.sandbox.oracles import OraclePolicy, click, scroll_down, search, select
 from webrl.sandbox.tasks.suite import build_suite
-from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
 OBSERVATION = """<html> <header> <a id="0"> One Stop Market </a> <form> <input id="1" type="text"
 placeholder="Search entire store here..."/> <button id="2" type="submit"> Search </button> </form>

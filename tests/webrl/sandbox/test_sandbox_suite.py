@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from webrl.agent.schemas import TaskConfig
 from webrl.config import SITE_PLACEHOLDERS, Settings
 from webrl.evaluation import build_evaluator
 from webrl.sandbox.tasks import suite as suite_module
 from webrl.sandbox.tasks.suite import TEST_SIZE, all_templates, build_suite, holdout_ids, load_suite, task_key
-from webrl.schemas import TaskConfig
 
 WEBARENA_KEYS = {"sites", "task_id", "require_login", "storage_state", "start_url", "geolocation", "intent_template",
                  "instantiation_dict", "intent", "require_reset", "eval", "intent_template_id"}

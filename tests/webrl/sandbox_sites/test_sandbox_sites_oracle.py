@@ -8,10 +8,10 @@ import random
 import pytest
 
 from webrl.agent.policy import PolicyRequest, PolicyResponse
+from webrl.agent.schemas import TaskConfig
 from webrl.sandbox.oracles import OraclePolicy
 from webrl.sandbox.sites.gitlab.templates_tasks import TEMPLATES as GITLAB
 from webrl.sandbox.sites.reddit.templates_tasks import TEMPLATES as REDDIT
-from webrl.schemas import TaskConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 

@@ -63,8 +63,8 @@ def test_a_run_in_progress_shows_its_stage_and_refreshes(client: TestClient) -> 
 
 def _trajectories_of(db: Settings, runs: dict[str, int]) -> int:
     """Store one task and, per run name, that many phase-1 trajectories of it ("" = stand-alone, run 0); the task id."""
+    from webrl.agent.schemas import TaskConfig, Trajectory
     from webrl.db import repository as repo
-    from webrl.schemas import TaskConfig, Trajectory
 
     config = TaskConfig(task_id=1, sites=["shopping"], intent="Find a book", start_url="__SHOPPING__/")
     with session_scope(db) as s:

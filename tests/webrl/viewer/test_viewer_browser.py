@@ -26,9 +26,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(2400)]
 def hostile_trajectory(smoke_home) -> int:  # type: ignore[no-untyped-def]
     """A trajectory whose pages were hostile: script, onerror and javascript: links in the observation, the
     response, the parse error, the answer and the task's intent. Returns its id."""
-    from webrl.actions import parse_action
+    from webrl.agent.actions import parse_action
+    from webrl.agent.schemas import Observation, Step, TaskConfig, Trajectory
     from webrl.db import repository as repo
-    from webrl.schemas import Observation, Step, TaskConfig, Trajectory
 
     obs = Observation(html=f"<main>{HOSTILE}</main>", url="http://127.0.0.1:7770/evil", title=HOSTILE)
     steps = [Step(index=0, observation=obs, response=f"# {HOSTILE}\ndo(action=\"Click\", element=\"7\")",

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.config import SITE_PLACEHOLDERS
-from webrl.schemas import Observation, TaskConfig
 
 Kind = Literal["info", "nav", "mutate"]
 Script = Generator[str | None, Observation, None]

@@ -21,11 +21,11 @@ import random
 from functools import lru_cache
 from pathlib import Path
 
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings, get_settings
 from webrl.sandbox.sites import SITES, builders
 from webrl.sandbox.store import EpisodeStore
 from webrl.sandbox.tasks.base import SiteData, Template
-from webrl.schemas import TaskConfig
 
 TEST_SIZE = 165  # WebArena-Lite's test set has 165 tasks (WebRL paper, Sec. 5.1)
 HOLDOUT_TEMPLATES = 4  # whole templates kept out of training, to measure generalisation to new intents

@@ -13,7 +13,8 @@ from collections.abc import Callable, Generator
 from typing import Any
 from urllib.parse import quote
 
-from webrl.observed_page import ObservedPage
+from webrl.agent.observed_page import ObservedPage
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.sandbox.oracles import answer, click, select, type_text
 from webrl.sandbox.sites.gitlab.seed import ACCESS_LEVELS, DEFAULT_USER
 from webrl.sandbox.sites.reddit.oracle_steps import open_link, open_menu_item
@@ -26,7 +27,6 @@ from webrl.sandbox.tasks.base import (
     string_match,
     url_match,
 )
-from webrl.schemas import Observation, TaskConfig
 
 DB = "gitlab"
 SITE = "__GITLAB__"

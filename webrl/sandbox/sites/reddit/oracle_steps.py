@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from webrl.observed_page import Element, ObservedPage
+from webrl.agent.observed_page import Element, ObservedPage
+from webrl.agent.schemas import Observation
 from webrl.sandbox.oracles import OracleStuck, click, scroll_down
-from webrl.schemas import Observation
 
 Sub = Generator[str, Observation, tuple[Observation, Element]]
 MAX_SCROLLS_PER_PAGE = 12  # a 20-item list is at most ~4 viewports; this only bounds a page that never ends

@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable, Generator
 from typing import Any
 
-from webrl.observed_page import ObservedPage
+from webrl.agent.observed_page import ObservedPage
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.sandbox.oracles import OracleStuck, answer, click, search, select, type_text
 from webrl.sandbox.sites.reddit.oracle_steps import open_link, open_menu_item, reach
 from webrl.sandbox.sites.reddit.seed import DEFAULT_USER, FILLERS, slugify
@@ -25,7 +26,6 @@ from webrl.sandbox.tasks.base import (
     string_match,
     url_match,
 )
-from webrl.schemas import Observation, TaskConfig
 
 Steps = Generator[str, Observation, Observation]  # a sub-script: yields actions, returns where it ends
 

@@ -11,11 +11,11 @@ import random
 from typing import Any
 from urllib.parse import urlencode
 
-from webrl.observed_page import ObservedPage
+from webrl.agent.observed_page import ObservedPage
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.sandbox.oracles import answer, do_click, do_select, do_type, read
 from webrl.sandbox.sites.shopping.seed import ORDER_STATUSES, SHIPPING_METHODS
 from webrl.sandbox.tasks.base import SiteData, Template, html_check, program_html, string_match, url_match
-from webrl.schemas import Observation, TaskConfig
 
 SITE = "shopping"
 DB = "shop"

@@ -11,12 +11,12 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
-from webrl.observed_page import ObservedPage
+from webrl.agent.observed_page import ObservedPage
+from webrl.agent.schemas import Observation, TaskConfig
 from webrl.sandbox.oracles import answer, do_click, do_select, do_type, read
 from webrl.sandbox.sites.shopping.seed import ORDER_STATUSES
 from webrl.sandbox.sites.shopping_admin.app import CANCELLABLE, REVENUE_STATUSES, month_label
 from webrl.sandbox.tasks.base import SiteData, Template, html_check, program_html, string_match, url_match
-from webrl.schemas import Observation, TaskConfig
 
 SITE = "shopping_admin"
 DB = "shop"

@@ -1,0 +1,273 @@
+"""WebRL's hyperparameters: one frozen record, grouped by the stage of the method that reads them.
+
+The method's knobs default to the paper's values (arXiv 2411.02337) or, where the paper is silent, to the
+published code's; each field's docstring says which. The scale of a run (phases, tasks per phase, episodes in
+flight) defaults to this project's CPU demo; the ``paper`` preset (``webrl.method.presets``) has the paper's scale.
+:data:`DEFAULTS` is the record with every default. Presets are instances of :class:`WebRLHyperparams`, the
+pipeline stores one with each run, and it travels to the trainer inside the phase job as JSON
+(:func:`dataclasses.asdict` out, :func:`parse_hyperparams` in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, TypeAdapter
+
+#: Unknown keys are errors when a record is read from JSON (a job payload, a stored run, an override).
+_FORBID_EXTRA = ConfigDict(extra="forbid")
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+PositiveFloat = Annotated[float, Field(gt=0.0)]
+Count = Annotated[int, Field(ge=1)]
+
+#: The longest episode a rollout runs (the bound of ``rollout.max_steps``), so also the longest history or
+#: trajectory a request carries (``webrl.wire.contracts``). This project's bound, not in the paper.
+MAX_EPISODE_STEPS = 100
+
+
+def check_band(low: float, high: float, names: tuple[str, str] = ("low", "high")) -> None:
+    """Refuse a value band [low, high] unless 0 <= low <= high <= 1 (V is a probability; paper section 3.2). The
+    one check of the band: the curriculum's record, the filter job and the filter all call it; ``names`` are the
+    ends' names in the message."""
+    if low > high:
+        raise ValueError(f"{names[0]} {low} exceeds {names[1]} {high} (need 0 <= low <= high <= 1)")
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"need 0 <= {names[0]} <= {names[1]} <= 1, got [{low}, {high}]")
+
+
+@dataclass(frozen=True)
+class Curriculum:
+    """Step 1: how many phases, and which generated tasks a phase keeps."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    phases: Count = 3
+    """WebRL phases after the SFT actor (paper section 4.1: 8 on WebArena-Lite; 3 is the CPU demo's)."""
+    tasks_per_phase: Count = 48
+    """Tasks kept per phase after the filter (paper section 3.1: ~500; 48 is the CPU demo's)."""
+    candidates_per_phase: Count = 96
+    """Tasks generated per phase before the filter (published code: generated in bulk; 96 is the CPU demo's)."""
+    seed_tasks: Count = 48
+    """Phase 0: seed train tasks the SFT actor attempts; its failures seed the curriculum (this project's)."""
+    enabled: bool = True
+    """False: phase tasks are fresh seed tasks, no generation (the "w/o curriculum" ablation, paper section 4.3)."""
+    generator: Literal["grounded", "llm"] = "grounded"
+    """Task generator: grounded in the sandbox's data, or an LLM (paper section 3.1: GPT-4o) at an endpoint."""
+    value_low: Probability = 0.05
+    """Keep a task when the critic's V(start) >= this: not hopeless (paper section 3.2: [0.05, 0.75])."""
+    value_high: Probability = 0.75
+    """... and V(start) <= this: not solved already (paper section 3.2)."""
+    fill_filter: bool = True
+    """Top a phase up with the tasks nearest the band when too few fall in it (this project's, not in the paper)."""
+    judge_before_critic: Literal["templates", "none"] = "templates"
+    """Phase 1 without an ORM has no critic to filter with: ``templates`` values a task by its template's success
+    in the run's training rollouts so far (``webrl.store.template_prior``; this project's) and keeps the most promising
+    in-band tasks first; ``none`` keeps every generated task."""
+
+    def __post_init__(self) -> None:
+        check_band(self.value_low, self.value_high, ("curriculum.value_low", "value_high"))
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Step 2: the actor's episodes on the phase's tasks."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    max_steps: Annotated[int, Field(ge=1, le=MAX_EPISODE_STEPS)] = 30
+    """Horizon: at most this many actions per episode (published code, as WebArena runs it)."""
+    max_parse_failures: Count = 5
+    """Stop after this many unparsable responses in a row (WebArena's ``parsing_failure_th``; published code)."""
+    max_repeated_actions: Count = 5
+    """Stop after this many identical actions in a row (WebArena's ``repeating_action_failure_th``)."""
+    temperature: Annotated[float, Field(ge=0.0)] | None = None
+    """Sampling temperature of training rollouts; None: the actor's default (greedy). Evaluation is greedy."""
+    chunk: Count = 16
+    """Tasks per rollout job: the unit of progress and of resumable work (execution, not in the paper)."""
+    concurrency: Count = 4
+    """Browser episodes in flight per rollout job (execution, not in the paper)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Step 7: the held-out test tasks after each phase."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    tasks: Count = 165
+    """Test tasks evaluated after each phase (paper section 4.1: WebArena-Lite's 165)."""
+    subset: Count | None = None
+    """Phases between the first and the last evaluate a fixed stratified sample of this many (None: all)."""
+
+
+@dataclass(frozen=True)
+class Reward:
+    """Step 3: the outcome reward of a trajectory from the ORM's P(YES)."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    orm_threshold: Probability = 0.5
+    """reward = 1 if P(YES) >= this (paper section 3.1; published code ``add_overall_reward``)."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Step 4: successful steps of earlier phases, filtered by the current actor's confidence c = exp(lp / n)."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    enabled: bool = True
+    """False: train on this phase's experience only (the "w/o replay" ablation, paper section 4.3)."""
+    confidence_low: Probability = 0.5
+    """Keep a replayed step when c > this (paper section 3.3; published code ``rank_score <= 0.5: continue``)."""
+    confidence_high: Probability = 0.95
+    """... and c <= this: the actor has not learnt it yet (paper section 3.3; published code ``<= 0.95``)."""
+    cap_ratio: Annotated[int, Field(ge=0)] = 2
+    """At most this many replayed steps per current step (published code ``2 * len(current)``, not in the paper)."""
+    demo_tasks: Annotated[int, Field(ge=0)] = 0
+    """Phase 0 also records the sandbox oracle's demonstrations of this many train tasks, templates taken in turn
+    (0: none). This project's, not in the paper: an anchor against forgetting (see ``demo_ratio``)."""
+    demo_ratio: Annotated[float, Field(ge=0.0)] = 2.0
+    """Demonstration steps joining the actor's update per step with A > 0 (at most; sampled per phase). They pass
+    through the same objective with A = +1, meant to keep the policy on the templates the phase's few steps do not
+    cover (InstructGPT's pretraining mix, on the SFT data; this project's). Measured on the CPU demo (one phase,
+    docs/measurements.md): it did not keep them (11.5% of the test tasks against 19.4% without it)."""
+
+    def __post_init__(self) -> None:
+        if self.confidence_low >= self.confidence_high:
+            raise ValueError(f"replay.confidence_low {self.confidence_low} must be below confidence_high "
+                             f"{self.confidence_high}")
+
+
+@dataclass(frozen=True)
+class Advantage:
+    """Step 6: returns and the binarised advantage."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    gamma: Annotated[float, Field(gt=0.0, le=1.0)] = 0.9
+    """Discount of the MC return G_t (published code ``add_mc_return(gamma=0.9)``; the paper does not give it)."""
+    step_penalty: float = 0.05
+    """Subtracted from V(s') - V(s) + r + G_t (published code ``nv - v - 0.05 + ...``, not in the paper)."""
+    clip: PositiveFloat = 1.0
+    """A is clamped to [-clip, clip] before binarising (published code ``torch.clamp(A, -1, 1)``)."""
+    positive: float = 1.0
+    """Binarised A of a step with A >= 0 (published code ``torch.where(A >= 0, 1.0, -0.6)``)."""
+    negative: float = -0.6
+    """Binarised A of a step with A < 0 (published code, not in the paper)."""
+
+
+@dataclass(frozen=True)
+class ActorLoss:
+    """Step 6: the KL-constrained actor objective and its optimisation."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    kl: bool = True
+    """False: the "w/o KL" ablation (paper section 4.3): loss = -mean(A * lp / n * 1[A > 0])."""
+    objective: Literal["smooth-l1", "squared"] = "smooth-l1"
+    """``smooth-l1``: the published trainer's SmoothL1(beta * r_hat, A) / beta on A > 0 steps, r_hat the per-token
+    log-ratio, beta adaptive and capped at |A / r_hat| (published code). ``squared``: the paper's (beta * log(pi /
+    pi_ref) - A)^2 on every step, the action's summed log-ratio, beta fixed (paper eq. 5)."""
+    beta: PositiveFloat = 1.0
+    """beta: weight of the KL constraint (paper eq. 4; published code ``torch.ones_like``)."""
+    beta_high: PositiveFloat = 5.0
+    """beta on steps the reference is already sure about (published code ``beta[cond] = 5.0``; not in the paper)."""
+    p_ref_positive: Probability = 0.8
+    """A > 0 and p_ref >= this -> beta_high: don't push up what the reference already does (published code)."""
+    p_ref_negative: Probability = 0.9
+    """A < 0 and p_ref < this -> beta_high: stay near the reference on unsure bad steps (published code)."""
+    lr: PositiveFloat = 1e-6
+    """AdamW learning rate of the actor (published config ``lm_lr``, for 8B models)."""
+    epochs: Count = 1
+    """Passes over the phase's experience (published code ``actor_epochs``)."""
+    max_grad_norm: PositiveFloat = 1.0
+    """Clip the actor's gradient norm at this (published config ``max_grad_norm``: 0.01, for 8B full weights)."""
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    """Linear learning-rate warm-up over this many optimizer steps of each phase (the published code has none)."""
+    failed_positives: Literal["keep", "confident", "drop"] = "keep"
+    """A > 0 steps of reward-0 trajectories: ``keep`` (published code), ``confident`` (only where the clamped A is
+    at least ``failed_margin``: the critic is sure the step moved towards success), or ``drop`` (train on
+    successful trajectories' positives only). This project's; the paper lets the critic decide."""
+    failed_margin: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    """The clamped A a reward-0 step needs to stay a positive under ``failed_positives="confident"``: with r = G = 0
+    it is V(s') - V(s) - 0.05, so 0.3 asks the critic for a rise of 0.35 in P(success)."""
+
+
+@dataclass(frozen=True)
+class Critic:
+    """Step 5: training the critic on s and s'."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    lr: PositiveFloat = 1e-6
+    """AdamW learning rate of the critic (published config ``critic_lr``)."""
+    epochs: Count = 1
+    """Passes over the phase's experience (published code ``critic_epochs``)."""
+    train_backbone: bool = True
+    """True: the backbone (its LoRA adapter on an adapter actor) trains with the heads, as WebRL's critic (published
+    code). False: only the two heads train, on the backbone's state of each distinct s and s' computed once with
+    no gradient (``services/trainer/critic_heads.py``; this project's, for CPUs: no backward pass through the
+    backbone, so more passes cost seconds)."""
+    head_init_std: PositiveFloat | None = 0.2
+    """Std of the normal init of a fresh critic's heads' first two layers (published code: 0.2). None:
+    1 / sqrt(hidden), which keeps a small backbone's outputs in scale: SmolLM2-135M's last states have norm ~50, and
+    at 0.2 its heads' logits swung by +-30 from one optimizer step to the next (the demo's critic loss 0 <-> 140)."""
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Steps 5 and 6: how the experience is batched for the critic and the actor."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    batch_size: Count = 8
+    """Sequences per micro-batch, bucketed by length (published code: 1 per GPU; buckets keep padding small)."""
+    grad_accum: Count = 1
+    """Micro-batches per optimizer step (published code: ``grad_accum_steps``)."""
+
+
+@dataclass(frozen=True)
+class WebRLHyperparams:
+    """Every knob of the method, by stage."""
+
+    __pydantic_config__ = _FORBID_EXTRA
+
+    curriculum: Curriculum = field(default_factory=Curriculum)
+    rollout: Rollout = field(default_factory=Rollout)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    reward: Reward = field(default_factory=Reward)
+    replay: Replay = field(default_factory=Replay)
+    advantage: Advantage = field(default_factory=Advantage)
+    actor: ActorLoss = field(default_factory=ActorLoss)
+    critic: Critic = field(default_factory=Critic)
+    batching: Batching = field(default_factory=Batching)
+
+
+#: The record with every default: the paper's method at the CPU demo's scale.
+DEFAULTS = WebRLHyperparams()
+
+_ADAPTER: TypeAdapter[WebRLHyperparams] = TypeAdapter(WebRLHyperparams)
+
+
+def parse_hyperparams(data: dict[str, Any]) -> WebRLHyperparams:
+    """A record from its JSON form (:func:`dataclasses.asdict`), validated: an unknown group or field, a value of
+    the wrong type or out of range raises ``pydantic.ValidationError`` naming it."""
+    return _ADAPTER.validate_python(data)
+
+
+def with_overrides(record: WebRLHyperparams, overrides: dict[str, Any]) -> WebRLHyperparams:
+    """``record`` with ``{"group.field": value}`` replaced, validated (:func:`parse_hyperparams`).
+
+    An unknown ``group.field`` raises ``ValueError`` listing the known ones."""
+    data = dataclasses.asdict(record)
+    for key, value in overrides.items():
+        group, _, name = key.partition(".")
+        if group not in data or name not in data[group]:
+            known = sorted(f"{g}.{n}" for g, fields in data.items() for n in fields)
+            raise ValueError(f"unknown hyperparameter {key!r}; known: {', '.join(known)}")
+        data[group][name] = value
+    return parse_hyperparams(data)

@@ -1,0 +1,86 @@
+"""Named hyperparameter records for ``webrl train --preset``; explicit flags override them.
+
+Each preset is a :class:`webrl.method.hyperparams.WebRLHyperparams`: a misspelt field is a ``TypeError`` when this
+module is imported, never a value silently ignored. What a preset does not name keeps its default (the paper's
+method at the CPU demo's scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from webrl.method.hyperparams import (
+    ActorLoss,
+    Batching,
+    Critic,
+    Curriculum,
+    Evaluation,
+    Rollout,
+    WebRLHyperparams,
+)
+
+#: The pretrained small actor (SmolLM2-135M + LoRA adapters) on a 2-core CPU. Every policy step costs ~1-2 s and
+#: every trained step ~3-4 s (vs milliseconds for the tiny model), so a phase is smaller and the phases between
+#: the first and the last evaluate a fixed stratified 40 of the 165 test tasks.
+_PRETRAINED_CPU = WebRLHyperparams(
+    curriculum=Curriculum(phases=3, tasks_per_phase=24, candidates_per_phase=48, seed_tasks=24),
+    evaluation=Evaluation(tasks=165, subset=40),
+    # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
+    # training rollouts sample, evaluation is greedy
+    rollout=Rollout(chunk=24, concurrency=8, max_steps=8, temperature=0.7),
+    # LoRA moves only the adapters: the SFT's 5e-4 / 2 for the actor. The critic's fresh heads, initialised as
+    # WebRL's (std 0.2) on SmolLM2's last states (norm ~50), swung its loss between 0 and 140 from one step to the
+    # next at 5e-4 and at 5e-5; here they start at the fan-in scale and train at 1e-4.
+    # A phase's A > 0 steps are few (the successes of 24 rollouts plus replay: ~10-60 steps, 3-14 optimizer steps
+    # an epoch), so the actor makes three passes over them. At 2.5e-4 one phase lost 12-13 of the SFT actor's 25 test
+    # tasks; two phases at 1e-4 kept 21, gained 11: 15.2% -> 19.4% (docs/measurements.md, measured 2026-11-27,
+    # commit 4e0d2c3). One pass at 3e-4 (a third of the optimizer steps) lost 14 of the 25 in three phases: 7.3%
+    # (2026-11-27, commit a2a8128)
+    actor=ActorLoss(lr=1e-4, epochs=3),
+    critic=Critic(lr=1e-4, epochs=1, head_init_std=None),
+    batching=Batching(batch_size=4),
+)
+
+PRESETS: dict[str, WebRLHyperparams] = {
+    # What `make demo` runs: the shipped pretrained SFT actor (webrl/assets/actor-sft-smollm2), 3 phases.
+    "cpu-demo": _PRETRAINED_CPU,
+    # The longer CPU schedule: twice the phases and tasks per phase, the same per-step settings.
+    "cpu-long": replace(
+        _PRETRAINED_CPU,
+        curriculum=Curriculum(phases=6, tasks_per_phase=48, candidates_per_phase=96, seed_tasks=48),
+        evaluation=Evaluation(tasks=165, subset=60),
+    ),
+    # The tiny from-scratch actor (webrl/assets/actor-sft, 0.9M parameters): 3 phases in ~30 minutes.
+    "tiny-demo": WebRLHyperparams(
+        curriculum=Curriculum(phases=3, tasks_per_phase=48, candidates_per_phase=96, seed_tasks=48),
+        evaluation=Evaluation(tasks=165),
+        # 8 episodes at once in chunks of 32: evaluating 165 tasks 282 s -> 246 s (1.15x) against 4 in chunks of 16
+        # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon, so 10 (was 12)
+        # bounds the evaluations' and rollouts' cost without cutting any solvable task short;
+        # training rollouts sample (exploration finds successes greedy decoding misses); evaluation is greedy
+        rollout=Rollout(chunk=32, concurrency=8, max_steps=10, temperature=0.7),
+        # the tiny model needs far larger steps than the paper's 1e-6 for an 8B model to move at all; one critic
+        # epoch a phase, as the paper trains (two cost ~3 min a phase here, a tenth of the demo's budget)
+        actor=ActorLoss(lr=3e-4, epochs=2),
+        critic=Critic(lr=1e-3, epochs=1),
+        batching=Batching(batch_size=16),
+    ),
+    # CI smoke: one phase on about ten tasks with the tiny model, end to end in a few minutes.
+    "smoke": WebRLHyperparams(
+        curriculum=Curriculum(phases=1, tasks_per_phase=8, candidates_per_phase=12, seed_tasks=8),
+        evaluation=Evaluation(tasks=8),
+        rollout=Rollout(chunk=4, concurrency=2, max_steps=6, temperature=0.7),
+        actor=ActorLoss(lr=1e-4, epochs=1),
+        critic=Critic(lr=1e-3, epochs=1),
+        batching=Batching(batch_size=8),
+    ),
+    # The paper's scale (WebArena-Lite, 8 phases, ~500 kept tasks per phase); needs GPUs and vLLM.
+    "paper": WebRLHyperparams(
+        curriculum=Curriculum(phases=8, tasks_per_phase=500, candidates_per_phase=1000, seed_tasks=1000),
+        evaluation=Evaluation(tasks=165),
+        rollout=Rollout(chunk=64, concurrency=16, max_steps=30),
+        actor=ActorLoss(lr=1e-6, epochs=1),
+        critic=Critic(lr=1e-6, epochs=1),
+        batching=Batching(batch_size=32),
+    ),
+}

@@ -1,0 +1,1 @@
+"""What a run reports: TensorBoard streams, the report and its plots."""

@@ -1,0 +1,439 @@
+"""The run report: ``report.md`` with the phase table, PNG plots, the last phase against the SFT actor on the same
+test tasks (:mod:`webrl.method.paired_stats`), the test tasks solved per phase and the checkpoint lineage.
+
+Phases are compared only on the same tasks: each phase names the test tasks it evaluated (``evaluate.keys``) and the
+run's fixed sample (``evaluate.sample``), and every phase whose tasks hold the sample is also scored on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db.session import session_scope
+from webrl.method.paired_stats import RESAMPLES, PairedComparison, paired_comparison
+from webrl.method.rewards import EVALUATOR_LABELS
+
+SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
+CALIBRATION_BINS = 10
+#: The "ORM acc." cell of a phase whose rewards came from the sandbox evaluators: no ORM judged, so there is no
+#: agreement to measure (the evaluators compared with themselves would read 100%).
+NO_ORM = "no ORM"
+FLIPS_NOTE = ("flips: the share of a fixed set of probe steps whose greedy action the phase's training changed, "
+              "overall and per site.")
+ORM_COLUMN_NOTE = ("ORM acc.: how often the ORM's reward agreed with the sandbox evaluators on the phase's rollouts; "
+                   f'"{NO_ORM}": the evaluators gave the reward, so no ORM was measured.')
+
+
+def phase_rows(settings: Settings, run: str) -> list[dict[str, Any]]:
+    """One dict per phase of ``run`` with the metrics each stage recorded, and ``run.orm``: the ORM the run
+    was started with ("" when the sandbox evaluators gave the rewards)."""
+    with session_scope(settings) as s:
+        return phase_rows_in(s, run)
+
+
+def phase_rows_in(session: Session, run: str) -> list[dict[str, Any]]:
+    """:func:`phase_rows` read in ``session`` (the viewer's is read-only). Raises ValueError for an unknown run."""
+    run_row = _run(session, run)
+    phases = session.scalars(select(m.Phase).where(m.Phase.run_id == run_row.id).order_by(m.Phase.index)).all()
+    orm = str((run_row.options or {}).get("orm") or "")
+    rows = [{"phase": p.index, "status": p.status, "run.orm": orm, **p.metrics} for p in phases]
+    add_evaluated_keys(session, run_row.id, rows)
+    add_subset_success(rows, subset_keys(rows))
+    return rows
+
+
+def _run(session: Session, run: str) -> m.Run:
+    run_row = session.scalar(select(m.Run).where(m.Run.name == run))
+    if run_row is None:
+        raise ValueError(f"no run named {run!r}")
+    return run_row
+
+
+def add_evaluated_keys(session: Session, run_id: int, rows: list[dict[str, Any]]) -> None:
+    """Give every evaluated phase that does not name its tasks ``evaluate.keys``: the test tasks of its evaluation
+    episodes (phases recorded before the evaluate stage named them; ``webrl eval --run`` always did)."""
+    unnamed = {r["phase"] for r in rows if "evaluate.solved" in r and "evaluate.keys" not in r}
+    if not unnamed:
+        return
+    episodes = session.execute(
+        select(m.Trajectory.phase, m.Task.key).join(m.Task, m.Trajectory.task_id == m.Task.id)
+        .where(m.Trajectory.run_id == run_id, m.Trajectory.purpose == "eval", m.Trajectory.phase.in_(unnamed)))
+    keys: dict[int, set[str]] = {}
+    for phase, key in episodes:
+        keys.setdefault(phase, set()).add(key)
+    for row in rows:
+        if row["phase"] in unnamed and keys.get(row["phase"]):
+            row["evaluate.keys"] = sorted(keys[row["phase"]])
+
+
+def task_set(row: dict[str, Any]) -> frozenset[str] | None:
+    """The test tasks the phase evaluated (``evaluate.keys``); None when unknown or not evaluated."""
+    keys = row.get("evaluate.keys")
+    return frozenset(keys) if keys else None
+
+
+def subset_keys(rows: list[dict[str, Any]]) -> set[str]:
+    """The run's fixed sample of test tasks, the one every phase is scored on: as the evaluate stage records it
+    (``evaluate.sample``), else the tasks of the first phase that evaluated a subset (runs recorded before the
+    sample was); empty when every phase evaluated every task."""
+    sample = next((r["evaluate.sample"] for r in rows if r.get("evaluate.sample")), None)
+    if sample is not None:
+        return set(sample)
+    subset = next((task_set(r) for r in rows if r.get("evaluate.subset") and task_set(r)), None)
+    return set(subset or ())
+
+
+def add_subset_success(rows: list[dict[str, Any]], keys: set[str]) -> None:
+    """Give every phase that evaluated all of the sample ``keys`` ``evaluate.success_subset``: its success on those
+    tasks alone (a phase that evaluated every task is counted on the sample), so the phases compare on the same
+    tasks; a phase that evaluated other tasks gets none."""
+    if not keys:
+        return
+    for row in rows:
+        evaluated = task_set(row)
+        if "evaluate.solved" in row and evaluated is not None and keys <= evaluated:
+            row["evaluate.success_subset"] = len(set(row["evaluate.solved"]) & keys) / len(keys)
+            row["evaluate.subset_size"] = len(keys)
+
+
+def _fmt(value: Any, pct: bool = False) -> str:
+    if value is None or value == "":
+        return "-"
+    if pct and isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{100 * value:.1f}%"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def phase_seconds(row: dict[str, Any]) -> float:
+    """Wall-clock seconds of a phase: the sum of its stages' ``<stage>.seconds``."""
+    return float(sum(v for k, v in row.items() if k.endswith(".seconds") and isinstance(v, int | float)))
+
+
+def orm_accuracy_cell(row: dict[str, Any]) -> str:
+    """The phase's ORM agreement with the evaluators, or :data:`NO_ORM` when no ORM judged its rollouts."""
+    judge = row.get("label.judge", row.get("seed-rollout.judge"))
+    if judge is None and "run.orm" in row:  # phases recorded before stages named their judge: the run's --orm
+        judge = "orm" if row["run.orm"] else "evaluators"
+    if judge == "evaluators":
+        return NO_ORM
+    return _fmt(row.get("label.orm_accuracy", row.get("seed-rollout.orm_accuracy")), pct=True)
+
+
+def log_ratio_k1(row: dict[str, Any]) -> Any:
+    """The phase's k1 estimate, mean per-token log(pi / pi_ref) on the trained samples (``train.log_ratio_k1``;
+    phases recorded before the exact KL was measured stored it as ``train.kl``)."""
+    return row.get("train.log_ratio_k1", row.get("train.kl"))
+
+
+def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The phase table of ``report.md``, the viewer and the terminal (``webrl train``): header and one row per
+    phase ("-" where a phase did not record the number)."""
+    subset = any("evaluate.success_subset" in r for r in rows)
+    header = ["phase", "generated", "kept", "rollouts", "ORM acc.", "reward rate",
+              *[f"test {s}" for s in SITES], "test overall", *(["test subset"] if subset else []),
+              "actor loss", "critic loss", "KL exact", "k1", "flips", "pos. from failed", "minutes"]
+    body = []
+    for r in rows:
+        reward = r.get("label.reward_rate", r.get("seed-rollout.reward_rate"))
+        rollouts = r.get("rollout.rollouts", r.get("seed-rollout.rollouts"))
+        body.append([
+            str(r["phase"]), _fmt(r.get("generate.generated")), _fmt(r.get("filter.kept")), _fmt(rollouts),
+            orm_accuracy_cell(r), _fmt(reward, pct=True),
+            *[_fmt(r.get(f"evaluate.success_{s}"), pct=True) for s in SITES],
+            _fmt(r.get("evaluate.success"), pct=True),
+            *([_fmt(r.get("evaluate.success_subset"), pct=True)] if subset else []),
+            _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")), _fmt(r.get("train.kl_exact")),
+            _fmt(log_ratio_k1(r)), _fmt(r.get("train.flips"), pct=True),
+            _fmt(r.get("train.positives_from_failed"), pct=True), _fmt(round(phase_seconds(r) / 60, 1)),
+        ])
+    return header, body
+
+
+def flips_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Per site, the share of the probe steps whose greedy action the phase's training changed (``train.flips``,
+    ``train.flips_<site>``): one row per phase that measured it."""
+    header = ["phase", "flips", *[f"flips {s}" for s in SITES]]
+    body = [[str(r["phase"]), _fmt(r["train.flips"], pct=True),
+             *[_fmt(r.get(f"train.flips_{s}"), pct=True) for s in SITES]] for r in rows if "train.flips" in r]
+    return header, body
+
+
+def calibration_points(settings: Settings) -> list[tuple[float, float]]:
+    """(ORM P(YES), evaluator score) for every labelled trajectory that has both."""
+    with session_scope(settings) as s:
+        return calibration_points_in(s)
+
+
+def calibration_points_in(session: Session) -> list[tuple[float, float]]:
+    """:func:`calibration_points` read in ``session``."""
+    rows = session.execute(
+        select(m.OrmLabel.p_yes, m.Trajectory.env_score)
+        .join(m.Trajectory, m.Trajectory.id == m.OrmLabel.trajectory_id)
+        .where(m.Trajectory.env_score.is_not(None), m.OrmLabel.orm_version != EVALUATOR_LABELS)
+    ).all()
+    return [(float(p), float(score)) for p, score in rows]
+
+
+@dataclass(frozen=True)
+class SuccessSeries:
+    """One line of the success plot: its values at the phases scored on one set of tasks."""
+
+    label: str  # names the tasks and their count
+    values: list[float | None]  # success (0..1) per evaluated phase, in order; None: not on these tasks
+    style: str  # "overall" (bold), "sample", "site" or "other"
+    site: str | None = None  # the site of a "site" line
+
+
+def success_series(rows: list[dict[str, Any]]) -> tuple[list[int], list[SuccessSeries]]:
+    """The evaluated phases and the lines of the success plot. A line only has values at phases scored on one set
+    of tasks, so it never joins numbers from different task sets: the fixed sample (``evaluate.success_subset``,
+    every phase that evaluated it), then each distinct set of evaluated tasks, the largest as the bold overall line
+    with the per-site lines. A phase whose tasks are unknown stands alone."""
+    evaluated = [r for r in rows if "evaluate.success" in r]
+    groups = _task_groups(evaluated)
+    sample = frozenset(subset_keys(rows))
+    series: list[SuccessSeries] = []
+    if any("evaluate.success_subset" in r for r in evaluated) and groups[0][0] != sample:
+        series.append(SuccessSeries(f"fixed sample, {len(sample)} tasks",
+                                    [r.get("evaluate.success_subset") for r in evaluated], "sample"))
+    for rank, (tasks, members) in enumerate(groups):
+        if series and tasks == sample:  # the sample's own phases: on the sample line already
+            continue
+        n = len(tasks) if isinstance(tasks, frozenset) else evaluated[members[0]].get("evaluate.n", "?")
+        if rank == 0:
+            series.append(SuccessSeries(f"overall, {n} tasks", _on(evaluated, members, "evaluate.success"), "overall"))
+            series += [SuccessSeries(f"{site} (of the {n})", _on(evaluated, members, f"evaluate.success_{site}"),
+                                     "site", site) for site in SITES]
+        else:
+            series.append(SuccessSeries(f"overall, {n} other tasks", _on(evaluated, members, "evaluate.success"),
+                                        "other"))
+    return [r["phase"] for r in evaluated], [s for s in series if any(v is not None for v in s.values)]
+
+
+def _task_groups(evaluated: list[dict[str, Any]]) -> list[tuple[Any, list[int]]]:
+    """The phases (positions in ``evaluated``) grouped by the tasks they evaluated, the most tasks first (a phase
+    whose tasks are unknown is a group of its own, after the known ones)."""
+    groups: dict[Any, list[int]] = {}
+    for i, r in enumerate(evaluated):
+        groups.setdefault(task_set(r) or ("unknown", r["phase"]), []).append(i)
+    return sorted(groups.items(), key=lambda item: -len(item[0]) if isinstance(item[0], frozenset) else 1)
+
+
+def _on(evaluated: list[dict[str, Any]], members: list[int], key: str) -> list[float | None]:
+    """``key`` of each evaluated phase among ``members``, None at the others."""
+    return [r.get(key) if i in members else None for i, r in enumerate(evaluated)]
+
+
+#: How each kind of line is drawn (matplotlib format and keyword arguments).
+SERIES_STYLE: dict[str, tuple[str, dict[str, Any]]] = {
+    "overall": ("o-", {"lw": 2.5, "color": "black"}),
+    "sample": ("s:", {"lw": 2.5, "color": "tab:red"}),
+    "site": ("o--", {"lw": 1.2}),
+    "other": ("D", {"color": "grey"}),
+}
+#: Each site's colour (none of them the sample's red).
+SITE_COLORS = {"shopping": "tab:blue", "shopping_admin": "tab:orange", "reddit": "tab:green", "gitlab": "tab:purple"}
+
+
+def draw_success(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Draw :func:`success_series` on the matplotlib axes ``ax``: a phase off a line's tasks is a gap (NaN), so a
+    line joins only neighbouring phases scored on the same tasks and a lone phase is a marker."""
+    phases, series = success_series(rows)
+    highest = 0.0
+    for s in series:
+        ys = [100 * v if v is not None else float("nan") for v in s.values]
+        fmt, kwargs = SERIES_STYLE[s.style]
+        ax.plot(phases, ys, fmt, label=s.label, **kwargs, **({"color": SITE_COLORS[s.site]} if s.site else {}))
+        highest = max([highest, *(y for y in ys if y == y)])  # y == y drops NaN
+    top = 100 if highest > 50 else max(10, 10 * (int(highest * 1.25) // 10 + 1))  # small rates stay readable
+    ax.set(xlabel="phase (0 = SFT actor)", ylabel="test success (%)",
+           title="Test success per phase (a line joins phases scored on the same tasks)", xticks=phases,
+           ylim=(0, top))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_success(rows: list[dict[str, Any]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    draw_success(ax, rows)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_calibration(points: list[tuple[float, float]], out: Path) -> Path | None:
+    """Reliability diagram: mean evaluator success per bin of ORM P(YES)."""
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bins: list[list[float]] = [[] for _ in range(CALIBRATION_BINS)]
+    for p, score in points:
+        bins[min(int(p * CALIBRATION_BINS), CALIBRATION_BINS - 1)].append(score)
+    centres = [(i + 0.5) / CALIBRATION_BINS for i, b in enumerate(bins) if b]
+    rates = [sum(b) / len(b) for b in bins if b]
+    fig, ax = plt.subplots(figsize=(4.8, 4.2), dpi=120)
+    ax.plot([0, 1], [0, 1], ":", color="grey", label="perfect calibration")
+    ax.plot(centres, rates, "o-", label=f"ORM ({len(points)} trajectories)")
+    ax.set(xlabel="ORM P(YES)", ylabel="evaluator success rate", title="ORM calibration", xlim=(0, 1), ylim=(0, 1))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def solved_table(rows: list[dict[str, Any]], intents: dict[str, str],
+                 subset: set[str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """Which test tasks each phase's actor solved: one row per task solved in any phase, a mark per phase ("-": the
+    phase did not evaluate the task: not in its ``evaluate.keys``, or, when those are unknown, a phase that
+    evaluated only ``subset``).
+
+    ``rows`` are :func:`phase_rows` (``evaluate.solved`` lists task keys); ``intents`` maps keys to intents. Rows
+    are ordered by the first phase that solved the task, so tasks the training gained come after the SFT actor's.
+    """
+    evaluated = [r for r in rows if "evaluate.solved" in r]
+    solved = {r["phase"]: set(r["evaluate.solved"]) for r in evaluated}
+    keys = {key for phase_keys in solved.values() for key in phase_keys}
+    first = {key: min(p for p, phase_keys in solved.items() if key in phase_keys) for key in keys}
+    header = ["task", "intent", *[f"phase {r['phase']}" for r in evaluated]]
+    def mark(key: str, row: dict[str, Any]) -> str:
+        if key in solved[row["phase"]]:
+            return "solved"
+        tasks = task_set(row)
+        if tasks is not None:
+            return "" if key in tasks else "-"
+        return "-" if row.get("evaluate.subset") and subset and key not in subset else ""
+
+    body = [[key, intents.get(key, "?"), *[mark(key, r) for r in evaluated]]
+            for key in sorted(keys, key=lambda k: (first[k], k))]
+    return header, body
+
+
+def task_intents(settings: Settings, keys: set[str]) -> dict[str, str]:
+    with session_scope(settings) as s:
+        return dict(s.execute(select(m.Task.key, m.Task.intent).where(m.Task.key.in_(sorted(keys)))).all())
+
+
+def lineage(settings: Settings) -> list[list[str]]:
+    with session_scope(settings) as s:
+        rows = s.scalars(select(m.Checkpoint).order_by(m.Checkpoint.id)).all()
+        return [[c.role, c.version, c.parent_version or "-", str(c.phase if c.phase is not None else "-"),
+                 c.sha256[:12], c.path] for c in rows]
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def evaluation_note(rows: list[dict[str, Any]]) -> str:
+    """What the test columns count, when the phases evaluated different numbers of tasks or one was evaluated
+    after the run (``webrl eval --run``); "" when every phase evaluated the same tasks during the run."""
+    evaluated = [r for r in rows if "evaluate.n" in r]
+    later = [r["phase"] for r in evaluated if r.get("evaluate.later")]
+    if len({r["evaluate.n"] for r in evaluated}) <= 1 and not later:
+        return ""
+    counts = ", ".join(f"phase {r['phase']}: {r['evaluate.n']}" for r in evaluated)
+    after = f"; evaluated after the run (`webrl eval --run`): phase {', '.join(map(str, later))}" if later else ""
+    return f"Test columns: success on the test tasks each phase evaluated (how many: {counts}){after}."
+
+
+def last_against_sft(rows: list[dict[str, Any]]) -> tuple[int, PairedComparison] | None:
+    """The last evaluated phase against phase 0 (the SFT actor) on the test tasks both evaluated; None before a
+    phase after 0 has evaluated, or when either's tasks are unknown or none are shared."""
+    evaluated = {r["phase"]: r for r in rows if "evaluate.solved" in r and task_set(r)}
+    last = max(evaluated, default=0)
+    if 0 not in evaluated or last == 0:
+        return None
+    shared = (task_set(evaluated[0]) or frozenset()) & (task_set(evaluated[last]) or frozenset())
+    if not shared:
+        return None
+    return last, paired_comparison(shared, evaluated[0]["evaluate.solved"], evaluated[last]["evaluate.solved"])
+
+
+def _signed_points(rate: float) -> str:
+    return f"{100 * rate:+.1f}"
+
+
+def _span(interval: tuple[float, float]) -> str:
+    return f"{_signed_points(interval[0])} to {_signed_points(interval[1])}"
+
+
+def comparison_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """:func:`last_against_sft` in words, one line each (report.md, the viewer and the terminal); [] when there is
+    nothing to compare."""
+    found = last_against_sft(rows)
+    if found is None:
+        return []
+    last, c = found
+    return [
+        f"Phase {last} against phase 0 (the SFT actor) on the {c.n} test tasks both evaluated: solved "
+        f"{c.solved_before} -> {c.solved_after} ({_fmt(c.solved_before / c.n, pct=True)} -> "
+        f"{_fmt(c.solved_after / c.n, pct=True)}), {_signed_points(c.difference)} points.",
+        f"95% interval of the difference: {_span(c.interval)} points (paired bootstrap over the tasks, "
+        f"{RESAMPLES:,} resamples); {_span(c.interval_wald)} (Wald for paired proportions, continuity-corrected). "
+        f"McNemar's exact test: p = {c.p_value:.3g} "
+        f"({len(c.gained)} gained, {len(c.lost)} lost).",
+        f"Gained ({len(c.gained)}): {', '.join(c.gained) or 'none'}.",
+        f"Lost ({len(c.lost)}): {', '.join(c.lost) or 'none'}.",
+    ]
+
+
+def _solved_section(settings: Settings, rows: list[dict[str, Any]]) -> list[str]:
+    """report.md's "Test tasks solved per phase": the table and what its "-" means."""
+    solved_keys = {key for r in rows for key in r.get("evaluate.solved", [])}
+    subset = subset_keys(rows)
+    header, body = solved_table(rows, task_intents(settings, solved_keys), subset)
+    parts = ["## Test tasks solved per phase", "",
+             markdown_table(header, body) if body else "No test task was solved in any phase.", ""]
+    if any("-" in row[2:] for row in body):
+        sample = f" (the phases between the first and the last evaluate the fixed sample of {len(subset)})"
+        parts += [f'"-": the phase did not evaluate this task{sample if subset else ""}.', ""]
+    return parts
+
+
+def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
+    """Write ``report.md`` and its PNGs into ``out_dir``; returns the report's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = phase_rows(settings, run)
+    header, body = phase_table(rows)
+    success_png = plot_success(rows, out_dir / "success_per_phase.png")
+    calibration_png = plot_calibration(calibration_points(settings), out_dir / "orm_calibration.png")
+    note = evaluation_note(rows)
+    parts = [f"# webrl run `{run}`", "", "## Phases", "", markdown_table(header, body), "", ORM_COLUMN_NOTE, "",
+             *([note, ""] if note else []), f"![test success per phase]({success_png.name})", ""]
+    flips_header, flips_body = flips_table(rows)
+    if flips_body:
+        parts += ["## Probe steps whose greedy action changed", "", markdown_table(flips_header, flips_body), "",
+                  FLIPS_NOTE, ""]
+    compared = comparison_lines(rows)
+    if compared:
+        parts += ["## Last phase against the SFT actor, on the same tasks", "",
+                  *[part for line in compared for part in (line, "")]]
+    parts += _solved_section(settings, rows)
+    if calibration_png is not None:
+        parts += ["## ORM calibration", "", f"![ORM calibration]({calibration_png.name})", ""]
+    parts += ["## Checkpoint lineage", "",
+              markdown_table(["role", "version", "parent", "phase", "sha256", "path"], lineage(settings)), ""]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(parts))
+    return report

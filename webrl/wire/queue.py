@@ -1,0 +1,150 @@
+"""The Celery app: one queue per service, JSON payloads, late acks, bounded retries.
+
+With no broker configured (the embedded mode) tasks run eagerly in the caller's process, so the
+pipeline calls the same functions in both modes. Workers import only their own ``worker.py``; the app
+finds task modules through :data:`TASK_MODULES`.
+"""
+
+from __future__ import annotations
+
+import celery.exceptions
+from celery import Celery
+from celery.signals import worker_init
+from kombu import pools as kombu_pools
+
+from webrl.config import Settings, get_settings
+
+#: Queue per service; a task named ``<service>.<verb>`` goes to the service's queue.
+QUEUES: dict[str, str] = {
+    "rollout": "rollout",
+    "actor": "actor",
+    "orm": "orm",
+    "critic": "critic",
+    "taskgen": "taskgen",
+    "train": "train",
+    "webrl": "default",
+}
+
+#: Worker modules that register tasks; imported lazily by workers (``celery -A webrl.wire.queue worker``).
+TASK_MODULES = [
+    "services.browser_pool.worker",
+    "services.actor.worker",
+    "services.orm.worker",
+    "services.critic.worker",
+    "services.taskgen.worker",
+    "services.trainer.worker",
+]
+
+MAX_RETRIES = 3  # bounded: a task that fails three times is a bug, not a blip
+
+
+def route_for(name: str) -> str:
+    """Queue for a task name like ``orm.score`` (prefix before the first dot)."""
+    return QUEUES.get(name.split(".", 1)[0], "default")
+
+
+SOFT_LIMIT_FRACTION = 0.95  # the soft time limit: a job gets SoftTimeLimitExceeded this far into its limit
+
+
+class DispatchTimeout(TimeoutError):
+    """No result for a dispatched job within the dispatch timeout."""
+
+
+def _transport_options(settings: Settings) -> dict[str, float]:
+    """Redis broker options: the visibility timeout (an unacknowledged job goes back to its queue after it),
+    swept for often enough that a killed worker's job is redelivered within about that timeout."""
+    visibility = float(settings.jobs.visibility_timeout_s or 0)
+    return {"visibility_timeout": visibility, "unacked_restore_interval": max(1.0, min(10.0, visibility / 10)),
+            "unacked_restore_throttle": 1}
+
+
+def make_celery(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    app = Celery("webrl", broker=settings.jobs.broker_url or "memory://", backend=settings.jobs.result_backend)
+    app.conf.update(
+        broker_transport_options=_transport_options(settings),
+        task_time_limit=settings.jobs.time_limit_s,
+        task_soft_time_limit=settings.jobs.time_limit_s * SOFT_LIMIT_FRACTION,
+        webrl_dispatch_timeout_s=settings.jobs.dispatch_timeout_s,
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_acks_late=True,  # a worker killed mid-task leaves the message for another worker
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,  # long jobs: don't hoard messages
+        task_always_eager=settings.eager,
+        task_eager_propagates=True,
+        task_default_queue="default",
+        task_routes=lambda name, args, kwargs, options, task=None, **kw: {"queue": route_for(name)},
+        broker_connection_retry_on_startup=True,
+        result_expires=24 * 3600,
+        task_track_started=True,
+    )
+    return app
+
+
+celery_app = make_celery()
+
+
+@worker_init.connect
+def _register_tasks_on_worker_start(**_: object) -> None:
+    """`celery -A webrl.wire.queue worker -Q <queue>` serves every service's tasks."""
+    autodiscover()
+
+
+def autodiscover() -> None:
+    """Import every worker module, registering its tasks; a module that fails to import fails loudly."""
+    import importlib
+
+    for module in TASK_MODULES:
+        importlib.import_module(module)
+
+
+def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
+    """Run the Celery task ``name`` with one JSON payload and return its JSON result.
+
+    Embedded mode (no broker): the task runs here, eagerly. Distributed mode: it goes to its service's
+    queue and this waits for a worker's result, at most ``timeout`` seconds (default: the configured
+    ``jobs.dispatch_timeout_s``), then raises :class:`DispatchTimeout`. The caller's code is the same in both modes.
+    """
+    if celery_app.conf.task_always_eager:
+        autodiscover()
+        if name not in celery_app.tasks:
+            raise KeyError(f"no Celery task named {name!r}")
+        return celery_app.tasks[name].apply(args=(payload,), throw=True).get()
+    wait = timeout if timeout is not None else celery_app.conf.webrl_dispatch_timeout_s
+    sent = celery_app.send_task(name, args=(payload,))
+    try:
+        return sent.get(timeout=wait)
+    except celery.exceptions.TimeoutError:
+        raise DispatchTimeout(
+            f"job {name} ({sent.id}) gave no result within {wait:g} s: is a worker consuming queue "
+            f"{route_for(name)!r} (`celery -A webrl.wire.queue worker -Q {route_for(name)}`)? Its state: {sent.state}; "
+            "WEBRL_JOBS__DISPATCH_TIMEOUT_S sets the wait") from None
+
+
+def configure(settings: Settings) -> Celery:
+    """Re-point the process-wide Celery app at ``settings`` (used by tests and `webrl train`)."""
+    fresh = make_celery(settings)
+    celery_app.conf.update(fresh.conf)
+    celery_app.conf.broker_url = settings.jobs.broker_url or "memory://"
+    celery_app.conf.result_backend = settings.jobs.result_backend
+    # Celery caches the result backend (per thread), the connection pool and the producer pool built on it
+    # on first use; drop all three so the next call connects to the new URLs.
+    celery_app._local.__dict__.pop("backend", None)
+    if celery_app._pool is not None:
+        celery_app._pool.force_close_all()
+        celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+    kombu_pools.reset()  # kombu's process-wide producer pools are keyed by connection: drop the closed ones
+    return celery_app
+
+
+@celery_app.task(name="webrl.ping")
+def ping(payload: dict) -> dict:
+    """Worker health check: proves a worker is consuming and can reach the database."""
+    import socket
+
+    from webrl.store.readiness import check_ready
+
+    return {"pong": payload.get("nonce"), "worker": socket.gethostname(), "checks": check_ready(get_settings())}
