@@ -31,7 +31,7 @@ from webrl.wire.contracts import InvalidRequest
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
 #: The models that ship with the package (the SFT actors `make demo`, `webrl eval` and the tests start from).
-SHIPPED_MODELS = Path(__file__).parent / "assets"
+SHIPPED_MODELS = Path(__file__).parents[1] / "assets"
 
 
 class PathOutsideArtifacts(InvalidRequest):
