@@ -92,7 +92,9 @@ def smoke_home(tmp_path_factory: pytest.TempPathFactory, tiny_actor: Path) -> It
             result = CliRunner().invoke(app, args)
             assert result.exit_code == 0, result.output + repr(result.exception)
             outputs.append(result.output)
-        yield SmokeHome(home, {"WEBRL_HOME": str(home), **env}, settings, train, outputs[0])
+    # the process environment is restored here: the tests that use the home get its variables themselves
+    # (``env``; monkeypatch), so no other test of the session sees this home's sites
+    yield SmokeHome(home, {"WEBRL_HOME": str(home), **env}, settings, train, outputs[0])
 
 
 @pytest.fixture
