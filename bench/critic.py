@@ -28,9 +28,16 @@ from rich.table import Table
 
 from services.trainer.critic_heads import distinct_states, train_heads
 from services.trainer.data import StatePairItem, state_pair_collate, window_sampler
-from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_batches, prepared_loader, train
 from services.trainer.losses import critic_loss
 from services.trainer.phase import critic_loss_fn
+from services.trainer.training_loop import (
+    LoopConfig,
+    make_accelerator,
+    prepare,
+    prepared_batches,
+    prepared_loader,
+    train,
+)
 from webrl.models.adapters import LoraSpec
 from webrl.models.critic import CriticModel
 from webrl.models.examples import collate_prompts

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from services.trainer.critic_heads import CriticHeads, distinct_states, state_features, train_heads_on_states
 from services.trainer.data import PromptFn, StepExample, actor_prompt_fn, state_pair_items, trajectory_examples
-from services.trainer.loop import LoopConfig, make_accelerator
+from services.trainer.training_loop import LoopConfig, make_accelerator
 from webrl.config import get_settings
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory

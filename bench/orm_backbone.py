@@ -38,8 +38,8 @@ def export(args: argparse.Namespace) -> None:
 
     from services.trainer.orm_head import labelled_prompts
     from webrl.config import get_settings
-    from webrl.models.base import ensure_base
     from webrl.models.loading import load_tokenizer
+    from webrl.models.pretrained_base import ensure_base
 
     settings = get_settings()
     tokenizer = load_tokenizer(ensure_base(settings, BASE), settings)
@@ -79,12 +79,11 @@ def probabilities(orm: Any, tokenizer: Any, prompts: list[str], batch_size: int)
 
 
 def run(args: argparse.Namespace) -> None:
-    from services.trainer.loop import LoopConfig
     from services.trainer.orm_backbone import train_backbone
     from services.trainer.sft import lora_base_dtype
+    from services.trainer.training_loop import LoopConfig
     from webrl.config import get_settings
     from webrl.models.adapters import LoraSpec, load_trainable
-    from webrl.models.base import ensure_base
     from webrl.models.loading import load_tokenizer
     from webrl.models.orm_head import (
         choose_and_fit,
@@ -94,6 +93,7 @@ def run(args: argparse.Namespace) -> None:
         prompt_features,
         success_probability,
     )
+    from webrl.models.pretrained_base import ensure_base
 
     console = Console(width=200)  # the table is wide; a job's output has no terminal to measure
     data = json.loads(Path(args.data).read_text())

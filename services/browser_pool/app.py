@@ -131,7 +131,7 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/v1/episodes/{episode_id}/evaluate", response_model=EvaluateOut, tags=["episodes"])
     async def evaluate_episode(episode_id: str, body: EvaluateIn, manager: ManagerDep) -> EvaluateOut:
-        from webrl.evaluation.errors import EvaluationError
+        from webrl.evaluation.harness_errors import EvaluationError
 
         try:
             return EvaluateOut(score=await manager.evaluate(episode_id, body.answer))

@@ -1,6 +1,6 @@
 """The browser environment: one episode of a task on a leased Chromium. Reset (``open``), observe
 (``refresh``), act (``step``, with WebRL action text), evaluate, close. The episode loop that drives it is
-:func:`webrl.agent.loop.run_episode` (see ``runs.py``); the REST routes drive it step by step (``sessions.py``).
+:func:`webrl.agent.episode_loop.run_episode` (see ``runs.py``); the REST routes drive it step by step (``sessions.py``).
 
 Reset (``BrowserEpisode.open``): resolve the ``__SITE__`` placeholders, take a clean context from the leased
 browser's stock (``stock.py``: made ahead of time, or scrubbed after an earlier episode on the same origin;
@@ -408,7 +408,7 @@ class BrowserEpisode:
 
     async def evaluate(self, answer: str | None) -> float | None:
         """The task's evaluator score (0..1) for ``answer`` on the current state; None when the task has no eval.
-        Raises :class:`webrl.evaluation.errors.EvaluationError` when its evaluator cannot run here."""
+        Raises :class:`webrl.evaluation.harness_errors.EvaluationError` when its evaluator cannot run here."""
         if self.task.eval is None:
             return None
         from webrl.evaluation import build_evaluator

@@ -1,5 +1,5 @@
 """Episodes of a policy on this pool's browsers: each task a :class:`LeasedEpisode` driven by the shared
-episode loop (:func:`webrl.agent.loop.run_episode`), with the browser pool's time limits; many at once with
+episode loop (:func:`webrl.agent.episode_loop.run_episode`), with the browser pool's time limits; many at once with
 their policy calls batched (:class:`services.browser_pool.batcher.Batcher`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from playwright.async_api import Error as PlaywrightError
 from services.browser_pool.batcher import BATCH_WAIT_S, Batcher
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
-from webrl.agent import loop
+from webrl.agent import episode_loop as loop
 from webrl.agent.early_stop import MAX_STEPS, StopRules
 from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.agent.policy import Decide, Policy, PolicyRequest, PolicyResponse

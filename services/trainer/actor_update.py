@@ -24,8 +24,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
-from services.trainer.loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
+from services.trainer.training_loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
 from webrl.method.hyperparams import ActorLoss, Advantage
 from webrl.method.rewards import is_success
 from webrl.models.examples import pad_id_of

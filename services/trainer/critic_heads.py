@@ -23,8 +23,8 @@ from accelerate import Accelerator
 from torch import nn
 
 from services.trainer.data import EpochBatchSampler, StatePairItem
-from services.trainer.loop import LoopConfig, StepHook, TrainSummary, prepare, prepared_batches, train
 from services.trainer.losses import critic_loss
+from services.trainer.training_loop import LoopConfig, StepHook, TrainSummary, prepare, prepared_batches, train
 from webrl.models.critic import CriticModel, critic_value, head_pair_logits
 from webrl.models.examples import collate_prompts
 

@@ -31,8 +31,8 @@ from services.trainer.actor_update import (
     update_actor,
 )
 from services.trainer.data import StepExample, actor_prompt_fn, trajectory_examples
-from services.trainer.loop import LoopConfig, make_accelerator, prepare
 from services.trainer.sft import COMPLETION_BUDGET, load_for_training
+from services.trainer.training_loop import LoopConfig, make_accelerator, prepare
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import label_of, load_trajectory

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from services.trainer.loop import LoopConfig, evaluate, make_accelerator, prepare, prepared_loader, train
+from services.trainer.training_loop import LoopConfig, evaluate, make_accelerator, prepare, prepared_loader, train
 from webrl.models.orm_head import (
     HeadFit,
     OrmHead,

@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from sqlalchemy import select
 
-from services.trainer.loop import LoopConfig
 from services.trainer.orm_backbone import BackboneFit, train_backbone
 from services.trainer.publish import already_published, payload_version
 from services.trainer.sft import lora_base_dtype
+from services.trainer.training_loop import LoopConfig
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import load_trajectory

@@ -50,7 +50,10 @@ from services.trainer.data import (
     state_pair_items,
     window_sampler,
 )
-from services.trainer.loop import (
+from services.trainer.losses import actor_loss_mask, critic_loss
+from services.trainer.publish import checkpoint_dir, payload_version, publish_model
+from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
+from services.trainer.training_loop import (
     LoopConfig,
     Prepared,
     evaluate,
@@ -59,9 +62,6 @@ from services.trainer.loop import (
     prepared_batches,
     train,
 )
-from services.trainer.losses import actor_loss_mask, critic_loss
-from services.trainer.publish import checkpoint_dir, payload_version, publish_model
-from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
 from webrl.config import Settings
 from webrl.db.repository import StepValues, save_step_values
 from webrl.db.session import session_scope

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
-from services.trainer.loop import evaluate, prepared_loader
+from services.trainer.training_loop import evaluate, prepared_loader
 from webrl.method.hyperparams import DEFAULTS, Replay
 from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import confidence, sequence_logprobs

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from services.trainer.augment import merge_names, relabelled_copies, trajectory_names
 from services.trainer.data import SequenceItem, actor_prompt_fn, encode_action, sequence_collate, trajectory_examples
-from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from services.trainer.losses import sft_loss
 from services.trainer.publish import already_published, payload_version, publish_model
+from services.trainer.training_loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import label_of, load_trajectory

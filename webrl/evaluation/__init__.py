@@ -4,14 +4,14 @@
     score = await evaluator.score(answer, page_url, context)  # product of the parts, in [0, 1]
 """
 
-from webrl.evaluation.errors import (
+from webrl.evaluation.evaluator import EvaluationResult, Evaluator, build_evaluator
+from webrl.evaluation.harness_errors import (
     EvaluationError,
     EvaluatorBuildError,
     LLMJudgeError,
     LLMJudgeNotConfiguredError,
     UnsupportedHelperError,
 )
-from webrl.evaluation.evaluator import EvaluationResult, Evaluator, build_evaluator
 from webrl.evaluation.helpers import HelperContext, register_helper
 
 __all__ = [

@@ -15,7 +15,7 @@ from playwright.async_api import BrowserContext, Page
 from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
 from webrl.evaluation.base import EpisodeEnd, SubEvaluator
-from webrl.evaluation.errors import EvaluatorBuildError
+from webrl.evaluation.harness_errors import EvaluatorBuildError
 from webrl.evaluation.judge import LLMJudge
 from webrl.evaluation.program_html import ProgramHtml
 from webrl.evaluation.string_match import StringMatch

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from playwright.async_api import BrowserContext, Page
 
 from webrl.config import Settings
-from webrl.evaluation.errors import EvaluationError, EvaluatorBuildError, UnsupportedHelperError
+from webrl.evaluation.harness_errors import EvaluationError, EvaluatorBuildError, UnsupportedHelperError
 
 #: The names WebArena's configs use for "the page being checked" (it rewrites ``__page__`` to ``page``).
 PAGE_NAMES = frozenset({"__page__", "page"})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from webrl.config import Settings
-from webrl.evaluation.errors import LLMJudgeError, LLMJudgeNotConfiguredError
+from webrl.evaluation.harness_errors import LLMJudgeError, LLMJudgeNotConfiguredError
 
 logger = logging.getLogger(__name__)
 

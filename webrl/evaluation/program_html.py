@@ -31,10 +31,10 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 
 from webrl.evaluation.base import EpisodeEnd
-from webrl.evaluation.errors import EvaluationError, EvaluatorBuildError
+from webrl.evaluation.harness_errors import EvaluationError, EvaluatorBuildError
 from webrl.evaluation.helpers import HelperCall, HelperContext
 from webrl.evaluation.judge import require_judge
-from webrl.evaluation.text import exact_match, must_exclude, must_include_any
+from webrl.evaluation.string_rules import exact_match, must_exclude, must_include_any
 from webrl.safety.allow_list import is_allowed
 from webrl.safety.navigation_guard import NavigationGuard
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from webrl.agent.schemas import EvalSpec
 from webrl.evaluation.base import EpisodeEnd
-from webrl.evaluation.errors import EvaluatorBuildError
+from webrl.evaluation.harness_errors import EvaluatorBuildError
 from webrl.evaluation.judge import require_judge
-from webrl.evaluation.text import clean_answer, exact_match, must_include_any
+from webrl.evaluation.string_rules import clean_answer, exact_match, must_include_any
 
 #: WebArena's answer for "this task cannot be done" in ``fuzzy_match``.
 UNACHIEVABLE = "N/A"

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlparse
 
 from webrl.agent.schemas import EvalSpec
 from webrl.evaluation.base import EpisodeEnd
-from webrl.evaluation.errors import EvaluatorBuildError
-from webrl.evaluation.text import OR_SEPARATOR
+from webrl.evaluation.harness_errors import EvaluatorBuildError
+from webrl.evaluation.string_rules import OR_SEPARATOR
 
 GOLD_IN_PRED = "GOLD in PRED"
 EXACT = "EXACT"

@@ -65,9 +65,9 @@ class AdapterError(RuntimeError):
 
 def base_identity(folder: str | Path) -> dict[str, Any]:
     """What an adapter trained on the full model at ``folder`` records about it: a registered base's name, version
-    and content sha256 (``webrl.models.base.base_content_sha256``: the weights, tokenizer and configuration, not
-    the transformers version that wrote them); any other folder by its absolute path."""
-    from webrl.models.base import base_content_sha256, read_provenance
+    and content sha256 (``webrl.models.pretrained_base.base_content_sha256``: the weights, tokenizer and configuration,
+    not the transformers version that wrote them); any other folder by its absolute path."""
+    from webrl.models.pretrained_base import base_content_sha256, read_provenance
 
     folder = Path(folder)
     manifest = read_provenance(folder)
@@ -86,7 +86,7 @@ def resolve_base(adapter: str | Path, settings: Settings) -> Path:
     """The base folder an adapter folder was trained on, converted from its wheel if needed, and checked to be
     that base: by content sha256, or, in a record written before content sha256 existed, by folder sha256 (which
     also changes with the transformers version that converted the base)."""
-    from webrl.models.base import BASES, base_content_sha256, ensure_base, read_provenance
+    from webrl.models.pretrained_base import BASES, base_content_sha256, ensure_base, read_provenance
 
     record_file = Path(adapter) / ADAPTER_FILE
     if not record_file.is_file():

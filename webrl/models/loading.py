@@ -66,7 +66,7 @@ def load_tokenizer(path: str | Path, settings: Settings) -> PreTrainedTokenizerB
 def attach_prompt_style(tokenizer: PreTrainedTokenizerBase, folder: str | Path) -> PreTrainedTokenizerBase:
     """Remember on ``tokenizer`` which actor system prompt its model is trained with (``webrl_prompt.json`` of the
     folder: "compact" for small bases; absent: WebRL's own), so every prompt built with it matches training."""
-    from webrl.models.base import PROMPT_FILE
+    from webrl.models.pretrained_base import PROMPT_FILE
 
     file = Path(folder) / PROMPT_FILE
     style = json.loads(file.read_text()).get("system_prompt", "webrl") if file.is_file() else "webrl"
@@ -77,7 +77,7 @@ def attach_prompt_style(tokenizer: PreTrainedTokenizerBase, folder: str | Path) 
 def save_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path) -> None:
     """The tokenizer and, for a model trained with another prompt style than WebRL's, that style (the file
     :func:`attach_prompt_style` reads back)."""
-    from webrl.models.base import PROMPT_FILE
+    from webrl.models.pretrained_base import PROMPT_FILE
 
     tokenizer.save_pretrained(folder)
     style = getattr(tokenizer, "webrl_prompt_style", "webrl")

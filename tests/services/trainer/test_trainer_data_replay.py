@@ -146,7 +146,7 @@ def test_select_replay_keeps_exactly_what_keep_confident_keeps() -> None:
 
 
 def test_score_confidence_is_inverse_perplexity_of_the_action(tiny) -> None:
-    from services.trainer.loop import LoopConfig, make_accelerator
+    from services.trainer.training_loop import LoopConfig, make_accelerator
     from webrl.models.examples import encode_example
     from webrl.models.logprobs import sequence_logprobs
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from sqlalchemy import select
 
-from services.trainer.loop import LoopConfig, make_accelerator, prepare
 from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version, publish_model
 from services.trainer.sft import run_sft
+from services.trainer.training_loop import LoopConfig, make_accelerator, prepare
 from webrl.db.models import StepValue
 from webrl.db.session import session_scope
 from webrl.method.hyperparams import DEFAULTS, with_overrides

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from services.trainer.loop import LoopConfig, lr_factor, make_accelerator, prepare
 from services.trainer.sft import sft_loss_fn, sft_with_prompt_loss_fn
+from services.trainer.training_loop import LoopConfig, lr_factor, make_accelerator, prepare
 from webrl.models.examples import collate, encode_example, pad_id_of
 
 

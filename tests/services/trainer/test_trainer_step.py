@@ -8,9 +8,9 @@ import torch
 
 from services.trainer.actor_update import actor_loss_fn
 from services.trainer.data import SequenceItem, sequence_collate
-from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from services.trainer.losses import actor_loss, sft_loss
 from services.trainer.sft import sft_loss_fn
+from services.trainer.training_loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from webrl.method.hyperparams import ActorLoss
 from webrl.models.examples import collate, encode_example, pad_id_of
 from webrl.models.logprobs import sequence_logprobs, token_logprobs

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from services.trainer.actor_update import actor_loss_fn
-from services.trainer.loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version
+from services.trainer.training_loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.runs.tracking import read_stream, tracking_dir
 from webrl.wire.contracts import PhaseJob, TrackingSpec

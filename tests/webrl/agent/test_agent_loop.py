@@ -10,10 +10,10 @@ import pytest
 from webrl.agent.actions import ActionParseError, ActionType, parse_action
 from webrl.agent.early_stop import MAX_PARSE_FAILURES, MAX_REPEATED_ACTIONS, MAX_STEPS, StopRules
 from webrl.agent.environment import Environment, EpisodeCrashed, StepResult
-from webrl.agent.loop import run_episode
+from webrl.agent.episode_loop import run_episode
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.agent.schemas import Observation, TaskConfig
-from webrl.evaluation.errors import EvaluationError
+from webrl.evaluation.harness_errors import EvaluationError
 
 TASK = TaskConfig(task_id=7, sites=["shopping"], intent="count the clicks", start_url="__SHOPPING__/")
 RESOLVED = TASK.model_copy(update={"start_url": "http://shop.test/"})

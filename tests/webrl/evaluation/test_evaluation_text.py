@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webrl.evaluation.text import (
+from webrl.evaluation.string_rules import (
     clean_answer,
     exact_match,
     must_exclude,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from webrl.config import Settings
-from webrl.models.base import BaseSpec, BaseUnavailableError, ensure_base, file_sha256, gguf_path, spec_of
+from webrl.models.pretrained_base import BaseSpec, BaseUnavailableError, ensure_base, file_sha256, gguf_path, spec_of
 from webrl.store.checkpoints import content_sha256, verify
 
 pytestmark = pytest.mark.slow

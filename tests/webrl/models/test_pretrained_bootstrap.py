@@ -27,8 +27,8 @@ def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, 
     from webrl.db import models as m
     from webrl.db.session import session_scope
     from webrl.method.hyperparams import DEFAULTS, with_overrides
-    from webrl.models.base import base_dir
     from webrl.models.model_policies import LocalModelPolicy
+    from webrl.models.pretrained_base import base_dir
     from webrl.wire.contracts import PhaseJob
 
     link = base_dir(free_sites, "smollm2-135m")

@@ -94,7 +94,7 @@ def _step(index: int, obs: Observation, response: PolicyResponse, action: Action
 async def _score(env: Environment, answer: str | None) -> float | None:
     """The evaluator's score; None (logged) when this task's evaluator cannot run here, so one task's
     unsupported eval block does not end a whole batch."""
-    from webrl.evaluation.errors import EvaluationError  # lazily: the evaluators bring Playwright
+    from webrl.evaluation.harness_errors import EvaluationError  # lazily: the evaluators bring Playwright
 
     try:
         return await env.evaluate(answer)

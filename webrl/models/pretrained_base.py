@@ -25,7 +25,7 @@ from pathlib import Path
 
 from webrl.config import Settings
 
-log = logging.getLogger("webrl.models.base")
+log = logging.getLogger("webrl.models.pretrained_base")
 
 #: Inside a base (and every adapter trained on it): which actor system prompt the model is trained with.
 PROMPT_FILE = "webrl_prompt.json"
