@@ -27,6 +27,8 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Coroutine
+from typing import Any
 
 from webrl.safety.allow_list import authority, browser_url, host_allowed
 
@@ -221,13 +223,18 @@ async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
         await sink.drain()
 
 
-async def _pipe_both(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     upstream_reader: asyncio.StreamReader, upstream: asyncio.StreamWriter) -> None:
-    """A tunnel: both directions until either ends."""
-    tasks = [asyncio.ensure_future(_pipe(reader, upstream)), asyncio.ensure_future(_pipe(upstream_reader, writer))]
+async def until_either_ends(*pumps: Coroutine[Any, Any, None]) -> None:
+    """Run ``pumps`` (the two directions of a relay) until one ends, then cancel the other and wait for it."""
+    tasks = [asyncio.ensure_future(pump) for pump in pumps]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _pipe_both(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     upstream_reader: asyncio.StreamReader, upstream: asyncio.StreamWriter) -> None:
+    """A tunnel: both directions until either ends."""
+    await until_either_ends(_pipe(reader, upstream), _pipe(upstream_reader, writer))

@@ -46,7 +46,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from webrl.errors import UserError
-from webrl.safety.allow_list_proxy import AllowListProxy
+from webrl.safety.allow_list_proxy import AllowListProxy, until_either_ends
 from webrl.serving.factory import is_loopback
 
 log = logging.getLogger(__name__)
@@ -182,13 +182,7 @@ async def _relay(client: Connection, browser: Connection) -> None:
             async for message in source:
                 await sink.send(message)
 
-    tasks = [asyncio.ensure_future(pump(client, browser)), asyncio.ensure_future(pump(browser, client))]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await until_either_ends(pump(client, browser), pump(browser, client))
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:
