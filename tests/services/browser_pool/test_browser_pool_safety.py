@@ -20,6 +20,22 @@ from webrl.safety.allow_list import is_allowed
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
 
 
+def _listing(settings, host: str):  # type: ignore[no-untyped-def]
+    """``settings`` with ``host`` (``host:port``) added to the allow-list: each test's control."""
+    return settings.replace(security={"allowed_hosts": [*settings.security.allowed_hosts, host]})
+
+
+async def _page_once(pool, task, settings, ready: str) -> str:  # type: ignore[no-untyped-def]
+    """Open an episode of ``task``, wait until ``ready`` (a JS expression) holds on its page, and return the
+    observation's HTML then; the episode is closed either way."""
+    episode = await BrowserEpisode.open(pool, task, settings)
+    try:
+        await episode.active.wait_for_function(ready)
+        return (await episode.refresh()).observation.html
+    finally:
+        await episode.close()
+
+
 def _id(html: str, text: str) -> str:
     match = re.search(rf'<\w+ id="(\d+)"[^>]*> {re.escape(text)}', html)
     assert match, f"no element {text!r} in {html}"
@@ -53,8 +69,7 @@ async def test_outside_host_is_blocked(pool, pool_settings, fixture_url, outside
 async def test_outside_host_reachable_when_allowed(pool, pool_settings, fixture_url, outside_url, make_task):
     """The control for the test above: the same page reaches the host once it is on the list."""
     target = f"{outside_url}/outside.html"
-    settings = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
-                                                                  outside_url.split("//")[1]]})
+    settings = _listing(pool_settings, outside_url.split("//")[1])
     episode = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/safety.html?to={target}"), settings)
     try:
         await episode.refresh()
@@ -85,8 +100,7 @@ async def test_redirect_off_the_allow_list_is_blocked(pool, pool_settings, fixtu
     finally:
         await episode.close()
     assert outside.paths == []
-    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
-                                                                outside.url.split("//")[1]]})
+    listed = _listing(pool_settings, outside.url.split("//")[1])
     episode = await BrowserEpisode.open(pool, make_task(away), listed)
     try:
         assert "You reached the outside host" in episode.observation.html and episode.observation.error is None
@@ -179,8 +193,7 @@ async def test_subresources_redirected_off_the_allow_list_are_blocked(pool, pool
     finally:
         await episode.close()
     assert outside.paths == []
-    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
-                                                                outside.url.split("//")[1]]})
+    listed = _listing(pool_settings, outside.url.split("//")[1])
     episode = await BrowserEpisode.open(pool, make_task(page), listed)
     try:
         assert "fetch: read" in episode.observation.html and "xhr: read" in episode.observation.html
@@ -201,8 +214,7 @@ async def test_a_web_socket_off_the_allow_list_is_closed_before_it_connects(pool
     finally:
         await episode.close()
     assert asked == []
-    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
-                                                                url.split("//")[1].rstrip("/")]})
+    listed = _listing(pool_settings, url.split("//")[1].rstrip("/"))
     episode = await BrowserEpisode.open(pool, make_task(page), listed)  # the control: listed, it connects
     try:
         await episode.active.wait_for_function("document.body.innerText.includes('socket: said')")
@@ -219,23 +231,14 @@ async def test_a_workers_web_socket_off_the_allow_list_never_connects(pool, pool
     it connects."""
     url, asked = socket_listener
     page = f"{fixture_url}/subresources.html?ws={quote(url)}&in={opener}"
-    episode = await BrowserEpisode.open(pool, make_task(page), pool_settings)
-    try:
-        await episode.active.wait_for_function("/socket: (closed|said)/.test(document.body.innerText)")
-        view = await episode.refresh()
-        assert "socket: closed" in view.observation.html and "said" not in view.observation.html
-    finally:
-        await episode.close()
+    settled = "/socket: (closed|said)/.test(document.body.innerText)"
+    html = await _page_once(pool, make_task(page), pool_settings, settled)
+    assert "socket: closed" in html and "said" not in html
     assert asked == []
     proxy = pool.slots[0].proxy
     assert proxy is not None and url.split("//")[1].rstrip("/") in proxy.refused  # the fence that held
-    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
-                                                                url.split("//")[1].rstrip("/")]})
-    episode = await BrowserEpisode.open(pool, make_task(page), listed)
-    try:
-        await episode.active.wait_for_function("document.body.innerText.includes('socket: said')")
-    finally:
-        await episode.close()
+    listed = _listing(pool_settings, url.split("//")[1].rstrip("/"))
+    await _page_once(pool, make_task(page), listed, "document.body.innerText.includes('socket: said')")
     assert asked == ["/"]
 
 
@@ -244,23 +247,12 @@ async def test_a_workers_fetch_and_xhr_off_the_allow_list_are_blocked(pool, pool
     """A worker's own fetch and XHR to an unlisted port fail and never arrive; listed, both read the page."""
     page = f"{fixture_url}/subresources.html?wto={quote(outside.url)}"
     outside.paths.clear()
-    episode = await BrowserEpisode.open(pool, make_task(page), pool_settings)
-    try:
-        await episode.active.wait_for_function("!/(fetch|xhr): waiting/.test(document.body.innerText)")
-        html = (await episode.refresh()).observation.html
-        assert "fetch: failed" in html and "xhr: failed" in html, html
-    finally:
-        await episode.close()
+    settled = "!/(fetch|xhr): waiting/.test(document.body.innerText)"
+    html = await _page_once(pool, make_task(page), pool_settings, settled)
+    assert "fetch: failed" in html and "xhr: failed" in html, html
     assert outside.paths == []
-    listed = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts,
-                                                                outside.url.split("//")[1]]})
-    episode = await BrowserEpisode.open(pool, make_task(page), listed)
-    try:
-        await episode.active.wait_for_function("!/(fetch|xhr): waiting/.test(document.body.innerText)")
-        html = (await episode.refresh()).observation.html
-        assert "fetch: read" in html and "xhr: read" in html, html
-    finally:
-        await episode.close()
+    html = await _page_once(pool, make_task(page), _listing(pool_settings, outside.url.split("//")[1]), settled)
+    assert "fetch: read" in html and "xhr: read" in html, html
 
 
 async def test_webrtc_sends_no_datagram_to_an_unlisted_port(pool, pool_settings, fixture_url, make_task):
