@@ -13,7 +13,7 @@ from playwright.async_api import Error as PlaywrightError
 from services.browser_pool.batcher import BATCH_WAIT_S, Batcher
 from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
-from webrl.agent import episode_loop as loop
+from webrl.agent import episode_loop
 from webrl.agent.early_stop import MAX_STEPS, StopRules
 from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.agent.policy import Decide, Policy, PolicyRequest, PolicyResponse
@@ -69,9 +69,9 @@ class LeasedEpisode:
 async def _run(task: TaskConfig, decide: Decide, pool: BrowserPool, settings: Settings, max_steps: int,
                stop_rules: StopRules, screenshots: bool = False) -> Trajectory:
     env = LeasedEpisode(pool, task, settings, screenshots)
-    traj = await loop.run_episode(env, task, decide, max_steps=max_steps,
-                                  step_timeout_s=settings.browser.step_timeout_s,
-                                  episode_timeout_s=settings.browser.episode_timeout_s, stop_rules=stop_rules)
+    traj = await episode_loop.run_episode(env, task, decide, max_steps=max_steps,
+                                          step_timeout_s=settings.browser.step_timeout_s,
+                                          episode_timeout_s=settings.browser.episode_timeout_s, stop_rules=stop_rules)
     for step, shot in zip(traj.steps, env.shots, strict=False):  # step t saw observation t
         step.screenshot = shot
     return traj
