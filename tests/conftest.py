@@ -158,3 +158,19 @@ def with_smollm2(settings: Settings, smollm2_base: Path) -> Settings:
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(smollm2_base, target_is_directory=True)
     return settings
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smollm2_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A real vLLM (the interpreter in WEBRL_VLLM_PYTHON: ``make test-vllm``) serving the SmolLM2 base in bf16
+    under its folder's name (``smollm2-135m``), LoRA enabled, the shipped SFT adapter loaded under its folder's
+    path (the name the actor service asks for when WEBRL_ACTOR__MODEL is that folder); one per test session,
+    stopped afterwards. Only tests marked ``vllm`` ask for it."""
+    from webrl.demo import SHIPPED_ACTOR
+    from webrl.models.backends.vllm_server import VLLM_PYTHON_ENV, free_port, running_vllm, vllm_command
+
+    port = free_port()
+    command = vllm_command(os.environ[VLLM_PYTHON_ENV], smollm2_base, port, served_name=smollm2_base.name,
+                           lora_modules={str(SHIPPED_ACTOR): SHIPPED_ACTOR})
+    with running_vllm(command, port, tmp_path_factory.mktemp("vllm") / "vllm.log", threads=2) as server:
+        yield server

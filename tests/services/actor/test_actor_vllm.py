@@ -12,11 +12,9 @@ adapter checkpoint announced to the actor service is hot-loaded under its versio
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,10 +23,11 @@ import pytest
 from services.actor.app import create_actor_app
 from webrl.agent.actions import parse_action
 from webrl.config import Settings
+from webrl.demo import SHIPPED_ACTOR
 from webrl.models.backends import make_backend
 from webrl.models.backends.local import LocalBackend
 from webrl.models.backends.openai_compat import Adapter, AdapterLoadError, OpenAIBackend
-from webrl.models.backends.vllm_server import VLLM_PYTHON_ENV, VLLMServer, free_port, running_vllm, vllm_command
+from webrl.models.backends.vllm_server import VLLMServer
 from webrl.models.loading import load_tokenizer
 from webrl.policies.actor_service import serve_checkpoint
 from webrl.prompts.actor import render_actor_prompt
@@ -36,8 +35,8 @@ from webrl.store.checkpoints import publish_folder
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-SFT = Path(__file__).resolve().parents[3] / "webrl" / "assets" / "actor-sft-smollm2"
-BASE_NAME = "smollm2-135m"
+SFT = SHIPPED_ACTOR
+BASE_NAME = "smollm2-135m"  # the name the session's vLLM serves the base under (its folder's)
 LOGPROB_TOL = 0.25  # nats per token: vLLM computes in bf16, the local backend in fp32
 NEW_TOKENS = 24  # an action of the SFT actor is ~17 tokens and its end of turn
 THREADS = 2  # the machine is shared
@@ -61,14 +60,10 @@ def _prompts(tokenizer, n: int) -> list[str]:
             for item in _items(n)]
 
 
-@pytest.fixture(scope="module")
-def vllm(smollm2_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """vLLM on the SmolLM2 base (bf16, CPU) with the shipped adapter loaded under its path; stopped afterwards."""
-    port = free_port()
-    command = vllm_command(os.environ[VLLM_PYTHON_ENV], smollm2_base, port, served_name=BASE_NAME,
-                           lora_modules={str(SFT): SFT})
-    with running_vllm(command, port, tmp_path_factory.mktemp("vllm") / "vllm.log", threads=THREADS) as server:
-        yield server
+@pytest.fixture
+def vllm(vllm_server: VLLMServer) -> VLLMServer:
+    """The session's vLLM (tests/conftest.py): the SmolLM2 base with the shipped adapter loaded under its path."""
+    return vllm_server
 
 
 def _complete(server: VLLMServer, model: str, prompt: str) -> list[int]:
