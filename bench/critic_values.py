@@ -72,10 +72,10 @@ def trained_steps(session: Session, critic_version: str, prompt: PromptFn, gamma
     """The steps the published critic trained on (its ``step_values``), as the trainer built them."""
     step_ids = select(m.StepValue.step_id).where(m.StepValue.critic_version == critic_version)
     wanted: dict[int, set[int]] = {}
-    for step in session.scalars(select(m.Step).where(m.Step.id.in_(step_ids))).all():
+    for step in session.scalars(select(m.StepRow).where(m.StepRow.id.in_(step_ids))).all():
         wanted.setdefault(step.trajectory_id, set()).add(step.index)
     examples: list[StepExample] = []
-    for row in session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_(wanted))).all():
+    for row in session.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.id.in_(wanted))).all():
         reward = float(max(row.labels, key=lambda label: label.id).reward)
         examples += [ex for ex in trajectory_examples(load_trajectory(row), row.id, row.phase, reward, prompt, gamma)
                      if ex.index in wanted[row.id]]
@@ -86,9 +86,10 @@ def held_out(session: Session, run_id: int, before_phase: int, prompt: PromptFn,
              all_states: bool) -> HeldOut:
     """The states of the run's evaluation episodes of phases before ``before_phase`` (start states only unless
     ``all_states``), each labelled with its episode's success by the evaluators."""
-    rows = session.scalars(select(m.Trajectory).where(m.Trajectory.run_id == run_id, m.Trajectory.purpose == "eval",
-                                                       m.Trajectory.phase < before_phase)
-                           .order_by(m.Trajectory.id).limit(limit)).all()
+    rows = session.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.run_id == run_id,
+                                                          m.TrajectoryRow.purpose == "eval",
+                                                          m.TrajectoryRow.phase < before_phase)
+                           .order_by(m.TrajectoryRow.id).limit(limit)).all()
     out = HeldOut([], [], [])
     for row in rows:
         traj = load_trajectory(row)

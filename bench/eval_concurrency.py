@@ -144,8 +144,8 @@ def _steps(settings, trajectory_ids: list[int]) -> int:  # type: ignore[no-untyp
     from webrl.db.session import session_scope
 
     with session_scope(settings) as session:
-        return int(session.scalar(select(func.count()).select_from(m.Step)
-                                  .where(m.Step.trajectory_id.in_(trajectory_ids))) or 0)
+        return int(session.scalar(select(func.count()).select_from(m.StepRow)
+                                  .where(m.StepRow.trajectory_id.in_(trajectory_ids))) or 0)
 
 
 if __name__ == "__main__":

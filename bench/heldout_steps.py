@@ -57,8 +57,8 @@ def demonstrations(settings, keys: list[str]) -> list[int]:
         ids = rollout_run(RolloutRequest(task_keys=keys, phase=0, attempt=0, purpose="sft",
                                          policy=OracleSpec(corrupt=0.0, seed=0), concurrency=4)).trajectory_ids
     with session_scope(settings) as s:
-        return sorted(s.scalars(select(m.Trajectory.id).where(m.Trajectory.id.in_(ids),
-                                                               m.Trajectory.env_score >= 0.5)).all())
+        return sorted(s.scalars(select(m.TrajectoryRow.id).where(m.TrajectoryRow.id.in_(ids),
+                                                               m.TrajectoryRow.env_score >= 0.5)).all())
 
 
 def main(argv: list[str] | None = None) -> int:

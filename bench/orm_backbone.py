@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from webrl.models.orm import roc_auc
-from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
+from webrl.prompts.orm_prompt import SMALL_ORM_MAX_PROMPT_TOKENS
 
 BASE = "smollm2-135m"
 
@@ -36,7 +36,7 @@ BASE = "smollm2-135m"
 def export(args: argparse.Namespace) -> None:
     from orm_heads import stored  # bench/orm_heads.py: the stored ORM trajectories of a split
 
-    from services.trainer.orm_head import labelled_prompts
+    from services.trainer.orm_head_fit import labelled_prompts
     from webrl.config import get_settings
     from webrl.models.loading import load_tokenizer
     from webrl.models.pretrained_base import ensure_base

@@ -37,7 +37,7 @@ from rich.progress import Progress
 from rich.table import Table
 from sqlalchemy import select
 
-from services.trainer.orm_head import FEATURE_CACHE_DIR, labelled_prompts
+from services.trainer.orm_head_fit import FEATURE_CACHE_DIR, labelled_prompts
 from webrl.config import get_settings
 from webrl.db import models as m
 from webrl.db.session import session_scope
@@ -47,7 +47,7 @@ from webrl.models.loading import load_tokenizer
 from webrl.models.orm import roc_auc
 from webrl.models.orm_head import choose_and_fit, load_backbone, prompt_features, success_probability
 from webrl.orchestration.train_orm import ORM_ATTEMPT_BASE, ORM_PURPOSE, split_keys
-from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
+from webrl.prompts.orm_prompt import SMALL_ORM_MAX_PROMPT_TOKENS
 
 
 @dataclass
@@ -66,11 +66,12 @@ def stored(split: str, tasks: int | None = None) -> Labelled:
     settings = get_settings()
     keep = set(split_keys(settings, split, tasks, 0)) if tasks else None
     with session_scope(settings) as session:
-        rows = session.execute(select(m.Trajectory.id, m.Trajectory.env_score, m.Task.key, m.Trajectory.attempt)
-                               .join(m.Task, m.Task.id == m.Trajectory.task_id)
-                               .where(m.Trajectory.purpose == ORM_PURPOSE, m.Task.split == split,
-                                      m.Trajectory.env_score.is_not(None))
-                               .order_by(m.Trajectory.id)).all()
+        rows = session.execute(select(m.TrajectoryRow.id, m.TrajectoryRow.env_score, m.Task.key,
+                                      m.TrajectoryRow.attempt)
+                               .join(m.Task, m.Task.id == m.TrajectoryRow.task_id)
+                               .where(m.TrajectoryRow.purpose == ORM_PURPOSE, m.Task.split == split,
+                                      m.TrajectoryRow.env_score.is_not(None))
+                               .order_by(m.TrajectoryRow.id)).all()
     rows = [r for r in rows if keep is None or r[2] in keep]
     if not rows:
         raise SystemExit(f"no scored {split}-split ORM trajectories in this home: run `webrl train-orm` first")

@@ -56,8 +56,8 @@ def split_trajectories(settings: Any) -> tuple[list[int], list[int]]:
     from webrl.db.session import session_scope
 
     with session_scope(settings) as session:
-        rows = session.execute(select(m.Trajectory.id, m.Task.key).join(m.Task)
-                               .where(m.Trajectory.purpose == "sft", m.Trajectory.env_score >= 0.5)).all()
+        rows = session.execute(select(m.TrajectoryRow.id, m.Task.key).join(m.Task)
+                               .where(m.TrajectoryRow.purpose == "sft", m.TrajectoryRow.env_score >= 0.5)).all()
     train = sorted(i for i, key in rows if not held_out(key))
     test = sorted(i for i, key in rows if held_out(key))
     return train, test
@@ -77,7 +77,7 @@ def evaluate(settings: Any, path: str, trajectory_ids: list[int], prompt_tokens:
         from webrl.db import models as m
 
         for tid in trajectory_ids:
-            traj = load_trajectory(session.get(m.Trajectory, tid))
+            traj = load_trajectory(session.get(m.TrajectoryRow, tid))
             for t, step in enumerate(traj.steps[:limit - len(prompts)]):  # render no more than are evaluated
                 prompts.append(render_actor_prompt(backend.tokenizer, traj.intent, traj.steps[:t],
                                                    step.observation.html, max_tokens=prompt_tokens))

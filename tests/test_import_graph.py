@@ -147,3 +147,32 @@ def test_upward_imports_are_found() -> None:
 
 def test_webrl_never_imports_a_layer_above() -> None:
     assert upward_imports(import_graph()) == []
+
+
+#: Module names that repeat by design: each service's and each sandbox site's app and worker, a site plugin's
+#: files (one per site), a package's ``__init__``, and ``base.py``, each package's own interface (tasks,
+#: evaluators, model backends).
+REPEATED_BY_LAYOUT = {"__init__.py", "app.py", "worker.py", "seed.py", "templates_tasks.py", "base.py"}
+
+
+def _repeated(names: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {name: sorted(paths) for name, paths in sorted(names.items()) if len(paths) > 1}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """A name found by a file search is the file: two ``schemas.py`` or ``cli.py`` make a newcomer open both."""
+    names: dict[str, list[str]] = {}
+    for path in modules().values():
+        if path.name not in REPEATED_BY_LAYOUT:
+            names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert _repeated(names) == {}
+
+
+def test_no_two_classes_share_a_name() -> None:
+    """A database row and the record it stores have different names (``m.StepRow`` holds a ``Step``)."""
+    names: dict[str, list[str]] = {}
+    for path in modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert _repeated(names) == {}

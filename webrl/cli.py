@@ -30,14 +30,14 @@ COMMAND_MODULES = [
     "webrl.commands.db",
     "webrl.commands.sites",
     "webrl.commands.tasks",
-    "webrl.commands.models",
+    "webrl.commands.bootstrap_models",
     "webrl.commands.serve",
     "webrl.commands.train",
     "webrl.commands.judges",
     "webrl.commands.ui",
     "webrl.commands.pages",
     "webrl.commands.browser",
-    "webrl.commands.probe",
+    "webrl.commands.flips_probe",
 ]
 
 

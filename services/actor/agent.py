@@ -56,7 +56,7 @@ def _stored_task(key: str, settings: Settings) -> TaskConfig:
         return repository.task_config(rows[0])
 
 
-def resolve_run(body, settings: Settings) -> TaskConfig:  # body: services.actor.schemas.AgentRunRequest
+def resolve_run(body, settings: Settings) -> TaskConfig:  # body: services.actor.route_records.AgentRunRequest
     """The task of an agent-run request: a stored task by key, or an ad-hoc intent + start_url."""
     if body.task_id is not None:
         if body.intent is not None or body.start_url is not None:

@@ -17,7 +17,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from services.actor.agent import AgentRunError, PoolUnavailableError, resolve_run, run_agent
 from services.actor.engine import ActorEngine, EngineUnavailableError
 from services.actor.reload import CheckpointSubscriber
-from services.actor.schemas import (
+from services.actor.route_records import (
     MAX_PROMPTS,
     AgentRunRequest,
     AgentRunResponse,

@@ -69,7 +69,7 @@ def _scores(settings: Settings, trajectory_ids: list[int]) -> list[float]:
     from webrl.db import models as m
 
     with session_scope(settings) as session:
-        rows = [session.get(m.Trajectory, i) for i in trajectory_ids]
+        rows = [session.get(m.TrajectoryRow, i) for i in trajectory_ids]
         return [r.env_score for r in rows if r is not None and r.env_score is not None]
 
 

@@ -71,9 +71,9 @@ class MissingStartPageError(InvalidRequest):
 
 
 def _first_observation(session: Session, *conditions: object) -> str | None:
-    query = (select(m.Step.observation).join(m.Trajectory, m.Step.trajectory_id == m.Trajectory.id)
-             .join(m.Task, m.Trajectory.task_id == m.Task.id).where(m.Step.index == 0, *conditions)
-             .order_by(m.Step.id.desc()).limit(1))
+    query = (select(m.StepRow.observation).join(m.TrajectoryRow, m.StepRow.trajectory_id == m.TrajectoryRow.id)
+             .join(m.Task, m.TrajectoryRow.task_id == m.Task.id).where(m.StepRow.index == 0, *conditions)
+             .order_by(m.StepRow.id.desc()).limit(1))
     observation = session.scalar(query)
     return str(observation.get("html", "")) if observation else None
 

@@ -3,8 +3,8 @@
 - :class:`LocalOrm`: a Hugging Face causal LM (or a LoRA adapter on its base; or either with a classification
   head, :mod:`webrl.models.orm_head`, whose P(success) stands for P(YES)) run here, prompts batched
   (``settings.orm.batch_size``), each prompt cut by shortening the observation only
-  (:func:`webrl.prompts.orm.build_orm_prompt`) to ``settings.orm.max_prompt_tokens`` and to what the folder
-  reads (:func:`webrl.prompts.orm.orm_context_tokens`: a small ORM's tokenizer declares the length it was trained
+  (:func:`webrl.prompts.orm_prompt.build_orm_prompt`) to ``settings.orm.max_prompt_tokens`` and to what the folder
+  reads (:func:`webrl.prompts.orm_prompt.orm_context_tokens`: a small ORM's tokenizer declares the length it was trained
   on), so it judges prompts cut where its training examples were.
 - :class:`OpenAIOrm`: an OpenAI-compatible server (vLLM, SGLang) serving the ORM; one ``/v1/completions`` call
   with ``max_tokens=1`` and the top log-probs of the first generated position, from which YES and NO are read.
@@ -32,7 +32,7 @@ from webrl.db.repository import load_trajectory, save_label
 from webrl.db.session import session_scope
 from webrl.method.rewards import reward_of
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
-from webrl.prompts.orm import (
+from webrl.prompts.orm_prompt import (
     NO,
     YES,
     build_orm_prompt,
@@ -214,9 +214,9 @@ class UnknownTrajectoriesError(LookupError):
         self.missing = list(missing)
 
 
-def load_rows(session: Session, ids: Sequence[int]) -> list[m.Trajectory]:
+def load_rows(session: Session, ids: Sequence[int]) -> list[m.TrajectoryRow]:
     """Stored trajectories in the order of ``ids``; raises naming the ids that do not exist."""
-    rows = session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_(list(ids)))).all()
+    rows = session.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.id.in_(list(ids)))).all()
     by_id = {r.id: r for r in rows}
     missing = [i for i in ids if i not in by_id]
     if missing:
@@ -249,10 +249,10 @@ def score_stored(session: Session, backend: OrmBackend, ids: Sequence[int], thre
 
 def phase_trajectory_ids(session: Session, phase: int, purpose: str = "train", *, run_id: int) -> list[int]:
     """Ids of a phase's trajectories in run ``run_id``, oldest first (every run numbers its phases alike)."""
-    return list(session.scalars(select(m.Trajectory.id).where(m.Trajectory.phase == phase,
-                                                              m.Trajectory.purpose == purpose,
-                                                              m.Trajectory.run_id == run_id)
-                                .order_by(m.Trajectory.id)))
+    return list(session.scalars(select(m.TrajectoryRow.id).where(m.TrajectoryRow.phase == phase,
+                                                              m.TrajectoryRow.purpose == purpose,
+                                                              m.TrajectoryRow.run_id == run_id)
+                                .order_by(m.TrajectoryRow.id)))
 
 
 # ---- the operations: ``orm.score`` / ``POST /v1/orm/score`` and ``orm.start_value`` -----------------------

@@ -88,7 +88,7 @@ def trajectory_examples(traj: Trajectory, trajectory_id: int, phase: int, reward
     return out
 
 
-def _labelled_reward(row: m.Trajectory, orm_version: str | None = None) -> float | None:
+def _labelled_reward(row: m.TrajectoryRow, orm_version: str | None = None) -> float | None:
     """The reward of the trajectory's label by the ORM ``orm_version`` (the run's; None: its latest label, any ORM's)
     (:func:`webrl.db.repository.label_of`), None when it has none."""
     label = label_of(row, orm_version)
@@ -120,9 +120,10 @@ def first_success_examples(session: Session, before_phase: int, prompt: PromptFn
     actor's experience), the first successful trajectory of each task (earliest phase, then earliest id), all its
     steps (docs/design.md step 4)."""
     rows = session.scalars(
-        select(m.Trajectory)
-        .where(m.Trajectory.phase < before_phase, m.Trajectory.purpose == purpose, m.Trajectory.run_id == run_id)
-        .order_by(m.Trajectory.phase, m.Trajectory.id)
+        select(m.TrajectoryRow)
+        .where(m.TrajectoryRow.phase < before_phase, m.TrajectoryRow.purpose == purpose,
+               m.TrajectoryRow.run_id == run_id)
+        .order_by(m.TrajectoryRow.phase, m.TrajectoryRow.id)
     ).all()
     seen: set[int] = set()
     out: list[StepExample] = []
@@ -140,8 +141,9 @@ def demonstration_examples(session: Session, prompt: PromptFn, *, run_id: int,
     """Every step of run ``run_id``'s successful demonstrations (purpose "sft", judged by the rule evaluators:
     an oracle's demonstration has no ORM label), the anchor ``replay.demo_ratio`` samples from."""
     rows = session.scalars(
-        select(m.Trajectory).where(m.Trajectory.purpose == DEMONSTRATION_PURPOSE, m.Trajectory.run_id == run_id)
-        .order_by(m.Trajectory.id)
+        select(m.TrajectoryRow).where(m.TrajectoryRow.purpose == DEMONSTRATION_PURPOSE,
+                                      m.TrajectoryRow.run_id == run_id)
+        .order_by(m.TrajectoryRow.id)
     ).all()
     out: list[StepExample] = []
     for row in rows:

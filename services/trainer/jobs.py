@@ -4,7 +4,7 @@
 :class:`~webrl.wire.contracts.PhaseJob`, :class:`~webrl.wire.contracts.SftJob` or
 :class:`~webrl.wire.contracts.OrmHeadJob`. When ``settings.trainer.accelerate_config`` names an Accelerate config (e.g.
 ``configs/accelerate/deepspeed_zero3.yaml``) the job is written once as JSON and runs as
-``accelerate launch --config_file <it> -m services.trainer.cli <kind> <job.json> <result.json>``; its result is
+``accelerate launch --config_file <it> -m services.trainer.launch <kind> <job.json> <result.json>``; its result is
 read back from the JSON file the main process writes. Otherwise it runs here. An ORM head job always runs here:
 it makes forward passes and fits a logistic head, nothing to shard.
 """
@@ -92,7 +92,7 @@ def _run_here(settings: Settings, job: TrainJob) -> PhaseResult | SftResult | No
         trained = run_phase(settings, job)
         return trained.result() if trained is not None else None
     if isinstance(job, OrmHeadJob):
-        from services.trainer.orm_head import run_orm_head
+        from services.trainer.orm_head_fit import run_orm_head
 
         info = run_orm_head(settings, job)
     else:
@@ -107,7 +107,7 @@ def _run_here(settings: Settings, job: TrainJob) -> PhaseResult | SftResult | No
 def launch_command(config_file: Path, kind: JobKind, job_file: Path, result_file: Path) -> list[str]:
     """The ``accelerate launch`` command line for a job."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
-            "-m", "services.trainer.cli", kind, str(job_file), str(result_file)]
+            "-m", "services.trainer.launch", kind, str(job_file), str(result_file)]
 
 
 @overload

@@ -93,9 +93,9 @@ def _critic_version(session: Any, run_id: int, phase: int) -> str:
     version = (row.metrics or {}).get("train.critic_version") if row is not None else None
     if not version:
         version = session.scalar(
-            select(m.StepValue.critic_version).join(m.Step, m.Step.id == m.StepValue.step_id)
-            .join(m.Trajectory, m.Trajectory.id == m.Step.trajectory_id)
-            .where(m.StepValue.phase == phase, m.Trajectory.run_id == run_id)
+            select(m.StepValue.critic_version).join(m.StepRow, m.StepRow.id == m.StepValue.step_id)
+            .join(m.TrajectoryRow, m.TrajectoryRow.id == m.StepRow.trajectory_id)
+            .where(m.StepValue.phase == phase, m.TrajectoryRow.run_id == run_id)
             .order_by(m.StepValue.id.desc()).limit(1))
     if not version:
         raise ValueError(f"phase {phase} of the run has no critic values yet (its critic has not trained)")
@@ -116,8 +116,8 @@ def export_phase(settings: Settings, run: str, phase: int, output: Path, tokeniz
         if run_row is None:
             raise ValueError(f"no run named {run!r}")
         critic = _critic_version(session, run_row.id, phase)
-        values = session.execute(select(m.Step.trajectory_id, m.Step.index, m.StepValue.advantage)
-                                 .join(m.StepValue, m.StepValue.step_id == m.Step.id)
+        values = session.execute(select(m.StepRow.trajectory_id, m.StepRow.index, m.StepValue.advantage)
+                                 .join(m.StepValue, m.StepValue.step_id == m.StepRow.id)
                                  .where(m.StepValue.critic_version == critic)).all()
         clamped = {(t, i): a for t, i, a in values}
         prompt = actor_prompt_fn(tokenizer, max_tokens=settings.actor.max_prompt_tokens)
@@ -125,8 +125,8 @@ def export_phase(settings: Settings, run: str, phase: int, output: Path, tokeniz
         gamma = parse_hyperparams(options["hyperparams"]).advantage.gamma
         orm_version = PipelineOptions.from_json(options).orm_version
         steps = []
-        for row in session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_({t for t, _ in clamped}))
-                                   .order_by(m.Trajectory.id)):
+        for row in session.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.id.in_({t for t, _ in clamped}))
+                                   .order_by(m.TrajectoryRow.id)):
             label = label_of(row, orm_version)
             if label is None:
                 raise ValueError(f"trajectory {row.id} has values of phase {phase} but no label by the run's ORM "

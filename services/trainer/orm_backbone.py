@@ -1,5 +1,5 @@
 """The head ORM with its backbone trained too: a LoRA adapter and the head, end to end
-(``OrmHeadJob.backbone_epochs``; :func:`services.trainer.orm_head.run_orm_head` calls it).
+(``OrmHeadJob.backbone_epochs``; :func:`services.trainer.orm_head_fit.run_orm_head` calls it).
 
 A linear read of a frozen 135M model's last state separates which policy wrote a trajectory better than whether it
 succeeded (held-out accuracy 0.75-0.80 whatever the labels, docs/measurements.md), so here the backbone learns to

@@ -54,18 +54,18 @@ def lora_base_dtype() -> torch.dtype:
         else torch.float32
 
 
-def _select_trajectories(session: Session, job: SftJob) -> list[m.Trajectory]:
-    query = select(m.Trajectory).order_by(m.Trajectory.id)
+def _select_trajectories(session: Session, job: SftJob) -> list[m.TrajectoryRow]:
+    query = select(m.TrajectoryRow).order_by(m.TrajectoryRow.id)
     if job.trajectory_ids is not None:
-        query = query.where(m.Trajectory.id.in_(job.trajectory_ids))
+        query = query.where(m.TrajectoryRow.id.in_(job.trajectory_ids))
     if job.phase is not None:
-        query = query.where(m.Trajectory.phase == job.phase)
+        query = query.where(m.TrajectoryRow.phase == job.phase)
     if job.purpose is not None:
-        query = query.where(m.Trajectory.purpose == job.purpose)
+        query = query.where(m.TrajectoryRow.purpose == job.purpose)
     return list(session.scalars(query).all())
 
 
-def _score(row: m.Trajectory) -> float | None:
+def _score(row: m.TrajectoryRow) -> float | None:
     """Env score when known, else the latest ORM reward."""
     if row.env_score is not None:
         return float(row.env_score)
@@ -73,7 +73,7 @@ def _score(row: m.Trajectory) -> float | None:
     return None if label is None else float(label.reward)
 
 
-def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int, *, copies: int = 0,
+def actor_examples(rows: Sequence[m.TrajectoryRow], tokenizer: Any, max_length: int, *, copies: int = 0,
                    seed: int = 0) -> list[EncodedExample]:
     """Every step of every successful trajectory: actor prompt -> the step's action; with ``copies``, also every
     step of that many relabelled copies of each (``augment.relabelled_copies``)."""
@@ -90,9 +90,9 @@ def actor_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int
     return out
 
 
-def orm_examples(rows: Sequence[m.Trajectory], tokenizer: Any, max_length: int) -> list[EncodedExample]:
+def orm_examples(rows: Sequence[m.TrajectoryRow], tokenizer: Any, max_length: int) -> list[EncodedExample]:
     """Every trajectory with an env score: ORM prompt -> "YES" if it succeeded else "NO"."""
-    from webrl.prompts.orm import NO, YES, build_orm_prompt, orm_prompt_budget
+    from webrl.prompts.orm_prompt import NO, YES, build_orm_prompt, orm_prompt_budget
 
     budget = orm_prompt_budget(max_length)  # the ORM service cuts prompts to the same budget when it scores
     out = []

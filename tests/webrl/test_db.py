@@ -134,7 +134,7 @@ def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None
         repo.save_label(s, t1.id, "orm-v1", p_yes=0.7, threshold=0.5)
         repo.save_label(s, t1.id, "orm-v1", p_yes=0.1, threshold=0.5)  # second call changes nothing
     with session_scope(db) as s:
-        assert s.scalar(select(func.count()).select_from(m.Step)) == 3
+        assert s.scalar(select(func.count()).select_from(m.StepRow)) == 3
         (row,) = repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)
         loaded = repo.load_trajectory(row)
         original = _trajectory()
@@ -215,7 +215,7 @@ def test_step_values_are_stored_once_per_step_and_critic(db: Settings) -> None:
         rows = s.scalars(select(m.StepValue).order_by(m.StepValue.id)).all()
         assert [(r.critic_version, r.phase, r.used) for r in rows] == [("c1", 1, True), ("c1", 1, False),
                                                                        ("c1", 1, False), ("c2", 2, True)]
-        s.delete(s.get(m.Trajectory, traj.id))
+        s.delete(s.get(m.TrajectoryRow, traj.id))
     with session_scope(db) as s:
         assert s.scalar(select(func.count()).select_from(m.StepValue)) == 0  # they go with their steps
 
@@ -255,7 +255,7 @@ def _old_trajectory(conn, task_id: int, attempt: int) -> int:
 def _counts(db: Settings) -> dict[str, int]:
     with session_scope(db) as s:
         return {table.__tablename__: s.scalar(select(func.count()).select_from(table))
-                for table in (m.Trajectory, m.Step, m.OrmLabel, m.StepValue)}
+                for table in (m.TrajectoryRow, m.StepRow, m.OrmLabel, m.StepValue)}
 
 
 def test_migration_0005_keeps_old_trajectories_as_run_0_and_downgrades(db: Settings) -> None:

@@ -21,7 +21,7 @@ from webrl.orchestration.train_orm import (
     split_policy_cap,
     train_orm,
 )
-from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
+from webrl.prompts.orm_prompt import SMALL_ORM_MAX_PROMPT_TOKENS
 
 
 def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tuple[str, str | None]:

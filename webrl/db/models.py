@@ -43,7 +43,7 @@ class Task(Base):
 NO_RUN = 0
 
 
-class Trajectory(Base):
+class TrajectoryRow(Base):
     """One episode of the actor on a task. Unique per (task, phase, attempt, run): rollouts are idempotent within
     a run, and two ``webrl train`` runs in one database never share (or skip each other's) trajectories."""
 
@@ -68,13 +68,13 @@ class Trajectory(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     task: Mapped[Task] = relationship()
-    steps: Mapped[list[Step]] = relationship(
-        back_populates="trajectory", order_by="Step.index", cascade="all, delete-orphan"
+    steps: Mapped[list[StepRow]] = relationship(
+        back_populates="trajectory", order_by="StepRow.index", cascade="all, delete-orphan"
     )
     labels: Mapped[list[OrmLabel]] = relationship(back_populates="trajectory", cascade="all, delete-orphan")
 
 
-class Step(Base):
+class StepRow(Base):
     __tablename__ = "steps"
     __table_args__ = (UniqueConstraint("trajectory_id", "index", name="uq_step_index"),)
 
@@ -93,7 +93,7 @@ class Step(Base):
     #: None when the rollout took no screenshots.
     screenshot: Mapped[str | None] = mapped_column(Text, nullable=True)
 
-    trajectory: Mapped[Trajectory] = relationship(back_populates="steps")
+    trajectory: Mapped[TrajectoryRow] = relationship(back_populates="steps")
 
 
 class StepValue(Base):
@@ -129,7 +129,7 @@ class OrmLabel(Base):
     threshold: Mapped[float] = mapped_column(Float)  # the one the reward was made with (``rewards.reward_of``)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
-    trajectory: Mapped[Trajectory] = relationship(back_populates="labels")
+    trajectory: Mapped[TrajectoryRow] = relationship(back_populates="labels")
 
 
 class CriticValue(Base):

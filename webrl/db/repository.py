@@ -89,13 +89,13 @@ def tasks_where(session: Session, *, split: str | None = None, origin: str | Non
 
 
 def find_trajectory(session: Session, task_id: int, phase: int, attempt: int, *,
-                    run_id: int = m.NO_RUN) -> m.Trajectory | None:
+                    run_id: int = m.NO_RUN) -> m.TrajectoryRow | None:
     """The stored trajectory of this (task, phase, attempt) made by run ``run_id`` (``NO_RUN``, 0: by none),
     so one run never takes another's rollout for its own."""
     return session.scalar(
-        select(m.Trajectory).where(
-            m.Trajectory.task_id == task_id, m.Trajectory.phase == phase, m.Trajectory.attempt == attempt,
-            m.Trajectory.run_id == run_id,
+        select(m.TrajectoryRow).where(
+            m.TrajectoryRow.task_id == task_id, m.TrajectoryRow.phase == phase, m.TrajectoryRow.attempt == attempt,
+            m.TrajectoryRow.run_id == run_id,
         )
     )
 
@@ -108,13 +108,13 @@ def storable(text: str | None) -> str | None:
 def save_trajectory(
     session: Session, task_id: int, phase: int, attempt: int, traj: Trajectory, *, purpose: str = "train",
     run_id: int = m.NO_RUN,
-) -> m.Trajectory:
+) -> m.TrajectoryRow:
     """Store a trajectory with all its steps. Idempotent: a second save of the same
     (task, phase, attempt, run) returns the stored row and writes nothing."""
     existing = find_trajectory(session, task_id, phase, attempt, run_id=run_id)
     if existing is not None:
         return existing
-    row = m.Trajectory(
+    row = m.TrajectoryRow(
         task_id=task_id,
         phase=phase,
         attempt=attempt,
@@ -128,7 +128,7 @@ def save_trajectory(
         last_observation=traj.last_observation.model_dump() if traj.last_observation else None,
     )
     row.steps = [
-        m.Step(
+        m.StepRow(
             index=s.index,
             observation=s.observation.model_dump(),
             response=storable(s.response),
@@ -146,7 +146,7 @@ def save_trajectory(
     return row
 
 
-def load_trajectory(row: m.Trajectory) -> Trajectory:
+def load_trajectory(row: m.TrajectoryRow) -> Trajectory:
     """The typed record of a stored trajectory (steps included, latest ORM label applied)."""
     from webrl.agent.actions import ActionParseError, parse_action
     from webrl.agent.schemas import Step
@@ -179,7 +179,7 @@ def load_trajectory(row: m.Trajectory) -> Trajectory:
     )
 
 
-def label_of(row: m.Trajectory, orm_version: str | None = None) -> m.OrmLabel | None:
+def label_of(row: m.TrajectoryRow, orm_version: str | None = None) -> m.OrmLabel | None:
     """A trajectory's ORM label: the one the ORM ``orm_version`` gave (a run's ORM; another ORM's label never stands
     in), or, with ``orm_version`` None, the latest label any ORM gave; None when there is none. ``row.labels`` must
     be loaded. A label is unique per (trajectory, ORM version) (:func:`save_label`)."""
@@ -189,16 +189,16 @@ def label_of(row: m.Trajectory, orm_version: str | None = None) -> m.OrmLabel | 
 
 
 def trajectories_for_phase(session: Session, phase: int, purpose: str = "train", *,
-                           run_id: int) -> list[m.Trajectory]:
+                           run_id: int) -> list[m.TrajectoryRow]:
     """A phase's trajectories of one run, oldest first, their tasks and labels loaded (every reader looks at both).
     ``run_id`` has no default: every run numbers its phases alike, so a reader that forgot the run would silently
     read the other runs' rollouts too."""
     return list(
         session.scalars(
-            select(m.Trajectory)
-            .options(selectinload(m.Trajectory.task), selectinload(m.Trajectory.labels))
-            .where(m.Trajectory.phase == phase, m.Trajectory.purpose == purpose, m.Trajectory.run_id == run_id)
-            .order_by(m.Trajectory.id)
+            select(m.TrajectoryRow)
+            .options(selectinload(m.TrajectoryRow.task), selectinload(m.TrajectoryRow.labels))
+            .where(m.TrajectoryRow.phase == phase, m.TrajectoryRow.purpose == purpose, m.TrajectoryRow.run_id == run_id)
+            .order_by(m.TrajectoryRow.id)
         ).all()
     )
 
@@ -246,8 +246,8 @@ class StepValues:
 def save_step_values(session: Session, critic_version: str, phase: int, values: Iterable[StepValues]) -> int:
     """Store each step's values under ``critic_version``; idempotent per (step, critic). Returns how many were new."""
     values = list(values)
-    rows = session.execute(select(m.Step.trajectory_id, m.Step.index, m.Step.id)
-                           .where(m.Step.trajectory_id.in_({v.trajectory_id for v in values}))).all()
+    rows = session.execute(select(m.StepRow.trajectory_id, m.StepRow.index, m.StepRow.id)
+                           .where(m.StepRow.trajectory_id.in_({v.trajectory_id for v in values}))).all()
     step_ids = {(trajectory_id, index): step_id for trajectory_id, index, step_id in rows}
     stored = set(session.scalars(select(m.StepValue.step_id).where(
         m.StepValue.critic_version == critic_version, m.StepValue.step_id.in_(list(step_ids.values())))))

@@ -19,7 +19,7 @@ import torch
 from webrl.method.hyperparams import DEFAULTS
 from webrl.method.rewards import reward_of
 from webrl.models.batched import score_in_batches
-from webrl.prompts.orm import NO, YES
+from webrl.prompts.orm_prompt import NO, YES
 
 
 def answer_token_id(tokenizer: Any, answer: str) -> int:

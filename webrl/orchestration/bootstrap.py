@@ -148,8 +148,8 @@ def _demo_corpus(settings: Settings, trajectory_ids: list[int]) -> tuple[list[st
     from webrl.db.session import session_scope
 
     with session_scope(settings) as session:
-        steps = session.scalars(select(m.Step).where(m.Step.trajectory_id.in_(trajectory_ids))
-                                .order_by(m.Step.trajectory_id, m.Step.index)).all()
+        steps = session.scalars(select(m.StepRow).where(m.StepRow.trajectory_id.in_(trajectory_ids))
+                                .order_by(m.StepRow.trajectory_id, m.StepRow.index)).all()
         pages = [s.observation.get("html", "") for s in steps]
         responses = [s.response for s in steps]
     return [*pages, *responses], len(steps)

@@ -84,8 +84,8 @@ def trajectory_scores(settings: Settings, trajectory_ids: list[int]) -> list[Tas
     from webrl.db import models as m
 
     with session_scope(settings) as s:
-        rows = s.execute(select(m.Task.key, m.Task.site, m.Trajectory.env_score).join(m.Task)
-                         .where(m.Trajectory.id.in_(trajectory_ids)).order_by(m.Trajectory.id)).all()
+        rows = s.execute(select(m.Task.key, m.Task.site, m.TrajectoryRow.env_score).join(m.Task)
+                         .where(m.TrajectoryRow.id.in_(trajectory_ids)).order_by(m.TrajectoryRow.id)).all()
     return [TaskScore(key, site, float(score or 0.0)) for key, site, score in rows]
 
 

@@ -427,7 +427,7 @@ class Pipeline:
         else:
             with session_scope(self.settings) as s:
                 for tid in trajectory_ids:
-                    traj = s.get(m.Trajectory, tid)
+                    traj = s.get(m.TrajectoryRow, tid)
                     p = float(traj.env_score or 0.0) if traj is not None else 0.0
                     repo.save_label(s, tid, EVALUATOR_LABELS, p_yes=p, threshold=self.hp.reward.orm_threshold)
         self.on_progress(label, len(trajectory_ids), len(trajectory_ids))
@@ -438,7 +438,7 @@ class Pipeline:
         :meth:`evaluate_in_full`'s one read of their trajectories."""
         return evaluation_metrics(self.settings, trajectory_ids)
 
-    def _phase_trajectories(self, phase: int) -> list[m.Trajectory]:
+    def _phase_trajectories(self, phase: int) -> list[m.TrajectoryRow]:
         """This run's training rollouts of ``phase`` (tasks and labels loaded, readable after the session): never
         another run's, though every run numbers its phases alike."""
         with session_scope(self.settings) as s:

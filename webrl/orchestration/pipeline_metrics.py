@@ -38,7 +38,7 @@ def orm_agreement(settings: Settings, trajectory_ids: list[int], orm_version: st
     agree = positives = total = 0
     with session_scope(settings) as s:
         for tid in trajectory_ids:
-            traj = s.get(m.Trajectory, tid)
+            traj = s.get(m.TrajectoryRow, tid)
             label = repo.label_of(traj, orm_version) if traj else None
             if traj is None or label is None or traj.env_score is None:
                 continue
@@ -53,16 +53,16 @@ def orm_agreement(settings: Settings, trajectory_ids: list[int], orm_version: st
 def actor_versions(settings: Settings, trajectory_ids: list[int]) -> list[str]:
     """The actor versions the trajectories record (each as the policy that made it answered)."""
     with session_scope(settings) as s:
-        rows = s.scalars(select(m.Trajectory.actor_version).where(m.Trajectory.id.in_(trajectory_ids)))
+        rows = s.scalars(select(m.TrajectoryRow.actor_version).where(m.TrajectoryRow.id.in_(trajectory_ids)))
         return sorted(set(rows))
 
 
-def attempted_task_keys(trajectories: Sequence[m.Trajectory]) -> list[str]:
+def attempted_task_keys(trajectories: Sequence[m.TrajectoryRow]) -> list[str]:
     """The tasks the trajectories attempted (their tasks loaded), sorted."""
     return sorted({t.task.key for t in trajectories})
 
 
-def failed_task_keys(trajectories: Sequence[m.Trajectory], orm_version: str) -> list[str]:
+def failed_task_keys(trajectories: Sequence[m.TrajectoryRow], orm_version: str) -> list[str]:
     """Tasks of ``trajectories`` (tasks and labels loaded) that the ORM ``orm_version`` judged failed, sorted:
     what the next phase's generator evolves. A trajectory it has not judged is neither failed nor solved."""
     failed: set[str] = set()

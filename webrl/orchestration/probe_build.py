@@ -44,7 +44,8 @@ def _candidate_steps(settings: Settings, trajectory_ids: list[int], tokenizer: o
 
     out = []
     with session_scope(settings) as session:
-        for row in session.query(m.Trajectory).filter(m.Trajectory.id.in_(trajectory_ids)).order_by(m.Trajectory.id):
+        rows = session.query(m.TrajectoryRow).filter(m.TrajectoryRow.id.in_(trajectory_ids))
+        for row in rows.order_by(m.TrajectoryRow.id):
             if row.env_score is None or not is_success(row.env_score):
                 continue
             traj = load_trajectory(row)

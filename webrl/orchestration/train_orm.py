@@ -32,7 +32,7 @@ Two models take part, and the options name them apart:
 3. The start (:func:`prepare_start`): for a LoRA ORM, an adapter folder in ``<output>-start/`` (a new adapter,
    B = 0, so it scores exactly as its base; or a copy of the given adapter) whose tokenizer declares the
    sequence length the ORM trains on (``model_max_length``), so the ORM service later cuts prompts where training
-   cut them (:func:`webrl.prompts.orm.orm_context_tokens`).
+   cut them (:func:`webrl.prompts.orm_prompt.orm_context_tokens`).
 4. ``train.sft`` with kind "orm" from the start on the balanced trajectories, or ``train.orm_head`` on every
    labelled train trajectory (its loss weighs the classes equally).
 5. ``orm.score`` on the held-out test-split trajectories with the trained ORM and with the untrained start;
@@ -51,7 +51,7 @@ from typing import Any
 from webrl.config import Settings
 from webrl.method.hyperparams import DEFAULTS
 from webrl.method.rewards import is_success
-from webrl.prompts.orm import SMALL_ORM_MAX_PROMPT_TOKENS
+from webrl.prompts.orm_prompt import SMALL_ORM_MAX_PROMPT_TOKENS
 from webrl.wire.contracts import CheckpointSpec, EndpointSpec, OracleSpec, PolicySpec, RolloutRequest, SftJob, SftResult
 
 log = logging.getLogger("webrl.judges")
@@ -212,7 +212,8 @@ def evaluator_labels(settings: Settings, ids: Sequence[int]) -> dict[int, int]:
     from webrl.db.session import session_scope
 
     with session_scope(settings) as session:
-        rows = session.execute(select(m.Trajectory.id, m.Trajectory.env_score).where(m.Trajectory.id.in_(list(ids))))
+        rows = session.execute(select(m.TrajectoryRow.id, m.TrajectoryRow.env_score)
+                               .where(m.TrajectoryRow.id.in_(list(ids))))
         return {int(i): int(is_success(score)) for i, score in rows if score is not None}
 
 
@@ -287,7 +288,7 @@ def prepare_start(settings: Settings, options: TrainOrmOptions) -> OrmStart:
     """The folder the ORM trains from (see the module docstring, step 3); reused when already published."""
     from webrl.models.folders import is_adapter
     from webrl.models.pretrained_base import BASES
-    from webrl.prompts.orm import ORM_CONTEXT_RESERVE, orm_prompt_budget
+    from webrl.prompts.orm_prompt import ORM_CONTEXT_RESERVE, orm_prompt_budget
 
     folder = base_folder(settings, options.base)
     context = model_context(settings, folder)
@@ -343,7 +344,7 @@ def publish_start(settings: Settings, folder: Path, starts: Path, *, rank: int |
             if (folder / PROMPT_FILE).is_file():
                 shutil.copy2(folder / PROMPT_FILE, tmp / PROMPT_FILE)
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        tokenizer.model_max_length = max_length  # what the ORM reads: webrl.prompts.orm.orm_context_tokens
+        tokenizer.model_max_length = max_length  # what the ORM reads: webrl.prompts.orm_prompt.orm_context_tokens
         tokenizer.save_pretrained(str(tmp))
 
     publish_folder(write, dest, role="orm", version=version, metrics={**inputs, "untrained": True}, replace=True,

@@ -62,8 +62,8 @@ def add_evaluated_keys(session: Session, run_id: int, rows: list[dict[str, Any]]
     if not unnamed:
         return
     episodes = session.execute(
-        select(m.Trajectory.phase, m.Task.key).join(m.Task, m.Trajectory.task_id == m.Task.id)
-        .where(m.Trajectory.run_id == run_id, m.Trajectory.purpose == "eval", m.Trajectory.phase.in_(unnamed)))
+        select(m.TrajectoryRow.phase, m.Task.key).join(m.Task, m.TrajectoryRow.task_id == m.Task.id)
+        .where(m.TrajectoryRow.run_id == run_id, m.TrajectoryRow.purpose == "eval", m.TrajectoryRow.phase.in_(unnamed)))
     keys: dict[int, set[str]] = {}
     for phase, key in episodes:
         keys.setdefault(phase, set()).add(key)
@@ -175,9 +175,9 @@ def calibration_points(settings: Settings) -> list[tuple[float, float]]:
 def calibration_points_in(session: Session) -> list[tuple[float, float]]:
     """:func:`calibration_points` read in ``session``."""
     rows = session.execute(
-        select(m.OrmLabel.p_yes, m.Trajectory.env_score)
-        .join(m.Trajectory, m.Trajectory.id == m.OrmLabel.trajectory_id)
-        .where(m.Trajectory.env_score.is_not(None), m.OrmLabel.orm_version != EVALUATOR_LABELS)
+        select(m.OrmLabel.p_yes, m.TrajectoryRow.env_score)
+        .join(m.TrajectoryRow, m.TrajectoryRow.id == m.OrmLabel.trajectory_id)
+        .where(m.TrajectoryRow.env_score.is_not(None), m.OrmLabel.orm_version != EVALUATOR_LABELS)
     ).all()
     return [(float(p), float(score)) for p, score in rows]
 

@@ -58,7 +58,7 @@ def relative_path(trajectory_id: int, index: int, suffix: str) -> str:
     return f"{SCREENSHOT_DIR}/{trajectory_id}/step-{index:03d}{suffix}"
 
 
-def record(settings: Settings, row: m.Trajectory, steps: list[Step]) -> int:
+def record(settings: Settings, row: m.TrajectoryRow, steps: list[Step]) -> int:
     """Write the screenshot of each of ``steps`` that has one beside the stored trajectory ``row`` and record its
     path on the step's row (a row that has one already keeps it). Returns how many were written."""
     assert settings.artifacts_dir is not None

@@ -209,7 +209,7 @@ class FilterChoices:
 
 
 @dataclass(frozen=True)
-class TrajectoryRow:
+class TrajectoryListing:
     id: int
     task: TaskRef
     site: str
@@ -227,7 +227,7 @@ class TrajectoryRow:
 
 @dataclass(frozen=True)
 class TrajectoryPage:
-    rows: list[TrajectoryRow]
+    rows: list[TrajectoryListing]
     total: int
     filters: TrajectoryFilters
 
@@ -243,51 +243,51 @@ def _template_of(config: dict[str, Any] | None) -> int | None:
 
 def filter_choices(session: Session) -> FilterChoices:
     """The values each filter can take: those of the stored trajectories."""
-    joined = select(m.Task).join(m.Trajectory, m.Trajectory.task_id == m.Task.id)
+    joined = select(m.Task).join(m.TrajectoryRow, m.TrajectoryRow.task_id == m.Task.id)
     template = m.Task.config["intent_template_id"].as_integer()
     return FilterChoices(
-        runs=list(session.scalars(select(m.Run.name).join(m.Trajectory, m.Trajectory.run_id == m.Run.id)
+        runs=list(session.scalars(select(m.Run.name).join(m.TrajectoryRow, m.TrajectoryRow.run_id == m.Run.id)
                                   .distinct().order_by(m.Run.name))),
-        phases=list(session.scalars(select(m.Trajectory.phase).distinct().order_by(m.Trajectory.phase))),
+        phases=list(session.scalars(select(m.TrajectoryRow.phase).distinct().order_by(m.TrajectoryRow.phase))),
         sites=list(session.scalars(joined.with_only_columns(m.Task.site).distinct().order_by(m.Task.site))),
         templates=[t for t in session.scalars(joined.with_only_columns(template).distinct().order_by(template))
                    if t is not None],
-        purposes=list(session.scalars(select(m.Trajectory.purpose).distinct().order_by(m.Trajectory.purpose))),
+        purposes=list(session.scalars(select(m.TrajectoryRow.purpose).distinct().order_by(m.TrajectoryRow.purpose))),
     )
 
 
 def trajectory_page(session: Session, filters: TrajectoryFilters) -> TrajectoryPage:
     """One page of the trajectories that match ``filters``, newest first."""
-    query = select(m.Trajectory).join(m.Task, m.Trajectory.task_id == m.Task.id)
+    query = select(m.TrajectoryRow).join(m.Task, m.TrajectoryRow.task_id == m.Task.id)
     if filters.run is not None:  # run_id 0 (no run) matches no row of runs
-        query = query.join(m.Run, m.Trajectory.run_id == m.Run.id).where(m.Run.name == filters.run)
+        query = query.join(m.Run, m.TrajectoryRow.run_id == m.Run.id).where(m.Run.name == filters.run)
     if filters.phase is not None:
-        query = query.where(m.Trajectory.phase == filters.phase)
+        query = query.where(m.TrajectoryRow.phase == filters.phase)
     if filters.site is not None:
         query = query.where(m.Task.site == filters.site)
     if filters.template is not None:
         query = query.where(m.Task.config["intent_template_id"].as_integer() == filters.template)
     if filters.purpose is not None:
-        query = query.where(m.Trajectory.purpose == filters.purpose)
+        query = query.where(m.TrajectoryRow.purpose == filters.purpose)
     if filters.task is not None:
-        query = query.where(m.Trajectory.task_id == filters.task)
+        query = query.where(m.TrajectoryRow.task_id == filters.task)
     if filters.outcome == "success":
-        query = query.where(m.Trajectory.env_score >= SUCCESS_SCORE)
+        query = query.where(m.TrajectoryRow.env_score >= SUCCESS_SCORE)
     elif filters.outcome == "failure":
-        query = query.where(m.Trajectory.env_score < SUCCESS_SCORE)
+        query = query.where(m.TrajectoryRow.env_score < SUCCESS_SCORE)
     elif filters.outcome == "unscored":
-        query = query.where(m.Trajectory.env_score.is_(None))
-    total = session.scalar(query.with_only_columns(func.count(m.Trajectory.id))) or 0
-    found = session.scalars(query.options(selectinload(m.Trajectory.task), selectinload(m.Trajectory.labels))
-                            .order_by(m.Trajectory.id.desc())
+        query = query.where(m.TrajectoryRow.env_score.is_(None))
+    total = session.scalar(query.with_only_columns(func.count(m.TrajectoryRow.id))) or 0
+    found = session.scalars(query.options(selectinload(m.TrajectoryRow.task), selectinload(m.TrajectoryRow.labels))
+                            .order_by(m.TrajectoryRow.id.desc())
                             .offset((filters.page - 1) * PAGE_SIZE).limit(PAGE_SIZE)).all()
     runs = _run_names(session, {t.run_id for t in found})
     rows = []
     for t in found:
         label = label_of(t)
-        rows.append(TrajectoryRow(t.id, _ref(t.task), t.task.site, _template_of(t.task.config), t.phase, t.attempt,
-                                  t.purpose, t.n_steps, t.stop_reason, t.env_score,
-                                  label.reward if label else None, t.created_at, runs.get(t.run_id)))
+        rows.append(TrajectoryListing(t.id, _ref(t.task), t.task.site, _template_of(t.task.config), t.phase,
+                                      t.attempt, t.purpose, t.n_steps, t.stop_reason, t.env_score,
+                                      label.reward if label else None, t.created_at, runs.get(t.run_id)))
     return TrajectoryPage(rows, total, filters)
 
 
@@ -398,8 +398,8 @@ def trajectory_view(session: Session, trajectory_id: int, decoder: Any | None = 
     """A trajectory with every step; ``decoder(actor_version)`` gives a token-id -> text function (or None)."""
     from webrl.method.returns import mc_returns
 
-    t = session.get(m.Trajectory, trajectory_id, options=[selectinload(m.Trajectory.steps),
-                                                          selectinload(m.Trajectory.labels)])
+    t = session.get(m.TrajectoryRow, trajectory_id, options=[selectinload(m.TrajectoryRow.steps),
+                                                          selectinload(m.TrajectoryRow.labels)])
     if t is None:
         return None
     label = label_of(t)
@@ -435,7 +435,7 @@ def trained_values(session: Session, step_ids: list[int]) -> dict[int, list[Trai
 
 
 def screenshot_path(session: Session, step_id: int) -> str | None:
-    return session.scalar(select(m.Step.screenshot).where(m.Step.id == step_id))
+    return session.scalar(select(m.StepRow.screenshot).where(m.StepRow.id == step_id))
 
 
 # ---------------------------------------------------------------------------------------------- a task's attempts
@@ -466,7 +466,7 @@ def task_attempts(session: Session, task_id: int, decoder: Any | None = None) ->
         seen.add(parent.id)
         parent = parent.parent
     children = [_ref(c) for c in session.scalars(select(m.Task).where(m.Task.parent_id == task.id).order_by(m.Task.id))]
-    ids = session.scalars(select(m.Trajectory.id).where(m.Trajectory.task_id == task.id)
-                          .order_by(m.Trajectory.phase, m.Trajectory.attempt, m.Trajectory.id)).all()
+    ids = session.scalars(select(m.TrajectoryRow.id).where(m.TrajectoryRow.task_id == task.id)
+                          .order_by(m.TrajectoryRow.phase, m.TrajectoryRow.attempt, m.TrajectoryRow.id)).all()
     attempts = [view for view in (trajectory_view(session, i, decoder) for i in ids) if view is not None]
     return TaskAttempts(_ref(task), task.site, _template_of(task.config), task.origin, lineage, children, attempts)

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from services.actor.app import create_actor_app
 from services.actor.engine import ActorEngine
-from services.actor.schemas import MAX_PROMPTS
+from services.actor.route_records import MAX_PROMPTS
 from webrl.config import Settings
 from webrl.models.backends.local import LocalBackend
 from webrl.wire.contracts import MAX_EPISODE_STEPS

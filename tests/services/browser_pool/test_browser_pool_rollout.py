@@ -38,7 +38,7 @@ async def test_max_parse_failures_of_the_request_stops_the_episode(sandbox, sand
     for job in (request, default):
         result = await run_rollout(job, sandbox)
         with session_scope(sandbox) as s:
-            row = s.get(m.Trajectory, result.trajectory_ids[0])
+            row = s.get(m.TrajectoryRow, result.trajectory_ids[0])
             assert all(step.parse_error for step in row.steps)  # nothing the babbler writes is an action
             stopped[job.max_parse_failures] = (row.stop_reason, row.n_steps)
     assert stopped == {2: ("parse_failures", 2), MAX_PARSE_FAILURES: ("parse_failures", MAX_PARSE_FAILURES)}
@@ -53,7 +53,7 @@ async def test_a_chunk_is_idempotent_within_its_run_and_never_taken_from_another
     other = await run_rollout(first.model_copy(update={"run_id": 2}), sandbox)
     assert other.n_new == 1 and other.trajectory_ids != ran.trajectory_ids  # run 2 rolls the task out itself
     with session_scope(sandbox) as s:
-        assert [s.get(m.Trajectory, i).run_id for i in (*ran.trajectory_ids, *other.trajectory_ids)] == [1, 2]
+        assert [s.get(m.TrajectoryRow, i).run_id for i in (*ran.trajectory_ids, *other.trajectory_ids)] == [1, 2]
 
 
 class GoesAwayAt:
@@ -77,7 +77,7 @@ async def test_a_rollout_that_fails_part_way_keeps_what_it_finished_and_its_retr
     with pytest.raises(ConnectionError, match="went away"):
         await run_rollout(request, sandbox)
     with session_scope(sandbox) as s:
-        kept = s.query(m.Trajectory).join(m.Task).filter(m.Task.key.in_(keys), m.Trajectory.phase == 4).all()
+        kept = s.query(m.TrajectoryRow).join(m.Task).filter(m.Task.key.in_(keys), m.TrajectoryRow.phase == 4).all()
         assert sorted(t.task.key for t in kept) == sorted(keys[:2])  # one at a time: the first two had ended
         kept_ids = {t.id for t in kept}
     monkeypatch.undo()

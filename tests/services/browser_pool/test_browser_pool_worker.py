@@ -92,7 +92,7 @@ def test_celery_rollout_writes_postgres(sandbox, sandbox_tasks, stored_keys, pos
         log_file.close()
     output = log_path.read_text()
     with session_scope(pg) as session:
-        rows = [session.get(m.Trajectory, i) for i in result["trajectory_ids"]]
+        rows = [session.get(m.TrajectoryRow, i) for i in result["trajectory_ids"]]
         assert all(r is not None and r.phase == 1 and r.env_score == 1.0 and len(r.steps) == r.n_steps > 0
                    for r in rows), output[-3000:]
         assert rows[0].steps[0].observation["html"].startswith("<html>")

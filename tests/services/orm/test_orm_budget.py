@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from webrl.config import Settings
-from webrl.prompts.orm import ORM_CONTEXT_RESERVE, orm_context_tokens, orm_prompt_budget
+from webrl.prompts.orm_prompt import ORM_CONTEXT_RESERVE, orm_context_tokens, orm_prompt_budget
 
 
 def test_context_is_the_smaller_of_model_and_tokenizer_limits() -> None:
@@ -24,7 +24,7 @@ def test_local_orm_cuts_prompts_to_the_length_its_folder_declares(tiny_orm_dir: 
     from transformers import AutoTokenizer
 
     from services.orm.scoring import LocalOrm
-    from webrl.prompts.orm import n_tokens
+    from webrl.prompts.orm_prompt import n_tokens
 
     folder = tmp_path / "orm"
     shutil.copytree(tiny_orm_dir, folder)

@@ -11,7 +11,7 @@ from services.orm.scoring import LocalOrm
 from webrl.db import models as m
 from webrl.db.session import session_scope
 from webrl.models.orm import orm_probabilities
-from webrl.prompts.orm import build_orm_prompt
+from webrl.prompts.orm_prompt import build_orm_prompt
 
 
 @pytest.fixture

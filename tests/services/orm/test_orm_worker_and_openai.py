@@ -19,7 +19,7 @@ from services.orm.scoring import LocalOrm, OpenAIOrm, p_from_top_logprobs
 from webrl.db import models as m
 from webrl.db.session import session_scope
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
-from webrl.prompts.orm import render_orm_prompt
+from webrl.prompts.orm_prompt import render_orm_prompt
 from webrl.wire.queue import dispatch
 
 

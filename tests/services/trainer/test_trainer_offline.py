@@ -56,8 +56,8 @@ def test_a_phase_exports_and_its_update_reruns_under_another_setting(tiny_dir: P
         s.add(m.Phase(run_id=run_id, index=2, stages_done=["train"],
                       metrics={"train.critic_version": result.critic.version}))
         stored_values = {(t, i): a for t, i, a in s.execute(
-            select(m.Step.trajectory_id, m.Step.index, m.StepValue.advantage)
-            .join(m.StepValue, m.StepValue.step_id == m.Step.id))}
+            select(m.StepRow.trajectory_id, m.StepRow.index, m.StepValue.advantage)
+            .join(m.StepValue, m.StepValue.step_id == m.StepRow.id))}
     folder = export_phase(db, "offline", 2, tmp_path / "stored", tokenizer)
     stored = load_phase(folder)
     assert len(stored.steps) == result.metrics["experience_steps"] == len(stored_values)

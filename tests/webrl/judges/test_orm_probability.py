@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
-from webrl.prompts.orm import render_llama3_orm
+from webrl.prompts.orm_prompt import render_llama3_orm
 
 
 def _prompts() -> list[str]:

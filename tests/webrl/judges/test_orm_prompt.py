@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from webrl.agent.schemas import Observation, Step, Trajectory
-from webrl.prompts.orm import (
+from webrl.prompts.orm_prompt import (
     ORM_SYSTEM_PROMPT,
     build_orm_messages,
     build_orm_prompt,
@@ -94,7 +94,7 @@ def test_the_tiny_default_model_renders_through_its_own_template(tmp_path) -> No
 
 def test_the_layout_question_reads_the_vocabulary_once_per_tokenizer(chatml_tokenizer, tiny_llama3,
                                                                       monkeypatch) -> None:
-    from webrl.prompts.orm import is_llama3_tokenizer
+    from webrl.prompts.orm_prompt import is_llama3_tokenizer
 
     llama3 = tiny_llama3[2]
     for tokenizer, expected in ((chatml_tokenizer, False), (llama3, True)):

@@ -57,7 +57,7 @@ def test_pretrained_bootstrap_then_a_phase_on_its_adapter(free_sites: Settings, 
     assert response.token_ids and len(response.logprobs) == len(response.token_ids)
 
     with session_scope(free_sites) as s:  # the demonstrations stand in for a phase's labelled rollouts
-        for i, row in enumerate(s.query(m.Trajectory).all()):
+        for i, row in enumerate(s.query(m.TrajectoryRow).all()):
             row.phase, row.purpose = 1, "train"
             s.add(m.OrmLabel(trajectory_id=row.id, orm_version="smoke", p_yes=float(i % 2), reward=float(i % 2),
                              threshold=0.5))

@@ -174,8 +174,8 @@ def _assert_each_phase_rolled_out_the_actor_before_it(settings: Settings, sft: s
     assert len({sft, first, second}) == 3
     versions: dict[tuple[int, str], set[str]] = {}
     with session_scope(settings) as s:
-        for phase, purpose, version in s.execute(select(m.Trajectory.phase, m.Trajectory.purpose,
-                                                        m.Trajectory.actor_version)):
+        for phase, purpose, version in s.execute(select(m.TrajectoryRow.phase, m.TrajectoryRow.purpose,
+                                                        m.TrajectoryRow.actor_version)):
             versions.setdefault((phase, purpose), set()).add(version)
     assert versions == {(0, "eval"): {sft}, (0, "train"): {sft}, (1, "train"): {sft}, (1, "eval"): {first},
                         (2, "train"): {first}, (2, "eval"): {second}}
@@ -194,9 +194,9 @@ def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, ti
         assert s.scalar(select(func.count()).select_from(m.Checkpoint)) == 4  # an actor and a critic a phase
         kept = [p.metrics["filter.kept"] for p in phases[1:]]
         assert kept == [2, 2]
-        assert s.scalar(select(func.count()).select_from(m.Trajectory)) == 3 * 2 + 2 + sum(kept)
+        assert s.scalar(select(func.count()).select_from(m.TrajectoryRow)) == 3 * 2 + 2 + sum(kept)
         assert s.scalar(select(func.count()).select_from(m.OrmLabel)) == 2 + sum(kept)
-        steps = s.scalar(select(func.sum(m.Trajectory.n_steps)))
+        steps = s.scalar(select(func.sum(m.TrajectoryRow.n_steps)))
     sft = checkpoint_version(tiny_actor)
     _, second = _assert_each_phase_rolled_out_the_actor_before_it(distributed, sft, phases)
     served = httpx.get(f"{actor_service}/v1/model", timeout=10).json()
@@ -210,8 +210,8 @@ def test_two_phases_roll_out_through_the_actor_service(distributed: Settings, ti
     acts = _acts_answered(actor_service)
     assert evaluate_actor(distributed, tiny_actor, limit=2, max_steps=2)["overall"][0] == 2
     with session_scope(distributed) as s:
-        evaluated = set(s.scalars(select(m.Trajectory.actor_version).where(
-            m.Trajectory.phase == EVAL_PHASE, m.Trajectory.attempt > 0)))
+        evaluated = set(s.scalars(select(m.TrajectoryRow.actor_version).where(
+            m.TrajectoryRow.phase == EVAL_PHASE, m.TrajectoryRow.attempt > 0)))
     assert evaluated == {sft}
     served = httpx.get(f"{actor_service}/v1/model", timeout=10).json()
     assert served["version"] == sft and served["reloads"] == 3
@@ -244,8 +244,8 @@ def test_vllm_answers_phase_two_with_the_adapter_phase_one_published(distributed
     sft = checkpoint_version(SHIPPED_ACTOR)
     first, second = _assert_each_phase_rolled_out_the_actor_before_it(distributed, sft, phases)
     with session_scope(distributed) as s:
-        rolled = s.scalars(select(m.Step).join(m.Trajectory).where(m.Trajectory.phase == 2,
-                                                                   m.Trajectory.purpose == "train")).all()
+        rolled = s.scalars(select(m.StepRow).join(m.TrajectoryRow).where(m.TrajectoryRow.phase == 2,
+                                                                   m.TrajectoryRow.purpose == "train")).all()
         assert rolled and all(step.token_ids and len(step.logprobs) == len(step.token_ids) for step in rolled)
     served = httpx.get(f"{actor_service}/v1/model", timeout=10).json()
     assert (served["backend"], served["version"], served["reloads"], served["reload_error"]) == (
@@ -260,8 +260,8 @@ def test_vllm_answers_phase_two_with_the_adapter_phase_one_published(distributed
                                       "--concurrency", "3", "--no-screenshots"])
     assert result.exit_code == 0, result.output + repr(result.exception)
     with session_scope(distributed) as s:
-        evaluated = s.scalars(select(m.Trajectory).where(m.Trajectory.phase == EVAL_PHASE,
-                                                         m.Trajectory.attempt > 0)).all()
+        evaluated = s.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.phase == EVAL_PHASE,
+                                                         m.TrajectoryRow.attempt > 0)).all()
         assert len(evaluated) == 3 and {t.actor_version for t in evaluated} == {sft}
         steps = [step for t in evaluated for step in t.steps]
         assert steps and all(step.logprobs for step in steps)

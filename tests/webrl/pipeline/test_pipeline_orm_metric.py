@@ -58,8 +58,8 @@ def test_with_an_orm_the_accuracy_is_its_agreement_with_the_evaluators(settings:
     metrics = Pipeline(settings, PipelineOptions(run="judged", orm=str(tiny_orm)))._label(ids, "phase 1: ORM")
     version = checkpoint_version(tiny_orm)
     with session_scope(settings) as s:
-        rows = s.execute(select(m.OrmLabel.reward, m.Trajectory.env_score)
-                         .join(m.Trajectory, m.Trajectory.id == m.OrmLabel.trajectory_id)
+        rows = s.execute(select(m.OrmLabel.reward, m.TrajectoryRow.env_score)
+                         .join(m.TrajectoryRow, m.TrajectoryRow.id == m.OrmLabel.trajectory_id)
                          .where(m.OrmLabel.orm_version == version)).all()
     assert len(rows) == 6
     agree = sum((reward > 0) == (score >= 1.0) for reward, score in rows)

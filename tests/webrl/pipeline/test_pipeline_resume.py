@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(KILL_DE
 def _trajectories(settings: Settings) -> int:
     try:
         with session_scope(settings) as s:
-            return s.scalar(select(func.count()).select_from(m.Trajectory)) or 0
+            return s.scalar(select(func.count()).select_from(m.TrajectoryRow)) or 0
     except Exception:  # the table does not exist until the run has migrated the database
         return 0
 
@@ -52,14 +52,14 @@ def test_sigkill_during_rollout_then_resume(world: Settings, tiny_actor: Path) -
 
     with session_scope(world) as s:
         per_attempt = s.execute(
-            select(m.Trajectory.task_id, m.Trajectory.phase, m.Trajectory.attempt, func.count())
-            .group_by(m.Trajectory.task_id, m.Trajectory.phase, m.Trajectory.attempt)
+            select(m.TrajectoryRow.task_id, m.TrajectoryRow.phase, m.TrajectoryRow.attempt, func.count())
+            .group_by(m.TrajectoryRow.task_id, m.TrajectoryRow.phase, m.TrajectoryRow.attempt)
         ).all()
         assert all(n == 1 for *_, n in per_attempt)
         phases = {p.index: p for p in s.scalars(select(m.Phase))}
         assert phases[0].status == phases[1].status == "done"
         kept = phases[1].metrics["filter.kept"]
         expected = 8 + 8 + kept + 8  # phase-0 eval + seed rollout + phase-1 rollout + phase-1 eval
-        assert s.scalar(select(func.count()).select_from(m.Trajectory)) == expected
-        stored_steps = s.scalar(select(func.sum(m.Trajectory.n_steps)))
-        assert s.scalar(select(func.count()).select_from(m.Step)) == stored_steps
+        assert s.scalar(select(func.count()).select_from(m.TrajectoryRow)) == expected
+        stored_steps = s.scalar(select(func.sum(m.TrajectoryRow.n_steps)))
+        assert s.scalar(select(func.count()).select_from(m.StepRow)) == stored_steps

@@ -22,7 +22,7 @@ ONE_SMALL_PHASE = {"curriculum.phases": 1, "curriculum.enabled": False, "curricu
                    "curriculum.seed_tasks": 2, "evaluation.tasks": 2, "rollout.max_steps": 2, "rollout.chunk": 2}
 
 
-def _phase_one(settings: Settings, run_id: int) -> tuple[list[m.Trajectory], m.Phase]:
+def _phase_one(settings: Settings, run_id: int) -> tuple[list[m.TrajectoryRow], m.Phase]:
     """The run's phase-1 training rollouts (labels loaded) and its phase-1 row."""
     from webrl.db import repository as repo
 
@@ -35,7 +35,7 @@ def _phase_one(settings: Settings, run_id: int) -> tuple[list[m.Trajectory], m.P
 def _trained_trajectories(settings: Settings, critic_version: str) -> set[int]:
     """The trajectories whose steps the phase that published ``critic_version`` trained on (its step values)."""
     with session_scope(settings) as s:
-        return set(s.scalars(select(m.Step.trajectory_id).join(m.StepValue, m.StepValue.step_id == m.Step.id)
+        return set(s.scalars(select(m.StepRow.trajectory_id).join(m.StepValue, m.StepValue.step_id == m.StepRow.id)
                              .where(m.StepValue.critic_version == critic_version)))
 
 
@@ -61,12 +61,12 @@ def test_two_runs_in_one_database_each_roll_out_and_train_on_their_own(world: Se
     assert b_phase.metrics["rollout.rollouts"] == len(b)
     assert all(len(t.labels) == 1 for t in (*a, *b)) and b_phase.metrics["label.labelled"] == len(b)
     with session_scope(world) as s:  # nothing stored twice within a run, every trajectory of one run or none
-        per_key = s.scalars(select(func.count()).select_from(m.Trajectory).group_by(
-            m.Trajectory.task_id, m.Trajectory.phase, m.Trajectory.attempt, m.Trajectory.run_id))
+        per_key = s.scalars(select(func.count()).select_from(m.TrajectoryRow).group_by(
+            m.TrajectoryRow.task_id, m.TrajectoryRow.phase, m.TrajectoryRow.attempt, m.TrajectoryRow.run_id))
         assert set(per_key) == {1}
-        own = {run_id: set(s.scalars(select(m.Trajectory.id).where(m.Trajectory.run_id == run_id)))
+        own = {run_id: set(s.scalars(select(m.TrajectoryRow.id).where(m.TrajectoryRow.run_id == run_id)))
                for run_id in runs.values()}
-        assert set().union(*own.values()) == set(s.scalars(select(m.Trajectory.id)))
+        assert set().union(*own.values()) == set(s.scalars(select(m.TrajectoryRow.id)))
     # training: each run's job is its own (a new version, not the other's "already trained" checkpoint), and its
     # critic valued every step of its phase-1 rollouts and, replay included, no step of the other run's
     assert a_phase.state["critic_version"] != b_phase.state["critic_version"]

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 def _counts(settings: Settings) -> dict[str, int]:
     with session_scope(settings) as s:
         return {
-            "trajectories": s.scalar(select(func.count()).select_from(m.Trajectory)),
-            "steps": s.scalar(select(func.count()).select_from(m.Step)),
+            "trajectories": s.scalar(select(func.count()).select_from(m.TrajectoryRow)),
+            "steps": s.scalar(select(func.count()).select_from(m.StepRow)),
             "labels": s.scalar(select(func.count()).select_from(m.OrmLabel)),
             "generated": s.scalar(select(func.count()).select_from(m.Task).where(m.Task.origin == "generated")),
             "checkpoints": s.scalar(select(func.count()).select_from(m.Checkpoint)),
@@ -92,7 +92,7 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, smoke_home: 
         assert stored["hyperparams"]["rollout"]["temperature"] == 0.7  # training rollouts sampled
         # the anchor: the oracle demonstrated 3 train tasks of 3 templates in phase 0, and phase 1's update drew
         # from their steps
-        demos = s.scalars(select(m.Trajectory).where(m.Trajectory.purpose == "sft")).all()
+        demos = s.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.purpose == "sft")).all()
         assert len(demos) == 3 and all(d.env_score == 1.0 and d.attempt == 1 and d.phase == 0 for d in demos)
         assert len({d.task.config["intent_template_id"] for d in demos}) == 3
         seeds = phases[0].metrics
@@ -156,8 +156,8 @@ def _evaluate_phase_one_in_full_later(world: Settings) -> None:
         {k: v for k, v in before.items() if not k.startswith("evaluate.")}
     with session_scope(world) as s:  # the phase's own 8 episodes reused: one episode per task evaluated
         first_ten = [t.key for t in s.scalars(select(m.Task).where(m.Task.split == "test").order_by(m.Task.id))][:10]
-        evaluated = list(s.scalars(select(m.Task.key).join(m.Trajectory).where(
-            m.Trajectory.phase == 1, m.Trajectory.purpose == "eval")))
+        evaluated = list(s.scalars(select(m.Task.key).join(m.TrajectoryRow).where(
+            m.TrajectoryRow.phase == 1, m.TrajectoryRow.purpose == "eval")))
     assert sorted(evaluated) == sorted(set(first_ten) | set(sampled["evaluate.keys"]))
     assert after["evaluate.keys"] == first_ten
     stored = _counts(world)["trajectories"]

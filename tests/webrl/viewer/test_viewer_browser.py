@@ -84,8 +84,8 @@ def test_phase_page_lists_generated_tasks_with_lineage_and_the_filters_verdict(v
 
 def test_trajectory_page_shows_every_step(visit, smoke_home) -> None:  # type: ignore[no-untyped-def]
     with session_scope(smoke_home.settings) as s:
-        traj = s.scalars(select(m.Trajectory).where(m.Trajectory.purpose == "train", m.Trajectory.phase == 1)
-                         .order_by(m.Trajectory.n_steps.desc())).first()
+        traj = s.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.purpose == "train", m.TrajectoryRow.phase == 1)
+                         .order_by(m.TrajectoryRow.n_steps.desc())).first()
         steps = [(st.response, len(st.token_ids), st.screenshot, st.action, st.observation["html"])
                  for st in traj.steps]
         trajectory_id = traj.id
@@ -114,10 +114,10 @@ def test_trajectory_page_shows_every_step(visit, smoke_home) -> None:  # type: i
 
 def test_filters_narrow_the_list(visit, smoke_home) -> None:  # type: ignore[no-untyped-def]
     settings = smoke_home.settings
-    everything = _count(settings, select(func.count()).select_from(m.Trajectory))
-    evals = _count(settings, select(func.count()).select_from(m.Trajectory).where(m.Trajectory.purpose == "eval"))
-    phase1_train = _count(settings, select(func.count()).select_from(m.Trajectory)
-                          .where(m.Trajectory.purpose == "train", m.Trajectory.phase == 1))
+    everything = _count(settings, select(func.count()).select_from(m.TrajectoryRow))
+    evals = _count(settings, select(func.count()).select_from(m.TrajectoryRow).where(m.TrajectoryRow.purpose == "eval"))
+    phase1_train = _count(settings, select(func.count()).select_from(m.TrajectoryRow)
+                          .where(m.TrajectoryRow.purpose == "train", m.TrajectoryRow.phase == 1))
     visit.open("/trajectories")
     assert int(visit.page.locator("#total").inner_text()) == everything
     visit.page.select_option("select[name=purpose]", "eval")
@@ -150,9 +150,9 @@ def test_filters_narrow_the_list(visit, smoke_home) -> None:  # type: ignore[no-
 def test_a_tasks_attempts_side_by_side_across_phases(visit, smoke_home) -> None:  # type: ignore[no-untyped-def]
     with session_scope(smoke_home.settings) as s:
         task_id, attempts = s.execute(
-            select(m.Trajectory.task_id, func.count(m.Trajectory.id)).group_by(m.Trajectory.task_id)
-            .order_by(func.count(m.Trajectory.id).desc()).limit(1)).one()
-        phases = sorted(set(s.scalars(select(m.Trajectory.phase).where(m.Trajectory.task_id == task_id))))
+            select(m.TrajectoryRow.task_id, func.count(m.TrajectoryRow.id)).group_by(m.TrajectoryRow.task_id)
+            .order_by(func.count(m.TrajectoryRow.id).desc()).limit(1)).one()
+        phases = sorted(set(s.scalars(select(m.TrajectoryRow.phase).where(m.TrajectoryRow.task_id == task_id))))
     assert attempts >= 2 and phases == [0, 1]  # the test tasks: phase 0, phase 1 and `webrl eval`
     visit.open(f"/tasks/{task_id}")
     columns = visit.page.locator("table.attempts thead th")

@@ -1,4 +1,4 @@
-"""Entry point for ``accelerate launch -m services.trainer.cli <phase|sft> <job.json> <result.json>``.
+"""Entry point for ``accelerate launch -m services.trainer.launch <phase|sft> <job.json> <result.json>``.
 
 Every process runs the job (DeepSpeed shards the models across them); the main process writes the result.
 """
@@ -14,7 +14,7 @@ from webrl.config import get_settings
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="services.trainer.cli", description=__doc__)
+    parser = argparse.ArgumentParser(prog="services.trainer.launch", description=__doc__)
     parser.add_argument("kind", choices=sorted(JOB_TYPES))
     parser.add_argument("job", type=Path, help="JSON file with the job (a PhaseJob or an SftJob)")
     parser.add_argument("result", type=Path, help="where the main process writes the JSON result")

@@ -1,7 +1,7 @@
 """``train.orm_head``: fit a classification-head ORM (:mod:`webrl.models.orm_head`) and publish it.
 
 1. Each labelled trajectory's ORM prompt, cut to the budget the ORM service will cut it to
-   (:func:`webrl.prompts.orm.orm_prompt_budget` of what the published folder declares it reads).
+   (:func:`webrl.prompts.orm_prompt.orm_prompt_budget` of what the published folder declares it reads).
 2. The frozen backbone's last-token state of each prompt (forward passes only: no backward, no optimizer state),
    cached by backbone and prompt (:mod:`webrl.models.feature_cache`), so a rerun reads only new trajectories.
 3. L2 chosen on held-out training tasks, the head refitted on all (:func:`webrl.models.orm_head.choose_and_fit`).
@@ -49,7 +49,7 @@ from webrl.models.orm_head import (
     success_probability,
     write_head,
 )
-from webrl.prompts.orm import build_orm_prompt, orm_context_tokens, orm_prompt_budget
+from webrl.prompts.orm_prompt import build_orm_prompt, orm_context_tokens, orm_prompt_budget
 from webrl.serving.paths import confined_path
 from webrl.store.checkpoints import MANIFEST_FILE, CheckpointInfo, publish
 from webrl.wire.contracts import OrmHeadJob
@@ -69,8 +69,8 @@ def labelled_prompts(settings: Settings, trajectory_ids: list[int], tokenizer: o
                      ) -> tuple[list[str], torch.Tensor, list[str]]:
     """(ORM prompts, 0/1 evaluator labels, task keys) of the trajectories that have an env score, by id."""
     with session_scope(settings) as session:
-        rows = session.scalars(select(m.Trajectory).where(m.Trajectory.id.in_(trajectory_ids))
-                               .order_by(m.Trajectory.id)).all()
+        rows = session.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.id.in_(trajectory_ids))
+                               .order_by(m.TrajectoryRow.id)).all()
         missing = sorted(set(trajectory_ids) - {r.id for r in rows})
         if missing:
             raise ValueError(f"unknown trajectory ids: {missing[:10]}")
