@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
 from services.trainer.training_loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
-from webrl.method.hyperparams import ActorLoss, Advantage
+from webrl.method.hyperparams import ActorLoss, Advantage, WebRLHyperparams
 from webrl.method.rewards import is_success
 from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import target_logits
@@ -39,6 +39,14 @@ log = logging.getLogger("webrl.trainer.actor")
 #: not measured (a CPU phase keeps ~1-3k positions of a 49k vocabulary: 0.1-0.3 GB).
 EXACT_KL_BUDGET_BYTES = 2 * 1024**3
 
+
+
+def actor_loop_config(hp: WebRLHyperparams, seed: int, max_minutes: float | None = None) -> LoopConfig:
+    """The actor's optimisation, for a phase and for its offline re-run alike: its lr, epochs, clip norm and
+    warm-up (``ActorLoss``) on the run's batching."""
+    return LoopConfig(lr=hp.actor.lr, epochs=hp.actor.epochs, batch_size=hp.batching.batch_size,
+                      grad_accum=hp.batching.grad_accum, max_grad_norm=hp.actor.max_grad_norm,
+                      warmup_steps=hp.actor.warmup_steps, seed=seed, max_minutes=max_minutes)
 
 def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[StepExample],
                   config: ActorLoss) -> list[int]:

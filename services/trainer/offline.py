@@ -24,6 +24,7 @@ import torch
 from sqlalchemy import select
 
 from services.trainer.actor_update import (
+    actor_loop_config,
     last_epoch,
     positives_from_failed,
     step_advantages,
@@ -32,7 +33,7 @@ from services.trainer.actor_update import (
 )
 from services.trainer.data import StepExample, actor_prompt_fn, trajectory_examples
 from services.trainer.sft import COMPLETION_BUDGET, load_for_training
-from services.trainer.training_loop import LoopConfig, make_accelerator, prepare
+from services.trainer.training_loop import make_accelerator, prepare
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import label_of, load_trajectory
@@ -182,9 +183,7 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
     model, tokenizer = load_for_training(str(actor), settings)
     context = int(getattr(model.config, "max_position_embeddings", 2048))
     max_length = min(settings.actor.max_prompt_tokens + COMPLETION_BUDGET, context)
-    config = LoopConfig(lr=hp.actor.lr, epochs=hp.actor.epochs, batch_size=hp.batching.batch_size,
-                        grad_accum=hp.batching.grad_accum, max_grad_norm=hp.actor.max_grad_norm,
-                        warmup_steps=hp.actor.warmup_steps, seed=seed)
+    config = actor_loop_config(hp, seed)
     accelerator = make_accelerator(config)
     prepared = prepare(accelerator, model, config)
     same_tokenizer = stored.meta.get("tokenizer") == tokenizer_fingerprint(tokenizer)  # else: re-tokenise the text

@@ -33,6 +33,7 @@ import torch
 
 from services.trainer import replay
 from services.trainer.actor_update import (
+    actor_loop_config,
     last_epoch,
     positives_from_failed,
     step_advantages,
@@ -115,14 +116,6 @@ def _loop_config(job: PhaseJob, lr: float, epochs: int) -> LoopConfig:
     batching = job.hyperparams.batching
     return LoopConfig(lr=lr, epochs=epochs, batch_size=batching.batch_size, grad_accum=batching.grad_accum,
                       seed=job.seed, max_minutes=job.max_minutes)
-
-
-def actor_loop_config(job: PhaseJob) -> LoopConfig:
-    """The actor's optimisation: its lr, epochs, clip norm and warm-up (``ActorLoss``) on the run's batching."""
-    actor = job.hyperparams.actor
-    config = _loop_config(job, actor.lr, actor.epochs)
-    config.max_grad_norm, config.warmup_steps = actor.max_grad_norm, actor.warmup_steps
-    return config
 
 
 def _reference_model(settings: Settings, job: PhaseJob, accelerator: Any) -> Any:
@@ -288,7 +281,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     context = int(getattr(model.config, "max_position_embeddings", MAX_LENGTH))
     max_length = min(job.max_length or MAX_LENGTH, context)
     hp = job.hyperparams
-    config = actor_loop_config(job)
+    config = actor_loop_config(hp, job.seed, job.max_minutes)
     accelerator = make_accelerator(config)
     actor = prepare(accelerator, model, config)
     experience, demonstrations, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
