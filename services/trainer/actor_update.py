@@ -40,13 +40,13 @@ log = logging.getLogger("webrl.trainer.actor")
 EXACT_KL_BUDGET_BYTES = 2 * 1024**3
 
 
-
 def actor_loop_config(hp: WebRLHyperparams, seed: int, max_minutes: float | None = None) -> LoopConfig:
     """The actor's optimisation, for a phase and for its offline re-run alike: its lr, epochs, clip norm and
     warm-up (``ActorLoss``) on the run's batching."""
     return LoopConfig(lr=hp.actor.lr, epochs=hp.actor.epochs, batch_size=hp.batching.batch_size,
                       grad_accum=hp.batching.grad_accum, max_grad_norm=hp.actor.max_grad_norm,
                       warmup_steps=hp.actor.warmup_steps, seed=seed, max_minutes=max_minutes)
+
 
 def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[StepExample],
                   config: ActorLoss) -> list[int]:
