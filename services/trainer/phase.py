@@ -307,11 +307,11 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     if not step_advantage:
         log.info("phase %d: no step to train the actor on; it is published unchanged", job.phase)
     reference_model = _reference_model(settings, job, accelerator) if step_advantage else None
-    try:
+    try:  # flips after the last epoch only (what the report shows): each earlier one is another probe pass
         summary = update_actor(accelerator, actor, tokenizer, [experience[i] for i in trained] + anchor,
                                step_advantage, hp.actor, config, max_length=max_length,
                                probe=load_probe(job.probe) if job.probe else None, tracker=tracker,
-                               reference_model=reference_model)
+                               reference_model=reference_model, probe_every_epoch=False)
     finally:
         if tracker is not None:
             tracker.close()

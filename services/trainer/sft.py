@@ -27,7 +27,7 @@ from webrl.db.session import session_scope
 from webrl.method.rewards import is_success
 from webrl.models.adapters import LoraSpec, is_adapter, load_trainable
 from webrl.models.examples import EncodedExample, encode_example, pad_id_of
-from webrl.models.loading import attach_prompt_style
+from webrl.models.loading import attach_prompt_style, native_bf16
 from webrl.models.logprobs import token_logprobs
 from webrl.prompts.actor import COMPLETION_BUDGET  # also imported from here by the phase and offline trainers
 from webrl.serving.paths import confined_path
@@ -48,10 +48,7 @@ def lora_base_dtype() -> torch.dtype:
     faster than fp32 (211 vs 151 tokens/s); on an AVX2-only CPU (no bf16 instructions, emulated) bf16 took 265 s
     against fp32's 10 s, 26x slower, which made a CPU demo phase's reference pass alone run for 40+ minutes.
     """
-    if torch.cuda.is_available():
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported() \
-        else torch.float32
+    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 def _select_trajectories(session: Session, job: SftJob) -> list[m.TrajectoryRow]:

@@ -111,3 +111,17 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]
     configure(get_settings())
     yield get_settings()
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def smoke_world(smoke_home: SmokeHome, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings of the session's smoke run (:func:`smoke_home`), with its environment set for this test."""
+    from webrl.wire.queue import configure
+
+    for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in smoke_home.env.items():
+        monkeypatch.setenv(var, value)
+    get_settings.cache_clear()
+    configure(get_settings())
+    return get_settings()

@@ -85,6 +85,11 @@ class Rollout:
     """Stop after this many identical actions in a row (WebArena's ``repeating_action_failure_th``)."""
     temperature: Annotated[float, Field(ge=0.0)] | None = None
     """Sampling temperature of training rollouts; None: the actor's default (greedy). Evaluation is greedy."""
+    sampling_dtype: Literal["float32", "bfloat16", "auto"] | None = None
+    """The dtype a locally loaded actor samples training rollouts in (None: ``models.dtype``; ``auto``: bfloat16 where
+    the hardware computes it natively). Evaluation always runs in ``models.dtype``: greedy decoding in bf16 can pick
+    another token for the same prompt alone than batched with others, so its results would not reproduce
+    (execution, not in the paper)."""
     chunk: Count = 16
     """Tasks per rollout job: the unit of progress and of resumable work (execution, not in the paper)."""
     concurrency: Count = 4

@@ -20,14 +20,18 @@ from webrl.method.hyperparams import (
 )
 
 #: The pretrained small actor (SmolLM2-135M + LoRA adapters) on a 2-core CPU. Every policy step costs ~1-2 s and
-#: every trained step ~3-4 s (vs milliseconds for the tiny model), so a phase is smaller and the phases between
-#: the first and the last evaluate a fixed stratified 40 of the 165 test tasks.
+#: every trained step ~3-4 s (vs milliseconds for the tiny model), so a phase is smaller: two phases, whose first
+#: evaluates one test task of each of the 65 templates (the run's fixed sample) and whose last evaluates all 165. The
+#: SFT actor's evaluation (phase 0) is read back from the one stored under its content key
+#: (``webrl.store.evaluations``: webrl/assets/evaluations for the shipped actor).
 _PRETRAINED_CPU = WebRLHyperparams(
-    curriculum=Curriculum(phases=3, tasks_per_phase=24, candidates_per_phase=48, seed_tasks=24),
-    evaluation=Evaluation(tasks=165, subset=40),
+    curriculum=Curriculum(phases=2, tasks_per_phase=24, candidates_per_phase=48, seed_tasks=24),
+    evaluation=Evaluation(tasks=165, subset=65),
     # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
     # training rollouts sample, evaluation is greedy
-    rollout=Rollout(chunk=24, concurrency=8, max_steps=8, temperature=0.7),
+    # training rollouts sample in bf16 where the CPU computes it natively: batches of 8 prompts of ~1,000 tokens
+    # generated in 4.4 s against 8.9 s in fp32 (Intel Xeon with AMX, 2 threads, measured 2026-11-29)
+    rollout=Rollout(chunk=24, concurrency=8, max_steps=8, temperature=0.7, sampling_dtype="auto"),
     # LoRA moves only the adapters: the SFT's 5e-4 / 2 for the actor. The critic's fresh heads, initialised as
     # WebRL's (std 0.2) on SmolLM2's last states (norm ~50), swung its loss between 0 and 140 from one step to the
     # next at 5e-4 and at 5e-5; here they start at the fan-in scale and train at 1e-4.
@@ -41,18 +45,22 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # solved 47/165 test tasks (SFT 25: gained 25, lost 3) and the unclipped one 17/165 (gained 2, lost 10)
     # (docs/runs/2026-11-29-phase-offline-clip, measured 2026-11-29, commit ec8c8d7)
     actor=ActorLoss(lr=1e-4, epochs=3, max_grad_norm=0.01, warmup_steps=3),
-    critic=Critic(lr=1e-4, epochs=1, head_init_std=None),
+    # The critic's heads alone on the frozen backbone, each distinct state encoded once (critic_heads.py): its training
+    # took 96 s against the LoRA critic's 394 s (4.2x) on 24 steps, and its values ranked the 165 test start states
+    # better, ROC AUC 0.58 after 20 passes at 1e-3 against 0.48 (chance) for the LoRA critic trained on the same 107
+    # steps (bench/critic.py, bench/critic_values.py; docs/measurements.md, measured 2026-11-26, commit 378acfe).
+    critic=Critic(lr=1e-3, epochs=20, train_backbone=False, head_init_std=None),
     batching=Batching(batch_size=4),
 )
 
 PRESETS: dict[str, WebRLHyperparams] = {
-    # What `make demo` runs: the shipped pretrained SFT actor (webrl/assets/actor-sft-smollm2), 3 phases.
+    # What `make demo` runs: the shipped pretrained SFT actor (webrl/assets/actor-sft-smollm2), 2 phases.
     "cpu-demo": _PRETRAINED_CPU,
     # The longer CPU schedule: twice the phases and tasks per phase, the same per-step settings.
     "cpu-long": replace(
         _PRETRAINED_CPU,
         curriculum=Curriculum(phases=6, tasks_per_phase=48, candidates_per_phase=96, seed_tasks=48),
-        evaluation=Evaluation(tasks=165, subset=60),
+        evaluation=Evaluation(tasks=165, subset=65),
     ),
     # The tiny from-scratch actor (webrl/assets/actor-sft, 0.9M parameters): 3 phases in ~30 minutes.
     "tiny-demo": WebRLHyperparams(

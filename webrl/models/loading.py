@@ -51,6 +51,27 @@ def torch_dtype(settings: Settings) -> torch.dtype | str:
     return _DTYPES[settings.models.dtype]
 
 
+def native_bf16() -> bool:
+    """Whether the device computes bf16 natively: a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX.
+    Elsewhere bf16 is emulated, and slow (26x fp32 for a LoRA step on an AVX2-only CPU:
+    ``services.trainer.sft.lora_base_dtype``)."""
+    if torch.cuda.is_available():
+        return bool(torch.cuda.is_bf16_supported())
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def resolved_dtype(name: str) -> str:
+    """A rollout's dtype name with ``auto`` resolved: bfloat16 where :func:`native_bf16`, else float32."""
+    if name == "auto":
+        return "bfloat16" if native_bf16() else "float32"
+    return name
+
+
+def with_dtype(settings: Settings, name: str) -> Settings:
+    """``settings`` whose local models load in the dtype ``name`` (``auto``: :func:`resolved_dtype`)."""
+    return settings.model_copy(update={"models": settings.models.model_copy(update={"dtype": resolved_dtype(name)})})
+
+
 def load_tokenizer(path: str | Path, settings: Settings) -> PreTrainedTokenizerBase:
     """The folder's tokenizer, set up for batched generation: left padding, a pad token."""
     folder = resolve_model_dir(path)

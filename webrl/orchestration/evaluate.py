@@ -53,6 +53,16 @@ def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", task
         if not keys:
             raise ValueError(f"no tasks in split {split!r}")
     keys = keys[:limit] if limit else keys
+    ids = evaluation_episodes(settings, actor, keys, concurrency=concurrency, max_steps=max_steps,
+                              screenshots=screenshots, on_progress=on_progress)
+    return success_by_site(trajectory_scores(settings, ids))
+
+
+def evaluation_episodes(settings: Settings, actor: Path, keys: list[str], *, concurrency: int = 4,
+                        max_steps: int | None = None, screenshots: bool = False,
+                        on_progress: Callable[[str, int, int], None] | None = None) -> list[int]:
+    """Greedy episodes of ``actor`` on the tasks ``keys``, in chunks of :data:`CHUNK` (idempotent jobs: the episodes
+    this actor folder already has at this horizon are reused); their trajectory ids."""
     attempt = evaluation_attempt(actor, max_steps)
     progress = on_progress or (lambda label, done, total: None)
     ids: list[int] = []
@@ -66,7 +76,7 @@ def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", task
         ))
         ids.extend(result.trajectory_ids)
     progress("evaluate", len(keys), len(keys))
-    return success_by_site(trajectory_scores(settings, ids))
+    return ids
 
 
 class TaskScore(NamedTuple):

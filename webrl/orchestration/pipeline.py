@@ -44,6 +44,7 @@ from webrl.orchestration.pipeline_metrics import (
     attempted_task_keys,
     evaluation_metrics,
     failed_task_keys,
+    metrics_of_scores,
     orm_agreement,
 )
 from webrl.orchestration.pipeline_state import (
@@ -54,6 +55,7 @@ from webrl.orchestration.pipeline_state import (
     StageReport,
     options_of_run,
 )
+from webrl.orchestration.stored_evaluation import start_key, store_if_complete, stored_scores
 from webrl.policies.actor_service import rollout_policy
 from webrl.prompts.actor import COMPLETION_BUDGET
 from webrl.wire import clients
@@ -173,7 +175,8 @@ class Pipeline:
         """Success of the phase's resulting actor on the held-out test tasks, per site and overall: all of them
         (``evaluation.tasks``) in the first and the last phase, the run's fixed sample (:meth:`fixed_sample`) in
         the phases between when ``evaluation.subset`` is set. ``keys`` records the tasks evaluated and ``sample``
-        the fixed sample, so every phase compares with every other on named tasks."""
+        the fixed sample, so every phase compares with every other on named tasks. Phase 0's evaluation of the start
+        actor is read back from a stored one when its content key matches (:meth:`_evaluate_start_actor`)."""
         actor = self.options.actor if index == 0 else state.actor_path
         assert actor is not None, "the train stage records the phase's actor"
         keys = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
@@ -181,9 +184,26 @@ class Pipeline:
         sampled = sample is not None and 0 < index < self.hp.curriculum.phases
         if sampled:
             keys = sample
-        ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
-        return {**self._evaluation_metrics(ids), "subset": sampled, "keys": keys,
-                **({"sample": sample} if sample is not None else {})}, state
+        if index == 0:
+            metrics = self._evaluate_start_actor(keys, actor)
+        else:
+            metrics = self._evaluation_metrics(self._rollout(keys, index, actor, purpose="eval",
+                                                             label=f"phase {index}: evaluate"))
+        return {**metrics, "subset": sampled, "keys": keys, **({"sample": sample} if sample is not None else {})}, state
+
+    def _evaluate_start_actor(self, keys: list[str], actor: str) -> dict[str, Any]:
+        """Phase 0's evaluation of the start actor: read back when one is stored under its content key
+        (``stored``: the key's digest, 12 characters), else run and stored for the next run
+        (:mod:`webrl.orchestration.stored_evaluation`)."""
+        key = start_key(self.settings, actor, keys, self.hp.rollout)
+        scores = stored_scores(self.settings, key, keys) if key is not None else None
+        if key is not None and scores is not None:
+            return {**metrics_of_scores(scores), "stored": key.digest()[:12]}
+        started = time.perf_counter()
+        ids = self._rollout(keys, 0, actor, purpose="eval", label="phase 0: evaluate")
+        if key is not None:
+            store_if_complete(self.settings, key, ids, time.perf_counter() - started)
+        return self._evaluation_metrics(ids)
 
     def fixed_sample(self) -> list[str] | None:
         """The run's fixed stratified sample of ``evaluation.subset`` test tasks (of the first ``evaluation.tasks``),
@@ -378,9 +398,12 @@ class Pipeline:
 
     def _policy(self, actor: str, temperature: float | None, label: str) -> PolicySpec:
         """What a rollout of the folder ``actor`` runs (:func:`webrl.policies.actor_service.rollout_policy`), with the
-        wait for the actor service to serve it shown as progress."""
+        wait for the actor service to serve it shown as progress. A sampled rollout (``temperature`` given: the
+        training rollouts) loads the actor in ``rollout.sampling_dtype``; a greedy one (evaluation) in the
+        settings' own."""
+        dtype = self.hp.rollout.sampling_dtype if temperature is not None else None
         if not self.settings.rollouts_through_actor:
-            return rollout_policy(self.settings, actor, temperature)
+            return rollout_policy(self.settings, actor, temperature, dtype)
         waiting = f"{label}: actor service loads {Path(actor).name}"
         self.on_progress(waiting, 0, 1)
         policy = rollout_policy(self.settings, actor, temperature)

@@ -7,7 +7,7 @@ throughout. Reporting only, except :func:`failed_task_keys`, which the next phas
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
@@ -17,12 +17,22 @@ from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.method.rewards import is_success
 
+if TYPE_CHECKING:
+    from webrl.orchestration.evaluate import TaskScore
+
 
 def evaluation_metrics(settings: Settings, trajectory_ids: list[int]) -> dict[str, Any]:
     """Success overall and per site, and the solved task keys, from one read of the trajectories."""
-    from webrl.orchestration.evaluate import solved_task_keys, success_by_site, trajectory_scores
+    from webrl.orchestration.evaluate import trajectory_scores
 
-    scores = trajectory_scores(settings, trajectory_ids)
+    return metrics_of_scores(trajectory_scores(settings, trajectory_ids))
+
+
+def metrics_of_scores(scores: list[TaskScore]) -> dict[str, Any]:
+    """Success overall and per site, and the solved task keys, of per-task scores (episodes or a stored
+    evaluation: :mod:`webrl.orchestration.stored_evaluation`)."""
+    from webrl.orchestration.evaluate import solved_task_keys, success_by_site
+
     by_site = success_by_site(scores)
     n, overall = by_site.pop("overall")
     return {"success": overall, "n": n, **{f"success_{site}": rate for site, (_, rate) in sorted(by_site.items())},

@@ -109,12 +109,15 @@ def _wait_for(settings: Settings, wanted: str, path: str, timeout_s: float, hint
     return wanted
 
 
-def rollout_policy(settings: Settings, actor: str, temperature: float | None = None) -> PolicySpec:
+def rollout_policy(settings: Settings, actor: str, temperature: float | None = None,
+                   dtype: str | None = None) -> PolicySpec:
     """What a rollout of the actor folder ``actor`` runs: the actor service once it reports serving ``actor``
     (``Settings.rollouts_through_actor``, the distributed default: every step of every episode is then a batched
     ``POST /v1/act``), else the folder loaded by the rollout job itself. ``temperature`` None: the serving
-    default (greedy unless ``WEBRL_ACTOR__TEMPERATURE`` says otherwise)."""
+    default (greedy unless ``WEBRL_ACTOR__TEMPERATURE`` says otherwise). ``dtype``: the dtype the rollout job loads the
+    folder in (:class:`~webrl.wire.contracts.CheckpointSpec`; None: ``models.dtype``); an actor service serves in its
+    own."""
     if not settings.rollouts_through_actor:
-        return CheckpointSpec(path=actor, temperature=temperature)
+        return CheckpointSpec(path=actor, temperature=temperature, dtype=dtype)
     serve_checkpoint(settings, actor, settings.actor.reload_timeout_s)
     return EndpointSpec(temperature=temperature)

@@ -46,9 +46,11 @@ def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> P
 
         return OraclePolicy(corrupt=spec.corrupt, seed=spec.seed)
     if isinstance(spec, CheckpointSpec):
+        from webrl.models.loading import with_dtype
         from webrl.models.model_policies import LocalModelPolicy
 
-        return LocalModelPolicy(spec.path, settings, temperature=spec.temperature)
+        loading = with_dtype(settings, spec.dtype) if spec.dtype is not None else settings
+        return LocalModelPolicy(spec.path, loading, temperature=spec.temperature)
     from webrl.models.model_policies import ActorEndpointPolicy
 
     return ActorEndpointPolicy(spec.url or settings.actor.url, settings, temperature=spec.temperature)

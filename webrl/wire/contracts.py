@@ -71,6 +71,9 @@ class CheckpointSpec(Contract):
     kind: Literal["checkpoint"] = "checkpoint"
     path: str = Field(min_length=1, description="A Hugging Face folder (full model or LoRA adapter).")
     temperature: float | None = Field(None, ge=0.0, description="None: WEBRL_ACTOR__TEMPERATURE (greedy).")
+    dtype: Literal["float32", "bfloat16", "auto"] | None = Field(
+        None, description="The dtype the worker loads the folder in for this rollout; None: WEBRL_MODELS__DTYPE; "
+        "auto: bfloat16 where the hardware computes it natively, else float32.")
 
 
 class EndpointSpec(Contract):

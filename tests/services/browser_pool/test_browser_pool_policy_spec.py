@@ -73,3 +73,23 @@ def test_checkpoint_paths_must_be_model_folders_a_request_may_name(tmp_path):
             policy_from_spec({"kind": "checkpoint", "path": path}, settings)
     check_policy_spec(CheckpointSpec(path=str(SHIPPED_MODELS / "actor-sft")), settings)
     check_policy_spec(CheckpointSpec(path=str(tmp_path)), settings.replace(actor={"model": str(tmp_path)}))
+
+
+@pytest.mark.parametrize(("dtype", "loaded"), [(None, "float32"), ("bfloat16", "bfloat16"), ("float32", "float32"),
+                                               ("auto", "native")])
+def test_a_checkpoint_spec_names_the_dtype_its_folder_loads_in(tmp_path, dtype, loaded):
+    """Sampled training rollouts may load the actor in bf16 (``rollout.sampling_dtype``) while evaluation keeps the
+    settings' fp32: the spec's dtype wins over WEBRL_MODELS__DTYPE for that rollout alone; ``auto`` is bf16 where the
+    hardware computes it natively."""
+    import torch
+
+    from webrl.models.loading import native_bf16
+    from webrl.serving.paths import SHIPPED_MODELS
+
+    settings = Settings(home=tmp_path / "home", _env_file=None)
+    policy = policy_from_spec({"kind": "checkpoint", "path": str(SHIPPED_MODELS / "actor-sft"), "dtype": dtype},
+                              settings)
+    if loaded == "native":
+        loaded = "bfloat16" if native_bf16() else "float32"
+    assert policy.backend.model.dtype == getattr(torch, loaded)
+    assert settings.models.dtype == "float32"  # the settings themselves are left as they were

@@ -51,19 +51,10 @@ def _assert_tensorboard_curves(settings: Settings, steps: int) -> None:
 
 
 @pytest.fixture
-def world(smoke_home: Any, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def world(smoke_world: Settings) -> Settings:
     """The settings of the session's smoke run (tests/webrl/conftest.py: ``webrl train --preset smoke --demo-tasks 3
     --screenshots``, then ``webrl eval`` on 2 tasks), with its environment for the commands this test runs."""
-    from webrl.config import get_settings
-    from webrl.wire.queue import configure
-
-    for var in ("WEBRL_DATABASE__URL", "WEBRL_JOBS__BROKER_URL", "WEBRL_SECURITY__API_KEY"):
-        monkeypatch.delenv(var, raising=False)
-    for var, value in smoke_home.env.items():
-        monkeypatch.setenv(var, value)
-    get_settings.cache_clear()
-    configure(get_settings())
-    return get_settings()
+    return smoke_world
 
 
 def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, smoke_home: Any,

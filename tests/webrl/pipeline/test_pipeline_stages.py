@@ -70,3 +70,18 @@ def test_the_failed_tasks_are_the_runs_orms_failures_only(settings: Settings) ->
         rows = repo.trajectories_for_phase(s, 1, run_id=m.NO_RUN)
         # t/1 failed only by a later ORM's judgement, t/2 was never judged by the run's ORM: neither failed
         assert failed_task_keys(rows, "orm-run") == ["t/0"]
+
+
+def test_training_rollouts_sample_in_the_presets_dtype_and_evaluation_in_the_settings(settings: Settings) -> None:
+    """cpu-demo samples its training rollouts in bf16 where the CPU computes it natively (``auto``); its greedy
+    evaluations load the actor in the settings' dtype (fp32), whose results reproduce (webrl.store.evaluations)."""
+    from webrl.method.presets import PRESETS
+    from webrl.wire.contracts import CheckpointSpec
+
+    upgrade(settings)
+    pipeline = Pipeline(settings, PipelineOptions(run="dtypes", hyperparams=PRESETS["cpu-demo"]))
+    sampled = pipeline._policy("actor", 0.7, "phase 1: rollout")
+    greedy = pipeline._policy("actor", None, "phase 1: evaluate")
+    assert isinstance(sampled, CheckpointSpec) and isinstance(greedy, CheckpointSpec)
+    assert (sampled.dtype, sampled.temperature) == ("auto", 0.7)
+    assert (greedy.dtype, greedy.temperature) == (None, None)

@@ -1,0 +1,77 @@
+"""The start actor's evaluation, read back when nothing it depends on has changed (:mod:`webrl.store.evaluations`).
+
+Every run evaluates its start actor on the test tasks first (phase 0), and with the shipped SFT actor that is the
+same greedy evaluation each time: on 2 cores a quarter of an hour or more. The pipeline looks it up by its content
+key (:func:`start_key`, :func:`stored_scores`) and runs it only when no stored one matches; a run that does run it
+stores it for the next (:func:`store_if_complete`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from sqlalchemy import select
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db import repository as repo
+from webrl.db.session import session_scope
+from webrl.method.hyperparams import Rollout
+from webrl.orchestration.evaluate import TaskScore
+from webrl.store.evaluations import EvaluationKey, TaskResult, evaluation_key, find, is_storable, save
+
+log = logging.getLogger(__name__)
+
+
+def key_for(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout) -> EvaluationKey:
+    """The content key of a greedy evaluation of ``actor`` on the test tasks ``keys`` (in that order)."""
+    with session_scope(settings) as s:
+        configs = {t.key: t.config or {} for t in repo.tasks_where(s, split="test")}
+    missing = [k for k in keys if k not in configs]
+    if missing:
+        raise ValueError(f"not test tasks of the suite: {', '.join(missing[:5])}")
+    return evaluation_key(settings, Path(actor), [(k, configs[k]) for k in keys], rollout)
+
+
+def task_results(settings: Settings, trajectory_ids: list[int]) -> dict[str, TaskResult]:
+    """Each evaluated task's :class:`TaskResult` from its episode among ``trajectory_ids``, read in one query."""
+    with session_scope(settings) as s:
+        rows = s.execute(select(m.Task.key, m.Task.site, m.TrajectoryRow.env_score, m.TrajectoryRow.n_steps)
+                         .join(m.Task).where(m.TrajectoryRow.id.in_(trajectory_ids))).all()
+    return {key: TaskResult(site=site, score=float(score or 0.0), steps=steps) for key, site, score, steps in rows}
+
+
+def store_trajectories(settings: Settings, key: EvaluationKey, trajectory_ids: list[int], seconds: float,
+                       folder: Path | None = None) -> Path:
+    """Store the evaluation episodes ``trajectory_ids`` (one per task of the key) under ``key``."""
+    results = task_results(settings, trajectory_ids)
+    if len(results) != key.n_tasks or len(trajectory_ids) != key.n_tasks:
+        raise ValueError(f"{len(trajectory_ids)} episodes of {len(results)} tasks; the key names {key.n_tasks} tasks")
+    return save(settings, key, results, seconds, folder)
+
+
+def start_key(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout) -> EvaluationKey | None:
+    """:func:`key_for` when ``actor`` is a model folder whose evaluation can be stored (fp32), else None."""
+    from webrl.models.folders import is_model_folder
+
+    if not is_model_folder(Path(actor)):
+        return None
+    key = key_for(settings, actor, keys, rollout)
+    return key if is_storable(key) else None
+
+
+def stored_scores(settings: Settings, key: EvaluationKey, keys: list[str]) -> list[TaskScore] | None:
+    """The per-task scores of the evaluation stored under ``key``, in the order of ``keys``; None when none is."""
+    stored = find(settings, key)
+    if stored is None:
+        return None
+    return [TaskScore(k, stored.results[k].site, stored.results[k].score) for k in keys]
+
+
+def store_if_complete(settings: Settings, key: EvaluationKey, trajectory_ids: list[int], seconds: float) -> Path | None:
+    """Store the episodes under ``key`` when they are one per task of it; a partial evaluation is never stored."""
+    if len(task_results(settings, trajectory_ids)) != key.n_tasks or len(trajectory_ids) != key.n_tasks:
+        log.warning("evaluation not stored: %d episodes for the key's %d tasks", len(trajectory_ids), key.n_tasks)
+        return None
+    return store_trajectories(settings, key, trajectory_ids, seconds)
