@@ -70,15 +70,17 @@ class StorageStateRefused(EpisodeCrashed):
 def storage_state_file(task: TaskConfig, settings: Settings) -> StorageState | None:
     """The task's login file inside the artifacts store (``./.auth/shopping_state.json`` is
     ``<artifacts>/.auth/shopping_state.json``), read and checked, or None when the task names none or it does not
-    exist there. Raises :class:`StorageStateRefused` for a path that leaves the store or a file that is no login
-    file."""
+    exist there. Raises :class:`StorageStateRefused` for a path that leaves the store, a folder, or a file that is
+    no login file."""
     if not task.storage_state:
         return None
     try:
         path = confined_path(settings, task.storage_state, "storage_state")
     except PathOutsideArtifacts as exc:
         raise StorageStateRefused(str(exc)) from None
-    if not path.is_file():
+    if path.exists() and not path.is_file():  # a folder (or a device): no login file, and no silent "no login"
+        raise StorageStateRefused(f"storage_state: {task.storage_state!r} is not a file")
+    if not path.exists():
         return None
     try:
         return read_storage_state(path)

@@ -15,7 +15,9 @@ browser's stock: the fence for what no in-browser hook sees (a worker's WebSocke
 With ``WEBRL_BROWSER__CDP_URL`` the browsers are not launched here: each slot connects to a fresh Chromium on a
 browser server (``webrl browser serve``, :mod:`webrl.serving.browser_server`), so Chromium can run in a pod without the
 pool's secrets and network; a lost connection is a dead browser, and the server kills the browser when the
-connection goes; there the server's proxy applies the server's allow-list (docs/security.md).
+connection goes. The connection names the allow-list of the browser's stock (``ALLOWED_HOSTS_HEADER``), which the
+server's proxy for that browser applies narrowed to the server's own list, so a remote browser is as narrow as a
+launched one (docs/security.md); an episode with another list gets a browser connected with that list.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from playwright.async_api import Browser, Playwright, async_playwright
 from services.browser_pool.stock import ContextStock
 from webrl.config import Settings
 from webrl.safety.allow_list_proxy import AllowListProxy
-from webrl.serving.browser_server import CHROMIUM_ARGS
+from webrl.serving.browser_server import ALLOWED_HOSTS_HEADER, CHROMIUM_ARGS
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ class BrowserSlot:
     browser: Browser | None = None
     stock: ContextStock | None = None
     proxy: AllowListProxy | None = None  # a launched browser's allow-list proxy (none on a browser server)
+    allowed: list[str] | None = None  # the allow-list its browser (and its proxy, here or on the server) follows
     launches: int = 0
     episodes: int = 0
     crashed: bool = field(default=False)
@@ -106,19 +109,18 @@ class BrowserPool:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _launch(self, slot: BrowserSlot) -> None:
+    async def _launch(self, slot: BrowserSlot, allowed: list[str] | None = None) -> None:
         """Launch the slot's Chromium, or, with ``browser.cdp_url``, connect to a fresh one on a browser server
-        (``webrl.serving.browser_server``: Chromium in a pod of its own, which ends when the connection does)."""
+        (``webrl.serving.browser_server``: Chromium in a pod of its own, which ends when the connection does); its
+        proxy follows ``allowed`` (default: the configured list)."""
         assert self._playwright is not None
+        allowed = list(allowed if allowed is not None else self.settings.host_allow_list())
         if self.settings.browser.cdp_url:
-            token = self.settings.browser.cdp_token
-            browser = await self._playwright.chromium.connect_over_cdp(
-                self.settings.browser.cdp_url, timeout=LAUNCH_TIMEOUT_MS,
-                headers={"Authorization": f"Bearer {token}"} if token else None)
+            browser = await self._connect(allowed)
         else:
             if slot.proxy is None:
-                slot.proxy = await AllowListProxy(self.settings.host_allow_list()).start()
-            slot.proxy.set_allowed(self.settings.host_allow_list())
+                slot.proxy = await AllowListProxy(allowed).start()
+            slot.proxy.set_allowed(allowed)
             browser = await self._playwright.chromium.launch(
                 executable_path=self.settings.browser.chromium_path,
                 args=[*CHROMIUM_ARGS, *slot.proxy.chromium_args(), slot.marker],
@@ -134,16 +136,32 @@ class BrowserPool:
         browser.on("disconnected", _on_disconnect)
         slot.browser, slot.crashed = browser, False
         slot.launches += 1
-        slot.stock = await ContextStock.open(browser, self.settings.host_allow_list(), warm=self.warm)
+        slot.allowed = allowed
+        slot.stock = await ContextStock.open(browser, allowed, warm=self.warm)
+
+    async def _connect(self, allowed: list[str]) -> Browser:
+        """A fresh browser on the browser server, its proxy told ``allowed`` (the server narrows its own list to it)."""
+        assert self._playwright is not None
+        token = self.settings.browser.cdp_token
+        headers = {ALLOWED_HOSTS_HEADER: ",".join(allowed)} | ({"Authorization": f"Bearer {token}"} if token else {})
+        return await self._playwright.chromium.connect_over_cdp(self.settings.browser.cdp_url, headers=headers,
+                                                                timeout=LAUNCH_TIMEOUT_MS)
 
     async def stock(self, slot: BrowserSlot, allowed: list[str]) -> ContextStock:
-        """The leased ``slot``'s stock of contexts for ``allowed`` (replacing one made for another list)."""
+        """The leased ``slot``'s stock of contexts for ``allowed`` (replacing one made for another list). A browser
+        on a server is connected anew for another list: the server fixes a browser's list when it starts it."""
         assert slot.browser is not None
         if slot.stock is None or slot.stock.allowed != list(allowed):
+            if self.settings.browser.cdp_url and slot.allowed != list(allowed):
+                await self._discard(slot)
+                await self._launch(slot, allowed)
+                assert slot.stock is not None
+                return slot.stock
             if slot.stock is not None:
                 await slot.stock.close()
             if slot.proxy is not None:
                 slot.proxy.set_allowed(allowed)
+            slot.allowed = list(allowed)
             slot.stock = await ContextStock.open(slot.browser, allowed, warm=self.warm)
         return slot.stock
 
@@ -157,7 +175,7 @@ class BrowserPool:
                 self.restarts += 1
                 log.warning("replacing dead browser %d (restart %d)", slot.index, self.restarts)
                 await self._discard(slot)
-                await self._launch(slot)
+                await self._launch(slot, slot.allowed)
         except BaseException:
             self._free.put_nowait(slot)
             raise

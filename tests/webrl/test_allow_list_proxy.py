@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from webrl.safety.allow_list import authority
+from webrl.safety.allow_list import authority, host_allowed, narrowed
 from webrl.safety.allow_list_proxy import AllowListProxy
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the listener fixture runs on
@@ -129,3 +129,19 @@ async def test_authority_reads_host_and_port_as_the_browser_does():
     assert authority("[::1]:8080") == ("[::1]", 8080)
     for bad in ("127.0.0.1", "127.0.0.1:0", "127.0.0.1:99999", "a@b:1", "a/b:1", "a\\b:1", ":80", "a:80x", "[::1:80"):
         assert authority(bad) is None, bad
+
+
+@pytest.mark.parametrize(("requested", "ceiling"), [
+    (["a:1", "b", "c", "d:4", "[::1]"], ["a", "b:2", "c", "e", "[::1]:9"]),
+    (["A:1 ", "b"], ["a:1", "a:2", "B"]),
+    (["evil", "evil:1"], ["a"]),
+    ([], ["a", "b:2"]),
+])
+async def test_a_narrowed_list_allows_exactly_what_both_lists_allow(requested, ceiling):
+    """A browser server's list narrowed to a connection's (``narrowed``): never a host or port the server's list
+    does not allow, and nothing both allow is lost."""
+    kept = narrowed(requested, ceiling)
+    for host in ("a", "b", "c", "d", "e", "evil", "[::1]"):
+        for port in (1, 2, 4, 9, 80):
+            both = host_allowed(host, port, requested) and host_allowed(host, port, ceiling)
+            assert host_allowed(host, port, kept) == both, (host, port, kept)

@@ -111,6 +111,13 @@ def test_db_upgrade_never_prints_the_password(settings: Settings, postgres_url: 
     assert "s3cr" not in line
 
 
+def test_db_upgrade_masks_the_password_field_not_its_letters_elsewhere(settings: Settings) -> None:
+    """A one-letter password once turned libpq's "invalid port number" into "invalid ***ort number"."""
+    line = _one_line_error(_run(settings, "db", "upgrade",
+                                env={"WEBRL_DATABASE__URL": "postgresql+psycopg://postgres:p@127.0.0.1:70000/test"}))
+    assert 'invalid port number: "70000"' in line and "postgres:***@127.0.0.1:70000" in line, line
+
+
 @pytest.mark.parametrize(("url", "problem"), [
     ("notascheme://", "unknown database dialect or driver"),
     ("postgresql+psycopg://webrl:s3cret-pw@127.0.0.1:notaport/webrl", "its port is not a number"),

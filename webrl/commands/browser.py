@@ -23,7 +23,8 @@ def register(app: typer.Typer) -> None:
         """A fresh Chromium (WEBRL_BROWSER__CHROMIUM_PATH, Playwright's switches) for each WebSocket connection, relayed
         over CDP, gone with its profile when the connection closes; point WEBRL_BROWSER__CDP_URL at ws://HOST:PORT/.
         Connections from web pages (an Origin header) and, with WEBRL_BROWSER__CDP_TOKEN, without it are refused.
-        The browsers reach only WEBRL_SECURITY__ALLOWED_HOSTS (else the configured sites), through a proxy each."""
+        The browsers reach only WEBRL_SECURITY__ALLOWED_HOSTS (else the configured sites), narrowed to the list a
+        connection names (the pool names its episode's), through a proxy each."""
         import asyncio
 
         from webrl.serving.browser_server import UnguardedBrowserServer, run, unguarded_bind_problem

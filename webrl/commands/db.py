@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         from webrl.db.migrate import shown_url
         from webrl.db.migrate import upgrade as run_upgrade
         from webrl.errors import UserError
+        from webrl.safety.credentials import mask_password
 
         settings = get_settings()
         assert settings.database.url is not None
@@ -27,8 +28,7 @@ def register(app: typer.Typer) -> None:
             run_upgrade(settings, revision)
         except OperationalError as exc:
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-            password = make_url(settings.database.url).password
-            reason = reason.replace(str(password), "***") if password else reason
+            reason = mask_password(reason, settings.database.url)  # the field, not its letters in other words
             raise UserError(f"cannot reach the database at {where}: {reason} (WEBRL_DATABASE__URL)") from None
         except ModuleNotFoundError as exc:  # the URL's dialect is known, its driver is not installed
             driver = make_url(settings.database.url).drivername

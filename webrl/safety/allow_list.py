@@ -57,6 +57,31 @@ def host_allowed(host: str, port: int, allowed: list[str]) -> bool:
     return f"{host.lower()}:{port}" in wanted or host.lower() in wanted
 
 
+def _entry(entry: str) -> tuple[str, int | None]:
+    """An allow-list entry as ``(host, port)``, port None for a bare host (any port)."""
+    head, sep, port = entry.rpartition(":")
+    if sep and head and port.isdigit():
+        return head, int(port)
+    return entry, None
+
+
+def narrowed(requested: list[str], ceiling: list[str]) -> list[str]:
+    """The hosts both ``requested`` and ``ceiling`` allow, as entries (never a host:port that ``ceiling`` does not
+    allow): a browser server's list narrowed to an episode's. A bare host on one list and ``host:port`` on the other
+    give ``host:port``; a bare host on both stays bare."""
+    bound = [c.strip().lower() for c in ceiling if c.strip()]
+    kept: list[str] = []
+    for entry in (r.strip().lower() for r in requested if r.strip()):
+        host, port = _entry(entry)
+        if port is not None:
+            kept += [entry] if host_allowed(host, port, bound) else []
+        elif host in bound:
+            kept.append(host)
+        else:
+            kept += [c for c in bound if _entry(c)[0] == host and _entry(c)[1] is not None]
+    return list(dict.fromkeys(kept))
+
+
 def authority(target: str) -> tuple[str, int] | None:
     """``host:port`` (a proxy's ``CONNECT`` target) read as Chromium reads a URL's host, or None unless it is
     exactly a host and a port (no user, path, query or fragment): ``(host, port)``, IPv6 hosts in brackets."""
@@ -113,11 +138,36 @@ def origin(url: str) -> str:
 
 def endpoint_problem(url: str, endpoints: list[str]) -> str | None:
     """Why a request may not send a service to ``url``, or None when it may (same origin as one of
-    ``endpoints``, the configured ones: ``Settings.endpoint_allow_list``)."""
-    wanted = origin(url)
-    if not wanted:
+    ``endpoints``, the configured ones: ``Settings.endpoint_allow_list``).
+
+    The URL is read as the browser's URLs are (:func:`browser_url`) and as :func:`origin` reads it; user info or a
+    backslash (which the two read differently: ``http://127.0.0.1:1\\@actor:8102``) has no honest use in a base
+    URL and is refused, and so is any URL the two readings take to different servers."""
+    parsed = browser_url(url.strip())
+    if parsed is None or parsed.protocol.removesuffix(":") not in START_SCHEMES or not parsed.hostname:
         return f"{url!r} is not an http(s) URL"
+    if "\\" in url or parsed.username or parsed.password:
+        return f"{_masked(url, parsed)!r} carries user info or a backslash; give the endpoint as scheme://host:port/path"
+    wanted = origin(url)
+    if wanted != _whatwg_origin(parsed):
+        return f"{url!r} is read as two different servers ({wanted or 'none'} and {_whatwg_origin(parsed)})"
     if wanted not in {origin(e) for e in endpoints}:
         return (f"{url!r} is not a configured endpoint (configured: {sorted(set(map(origin, endpoints)))}; "
                 "add it to WEBRL_SECURITY__ALLOWED_ENDPOINTS)")
     return None
+
+
+def _whatwg_origin(parsed: URL) -> str:
+    """:func:`origin`'s spelling of a WHATWG-parsed http(s) URL (IPv6 hosts without brackets)."""
+    scheme = parsed.protocol.removesuffix(":")
+    port = int(parsed.port) if parsed.port else DEFAULT_PORTS[scheme]
+    return f"{scheme}://{parsed.hostname.strip('[]')}:{port}".lower()
+
+
+def _masked(url: str, parsed: URL) -> str:
+    """``url`` for an error message: as given, or (when it carries a password) its href with the password masked."""
+    if not parsed.password:
+        return url
+    masked = URL(parsed.href)
+    masked.password = "***"
+    return masked.href

@@ -19,10 +19,12 @@ Off loopback the server will not start without a credential (:func:`start`). ``m
 admitted connections can start.
 
 Each browser sends all its traffic, loopback included, through an allow-list proxy of its own
-(:class:`~webrl.safety.allow_list_proxy.AllowListProxy`) with the server's allow-list (``webrl browser serve`` takes
-``WEBRL_SECURITY__ALLOWED_HOSTS``, else the configured sites): the pool's in-browser fences narrow it per episode
-for what they see, and the proxy holds for what they do not (a worker's WebSocket), so such a socket reaches no
-host off the server's list, this server's port and the browsers' DevTools ports included.
+(:class:`~webrl.safety.allow_list_proxy.AllowListProxy`). Its list is the one the connection names in
+:data:`ALLOWED_HOSTS_HEADER` (the pool sends its episode's list) narrowed to the server's allow-list
+(``webrl browser serve`` takes ``WEBRL_SECURITY__ALLOWED_HOSTS``, else the configured sites): a connection can
+narrow the list, never widen it; one that names none gets the server's. So what the pool's in-browser fences do
+not see (a worker's WebSocket) reaches only hosts on both lists, never this server's port nor the browsers' DevTools
+ports unless the server lists them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from webrl.errors import UserError
+from webrl.safety.allow_list import narrowed
 from webrl.safety.allow_list_proxy import AllowListProxy, until_either_ends
 from webrl.serving.factory import is_loopback
 
@@ -66,6 +69,9 @@ DEVTOOLS_LISTENING = re.compile(rb"DevTools listening on (ws://\S+)")
 #: Switches of Playwright's launch that belong to that launch only: its pipe, its profile, the marker.
 OWN_SWITCHES = ("--remote-debugging-pipe", "--user-data-dir=", "--webrl-browser-server=")
 TRY_AGAIN_LATER = 1013  # WebSocket close code: the server is at max_browsers
+#: The handshake header a client names its browser's allow-list in (entries separated by commas); the browser gets
+#: the part of it the server's own list allows (:func:`~webrl.safety.allow_list.narrowed`).
+ALLOWED_HOSTS_HEADER = "X-WebRL-Allowed-Hosts"
 
 
 async def playwright_command(chromium_path: str) -> list[str]:
@@ -92,7 +98,7 @@ class UnguardedBrowserServer(UserError):
 
 class BrowserServer:
     """Serves :meth:`handle`: one fresh Chromium per admitted connection (:meth:`admit`), at most ``max_browsers``
-    at once, each reaching only ``allowed`` (through a proxy of its own)."""
+    at once, each reaching only what ``allowed`` and the connection's own list allow (through a proxy of its own)."""
 
     def __init__(self, command: list[str], max_browsers: int, token: str | None = None, *,
                  allowed: list[str]) -> None:
@@ -111,6 +117,14 @@ class BrowserServer:
             return self._refuse(connection, 401, "no valid credential (Authorization: Bearer WEBRL_BROWSER__CDP_TOKEN)")
         return None
 
+    def allowed_for(self, request: Request | None) -> list[str]:
+        """The list a connection's browser reaches: the one its handshake names (:data:`ALLOWED_HOSTS_HEADER`)
+        narrowed to the server's, or the server's when it names none."""
+        named = request.headers.get_all(ALLOWED_HOSTS_HEADER) if request is not None else []
+        if not named:
+            return list(self.allowed)
+        return narrowed([entry for value in named for entry in value.split(",")], self.allowed)
+
     def _refuse(self, connection: ServerConnection, status: int, why: str) -> Response:
         self.refused += 1
         log.warning("refused a connection from %s: %s", connection.remote_address, why)
@@ -120,7 +134,7 @@ class BrowserServer:
         if len(self.browsers) >= self.max_browsers:
             await client.close(TRY_AGAIN_LATER, f"{self.max_browsers} browsers running")
             return
-        proxy = await AllowListProxy(self.allowed).start()
+        proxy = await AllowListProxy(self.allowed_for(client.request)).start()
         self.proxies.add(proxy)
         profile = tempfile.mkdtemp(prefix="webrl-chromium-")
         try:
@@ -138,7 +152,8 @@ class BrowserServer:
         try:
             endpoint = await asyncio.wait_for(_devtools_endpoint(proc.stderr), START_TIMEOUT_S)
             drain = asyncio.ensure_future(_drain(proc.stderr))
-            log.info("browser %d for %s (%d running)", proc.pid, client.remote_address, len(self.browsers))
+            log.info("browser %d for %s reaching %s (%d running)", proc.pid, client.remote_address, proxy.allowed,
+                     len(self.browsers))
             async with connect(endpoint, max_size=None, ping_interval=None, compression=None) as browser:
                 await _relay(client, browser)
         finally:
@@ -204,8 +219,8 @@ def unguarded_bind_problem(host: str, token: str | None) -> str | None:
 async def start(host: str, port: int, chromium_path: str, max_browsers: int, token: str | None = None, *,
                 allowed: list[str]) -> tuple[Server, BrowserServer]:
     """A listening browser server (``port`` 0: any free port, see ``server.sockets``); ``token``: the credential
-    a connection must carry; ``allowed``: the hosts its browsers may reach. Raises :class:`UnguardedBrowserServer`
-    off loopback without a credential."""
+    a connection must carry; ``allowed``: the most its browsers may reach (a connection may name a narrower list,
+    :data:`ALLOWED_HOSTS_HEADER`). Raises :class:`UnguardedBrowserServer` off loopback without a credential."""
     if problem := unguarded_bind_problem(host, token):
         raise UnguardedBrowserServer(problem)
     browsers = BrowserServer(await playwright_command(chromium_path), max_browsers, token or None, allowed=allowed)

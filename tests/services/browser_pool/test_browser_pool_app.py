@@ -82,6 +82,21 @@ def test_validation_errors_name_the_field(client, fixture_url, make_task):
     assert client.delete("/v1/episodes/nope").status_code == 404
 
 
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:18999\\@127.0.0.1:8102",  # urlsplit: the actor's port; a WHATWG reader: port 18999
+    "http://user:secret@127.0.0.1:8102",
+    "http://user@127.0.0.1:8102",
+    "http://127.0.0.1:8102/v1\\act",
+])
+def test_an_endpoint_url_with_user_info_or_a_backslash_is_a_422_naming_policy(client, url):
+    """The configured actor (http://127.0.0.1:8102) read one way, another server read another: no honest url
+    carries either, so the rollout is refused before any job starts."""
+    reply = client.post("/v1/rollouts", json={"task_keys": ["k"], "policy": {"kind": "endpoint", "url": url}})
+    assert reply.status_code == 422, reply.text
+    error = reply.json()["error"]
+    assert error["fields"][0]["field"] == "policy" and "url" in error["message"], error
+
+
 def test_start_urls_are_checked_by_the_pool(client, fixture_url, outside, make_task):
     """The pool itself refuses non-http(s) start URLs (422 naming the field) and blocks a start URL that
     redirects off the allow-list (noted in the observation)."""
@@ -162,6 +177,16 @@ def test_storage_state_is_read_from_the_artifacts_store_only(client, pool_settin
                                                                  storage_state="./.auth/none.json").to_json()})
     assert inside.status_code == 200, inside.text  # inside the store and absent: the sandbox login, as before
     client.delete(f"/v1/episodes/{inside.json()['episode_id']}")
+
+
+@pytest.mark.parametrize("path", ["./.auth/folder", "./.auth/folder/"])
+def test_a_folder_as_storage_state_is_a_422_naming_it(client, pool_settings, fixture_url, make_task, path):
+    """A folder in the store is no login file: refused like a malformed one, not opened without a login."""
+    (pool_settings.artifacts_dir / ".auth" / "folder").mkdir(parents=True, exist_ok=True)
+    task = make_task(f"{fixture_url}/next.html", storage_state=path).to_json()
+    reply = client.post("/v1/episodes", json={"task": task})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"]["fields"][0]["field"] == "task.storage_state"
 
 
 def test_an_abandoned_episode_expires_and_frees_its_browser(pool_settings, fixture_url, make_task):

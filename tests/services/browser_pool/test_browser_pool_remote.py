@@ -250,3 +250,45 @@ async def test_a_remote_workers_web_socket_reaches_only_the_servers_allow_list(b
     finally:
         server.allowed = server.allowed[:-1]
     assert asked == ["/"]
+
+
+async def test_a_remote_browser_reaches_only_what_both_the_server_and_the_episode_list(
+        browser_server, remote_settings, fixture_url, socket_listener, make_task):
+    """The pool names the episode's allow-list when it connects; the server's proxy for that browser takes the
+    intersection with the server's own list. A worker's WebSocket (which no in-browser fence sees) to a loopback
+    port on the server's list but off the episode's never connects; nor does one on the episode's list but off the
+    server's (the episode cannot widen the server's list); on both, it connects."""
+    url, asked = socket_listener
+    host = url.split("//")[1].rstrip("/")
+    server = browser_server[1]
+    page = f"{fixture_url}/subresources.html?ws={quote(url)}&in=worker"
+    episode_lists = remote_settings.replace(security={"allowed_hosts": [*remote_settings.security.allowed_hosts, host]})
+
+    async def worker_socket(settings: Settings, pool_settings: Settings | None = None) -> tuple[str, list[str]]:
+        """The page's text and what the server's proxies refused, with the episode open."""
+        async with BrowserPool(pool_settings or settings, size=1) as remote:
+            episode = await BrowserEpisode.open(remote, make_task(page), settings)
+            try:
+                await episode.active.wait_for_function("/socket: (closed|said)/.test(document.body.innerText)")
+                html = (await episode.refresh()).observation.html
+                return html, [target for proxy in server.proxies for target in proxy.refused]
+            finally:
+                await episode.close()
+
+    server.allowed = [*server.allowed, host]
+    try:
+        # the server and the pool list the port, the episode does not: the pool connects anew with its list
+        html, refused = await worker_socket(remote_settings, pool_settings=episode_lists)
+        assert "socket: closed" in html and "said" not in html, html
+        assert asked == [] and any(host in target for target in refused), refused
+    finally:
+        server.allowed = server.allowed[:-1]
+    html, refused = await worker_socket(episode_lists)  # the episode lists it, the server does not
+    assert "socket: closed" in html and "said" not in html and asked == [], html
+    assert any(host in target for target in refused), refused
+    server.allowed = [*server.allowed, host]
+    try:
+        assert "socket: said" in (await worker_socket(episode_lists))[0]  # both list it
+    finally:
+        server.allowed = server.allowed[:-1]
+    assert asked == ["/"]

@@ -15,6 +15,7 @@ from webrl.db import models as m
 from webrl.db.repository import save_trajectory, upsert_task
 from webrl.db.session import session_scope
 from webrl.models.critic import encode_states
+from webrl.serving.paths import SHIPPED_MODELS
 from webrl.wire.clients import critic_value
 from webrl.wire.contracts import CriticState, StartState, ValueRequest
 from webrl.wire.queue import dispatch
@@ -61,6 +62,15 @@ def test_bad_requests_get_422(client, body, field) -> None:
     resp = client.post("/v1/critic/value", json=body)
     assert resp.status_code == 422
     assert field in resp.json()["error"]["message"]
+
+
+def test_a_folder_that_is_not_a_saved_critic_gets_422(client) -> None:
+    """The shipped actor's folder is an allowed model folder but holds no critic heads: a bad field, not a 500."""
+    actor = SHIPPED_MODELS / "actor-sft-smollm2"
+    body = {"states": [{"intent": "x", "observation": "<p/>"}], "critic": str(actor)}
+    resp = client.post("/v1/critic/value", json=body)
+    assert resp.status_code == 422, resp.text
+    assert "critic" in resp.json()["error"]["message"] and "not a saved critic" in resp.json()["error"]["message"]
 
 
 def _store_task(settings, key: str, site: str, with_episode: bool) -> None:

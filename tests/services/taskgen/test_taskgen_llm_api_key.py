@@ -93,3 +93,15 @@ def test_another_endpoint_never_gets_the_key(client: TestClient, other) -> None:
                                                     "endpoint": other[0], "model": "other"})
     assert reply.status_code == 200, reply.text
     assert other[1] and {auth for _, auth in other[1]} == {"Bearer EMPTY"}
+
+
+@pytest.mark.parametrize("spelling", ["http://user:pw@{host}/v1", "http://127.0.0.1:1\\@{host}/v1"])
+def test_an_endpoint_with_user_info_or_a_backslash_is_a_422_naming_it(client: TestClient, judge, spelling) -> None:
+    """The judge's origin spelt with user info or a backslash (read as another server by a WHATWG reader) is
+    refused before any request is sent."""
+    endpoint = spelling.format(host=judge[0].removeprefix("http://"))
+    reply = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["p1"], "n": 1, "generator": "llm",
+                                                    "endpoint": endpoint, "model": "judge"})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"]["fields"][0]["field"] == "endpoint"
+    assert judge[1] == []
