@@ -49,3 +49,75 @@ def test_paired_comparison_counts_only_the_shared_tasks() -> None:
     assert comparison.difference == pytest.approx(0.25)
     assert comparison.p_value == 1.0  # 2 * (1 + 3) / 8
     assert comparison.interval[0] <= 0.25 <= comparison.interval[1]
+
+
+def _four_templates_one_flips() -> tuple[list[bool], list[bool], list[str]]:
+    """4 templates of 20 tasks; template "c" goes 0 -> 1 entirely, "a" is solved before and after, "b" and "d"
+    never."""
+    clusters = [name for name in "abcd" for _ in range(20)]
+    before = [c == "a" for c in clusters]
+    after = [c in "ac" for c in clusters]
+    return before, after, clusters
+
+
+def test_the_template_bootstrap_is_as_wide_as_one_flipped_template_of_four() -> None:
+    from webrl.method.paired_stats import cluster_bootstrap_interval
+
+    before, after, clusters = _four_templates_one_flips()
+    # over tasks: 20 gains of 80, d = 0.25 with se sqrt(0.25 * 0.75 / 80) = 0.048: the interval excludes 0
+    low, high = bootstrap_interval(before, after)
+    assert 0.14 < low < 0.18 and 0.32 < high < 0.36
+    # over templates: a resample draws the flipped template k ~ Bin(4, 1/4) times and its difference is 20k / 80;
+    # P(k = 0) = 81/256 > 2.5% and P(k <= 2) = 243/256 < 97.5% < P(k <= 3) = 255/256, so the interval is [0, 3/4]
+    assert cluster_bootstrap_interval(before, after, clusters) == (0.0, 0.75)
+    assert cluster_bootstrap_interval(before, after, clusters, macro=True) == (0.0, 0.75)  # equal sizes: the same
+    assert cluster_bootstrap_interval(before, after, clusters) == cluster_bootstrap_interval(before, after, clusters)
+
+
+def test_the_macro_statistic_weighs_each_template_the_same() -> None:
+    from webrl.method.paired_stats import cluster_bootstrap_interval, macro_rate
+
+    # template A: 3 tasks all gained; template B: 1 task never solved. Pooled d = 3/4, macro d = (1 + 0) / 2.
+    # Resamples: AA, AB/BA, BB with probability 1/4, 1/2, 1/4; pooled 1, 3/4, 0; macro 1, 1/2, 0
+    clusters, before, after = ["A", "A", "A", "B"], [False] * 4, [True, True, True, False]
+    assert macro_rate(after, clusters) == 0.5 and macro_rate(before, clusters) == 0.0
+    assert macro_rate([], []) == 0.0
+    assert cluster_bootstrap_interval(before, after, clusters) == (0.0, 1.0)
+    assert cluster_bootstrap_interval(before, after, clusters, macro=True) == (0.0, 1.0)
+    assert cluster_bootstrap_interval([], [], []) == (0.0, 0.0)
+
+
+def test_many_small_templates_give_about_the_task_bootstrap() -> None:
+    from webrl.method.paired_stats import cluster_bootstrap_interval
+
+    n = 160  # 80 templates of 2 tasks, gains and losses spread over them
+    before = [i % 11 == 0 for i in range(n)]
+    after = [i % 7 == 0 for i in range(n)]
+    clusters = [f"t{i // 2}" for i in range(n)]
+    by_task = bootstrap_interval(before, after)
+    by_template = cluster_bootstrap_interval(before, after, clusters)
+    assert by_task[0] < 0 < by_task[1]
+    assert by_template == (pytest.approx(by_task[0], abs=0.02), pytest.approx(by_task[1], abs=0.02))
+
+
+def test_paired_comparison_with_templates_resamples_templates() -> None:
+    from webrl.method.paired_stats import cluster_bootstrap_interval
+
+    before, after, clusters = _four_templates_one_flips()
+    tasks = [f"t/{i:02d}" for i in range(80)]
+    solved_before = {t for t, b in zip(tasks, before, strict=True) if b}
+    solved_after = {t for t, a in zip(tasks, after, strict=True) if a}
+    by_task = paired_comparison(tasks, solved_before, solved_after)
+    by_template = paired_comparison(tasks, solved_before, solved_after,
+                                    template_of=dict(zip(tasks, clusters, strict=True)))
+    assert (by_task.unit, by_task.templates, by_task.macro_difference) == ("task", None, None)
+    assert by_task.interval[0] > 0  # the task bootstrap calls one template's flip certain
+    assert (by_template.unit, by_template.templates) == ("template", 4)
+    assert by_template.interval == cluster_bootstrap_interval(before, after, clusters) == (0.0, 0.75)
+    assert by_template.interval_macro == (0.0, 0.75)
+    assert (by_template.macro_before, by_template.macro_after) == (0.25, 0.5)
+    assert by_template.macro_difference == 0.25 and by_template.difference == 0.25
+    assert by_template.gained == tasks[40:60] and by_template.lost == [] == by_task.lost
+    # a task the mapping does not name is a template of its own
+    alone = paired_comparison(tasks[:2], set(), {"t/00"}, template_of={})
+    assert alone.templates == 2 and alone.macro_after == 0.5

@@ -1,0 +1,52 @@
+"""Each test task's intent template and the templates training saw, read from the task table
+(:class:`webrl.method.template_split.TemplateGroups`).
+
+A template is the task's site and ``intent_template_id`` (:func:`webrl.store.template_prior.template_of`); it is
+seen when a train-split task shares it (the curriculum's generated tasks never instantiate a held-out one) and
+held-out otherwise. Tasks without an ``intent_template_id`` (external task files) have no template here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webrl.config import Settings
+from webrl.db import models as m
+from webrl.db import repository as repo
+from webrl.db.session import session_scope
+from webrl.method.rewards import is_success
+from webrl.method.template_split import TemplateGroups
+from webrl.store.template_prior import template_of
+
+
+def _has_template(task: m.Task) -> bool:
+    return (task.config or {}).get("intent_template_id") is not None
+
+
+def template_groups_in(session: Session) -> TemplateGroups:
+    """{test task key: template} and the set of templates of the train split."""
+    tests = {t.key: template_of(t) for t in repo.tasks_where(session, split="test") if _has_template(t)}
+    seen = frozenset(template_of(t) for t in repo.tasks_where(session, split="train") if _has_template(t))
+    return TemplateGroups(template_of=tests, seen=seen)
+
+
+def template_groups(settings: Settings) -> TemplateGroups:
+    """:func:`template_groups_in` in a session of its own."""
+    with session_scope(settings) as s:
+        return template_groups_in(s)
+
+
+def evaluation_solved(settings: Settings, keys: Collection[str], *, phase: int, attempt: int,
+                      run_id: int = m.NO_RUN) -> set[str]:
+    """The tasks of ``keys`` whose evaluation episode (purpose "eval") of ``phase``, ``attempt`` and ``run_id`` the
+    evaluator scored a success (``rewards.is_success``): what ``webrl eval`` just measured for one actor."""
+    with session_scope(settings) as s:
+        rows = s.execute(
+            select(m.Task.key, m.TrajectoryRow.env_score).join(m.Task, m.TrajectoryRow.task_id == m.Task.id)
+            .where(m.TrajectoryRow.purpose == "eval", m.TrajectoryRow.phase == phase,
+                   m.TrajectoryRow.attempt == attempt, m.TrajectoryRow.run_id == run_id,
+                   m.Task.key.in_(list(keys)))).all()
+    return {key for key, score in rows if is_success(float(score or 0.0))}
