@@ -4,7 +4,6 @@ evaluating it again."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
@@ -57,10 +56,9 @@ def store(
         raise typer.BadParameter(f"a {key.dtype} evaluation is not stored: greedy decoding is batch-invariant only "
                                  "in float32 (WEBRL_MODELS__DTYPE=float32)")
     quiet_model_loading()
-    started = time.perf_counter()
     with sandbox_if_needed(settings):
         ids = evaluation_episodes(settings, actor, keys, concurrency=concurrency, max_steps=max_steps)
-    path = store_trajectories(settings, key, ids, time.perf_counter() - started, into)
+    path = store_trajectories(settings, key, ids, into)
     console.print(f"stored: {path}")
 
 

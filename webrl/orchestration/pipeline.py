@@ -199,10 +199,9 @@ class Pipeline:
         scores = stored_scores(self.settings, key, keys) if key is not None else None
         if key is not None and scores is not None:
             return {**metrics_of_scores(scores), "stored": key.digest()[:12]}
-        started = time.perf_counter()
         ids = self._rollout(keys, 0, actor, purpose="eval", label="phase 0: evaluate")
         if key is not None:
-            store_if_complete(self.settings, key, ids, time.perf_counter() - started)
+            store_if_complete(self.settings, key, ids)
         return self._evaluation_metrics(ids)
 
     def fixed_sample(self) -> list[str] | None:

@@ -42,13 +42,13 @@ def task_results(settings: Settings, trajectory_ids: list[int]) -> dict[str, Tas
     return {key: TaskResult(site=site, score=float(score or 0.0), steps=steps) for key, site, score, steps in rows}
 
 
-def store_trajectories(settings: Settings, key: EvaluationKey, trajectory_ids: list[int], seconds: float,
+def store_trajectories(settings: Settings, key: EvaluationKey, trajectory_ids: list[int],
                        folder: Path | None = None) -> Path:
     """Store the evaluation episodes ``trajectory_ids`` (one per task of the key) under ``key``."""
     results = task_results(settings, trajectory_ids)
     if len(results) != key.n_tasks or len(trajectory_ids) != key.n_tasks:
         raise ValueError(f"{len(trajectory_ids)} episodes of {len(results)} tasks; the key names {key.n_tasks} tasks")
-    return save(settings, key, results, seconds, folder)
+    return save(settings, key, results, folder)
 
 
 def start_key(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout) -> EvaluationKey | None:
@@ -69,9 +69,9 @@ def stored_scores(settings: Settings, key: EvaluationKey, keys: list[str]) -> li
     return [TaskScore(k, stored.results[k].site, stored.results[k].score) for k in keys]
 
 
-def store_if_complete(settings: Settings, key: EvaluationKey, trajectory_ids: list[int], seconds: float) -> Path | None:
+def store_if_complete(settings: Settings, key: EvaluationKey, trajectory_ids: list[int]) -> Path | None:
     """Store the episodes under ``key`` when they are one per task of it; a partial evaluation is never stored."""
     if len(task_results(settings, trajectory_ids)) != key.n_tasks or len(trajectory_ids) != key.n_tasks:
         log.warning("evaluation not stored: %d episodes for the key's %d tasks", len(trajectory_ids), key.n_tasks)
         return None
-    return store_trajectories(settings, key, trajectory_ids, seconds)
+    return store_trajectories(settings, key, trajectory_ids)

@@ -83,14 +83,13 @@ class TaskResult(BaseModel):
 
 
 class StoredEvaluation(BaseModel):
-    """An evaluation under its key: per-task results, when it was measured and how long it took."""
+    """An evaluation under its key: per-task results and the day it was stored."""
 
     model_config = ConfigDict(extra="forbid")
 
     key: EvaluationKey
     results: dict[str, TaskResult]
     measured: str
-    seconds: float
 
 
 def code_sha256(root: Path = ROOT, paths: tuple[str, ...] = CODE_PATHS) -> str:
@@ -157,14 +156,12 @@ def find(settings: Settings, key: EvaluationKey, folders: tuple[Path, ...] | Non
     return None
 
 
-def save(settings: Settings, key: EvaluationKey, results: dict[str, TaskResult], seconds: float,
-         folder: Path | None = None) -> Path:
+def save(settings: Settings, key: EvaluationKey, results: dict[str, TaskResult], folder: Path | None = None) -> Path:
     """Write the evaluation under ``key`` into ``folder`` (default: the artifacts' evaluations) atomically (a
     temporary file renamed into place), so a crash never leaves half a file; returns its path."""
     folder = folder or local_folder(settings)
     folder.mkdir(parents=True, exist_ok=True)
-    stored = StoredEvaluation(key=key, results=dict(sorted(results.items())), measured=date.today().isoformat(),
-                              seconds=round(seconds, 1))
+    stored = StoredEvaluation(key=key, results=dict(sorted(results.items())), measured=date.today().isoformat())
     path = folder / f"{key.digest()}.json"
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     tmp.write_text(stored.model_dump_json(indent=1) + "\n")
