@@ -247,3 +247,111 @@ def test_last_phase_against_the_sft_actor_on_the_tasks_both_evaluated() -> None:
     middle = last_against_sft(rows[:3])  # phase 2 (the sample) is the last evaluated: compared on the sample
     assert middle is not None and middle[0] == 2 and middle[1].n == 4 and middle[1].gained == ["t/1", "t/2"]
     assert comparison_lines(rows[:1]) == []  # only the SFT actor: nothing to compare
+
+
+def test_the_phase_table_gives_the_minutes_of_rollout_train_evaluate_and_the_rest() -> None:
+    phase_2 = {"phase": 2, "status": "done", "generate.seconds": 30, "filter.seconds": 24.0, "rollout.seconds": 120.0,
+               "label.seconds": 6.0, "train.seconds": 300.0, "evaluate.seconds": 60.0}
+    header, body = phase_table([PHASE_0, phase_2, {"phase": 3, "status": "running", "generate.seconds": 3.0}])
+    columns = ["min rollout", "min train", "min eval", "min other", "minutes"]
+    assert header[-5:] == columns
+    rows = [[dict(zip(header, row, strict=True))[c] for c in columns] for row in body]
+    assert rows[0] == ["0.5", "-", "1.5", "0", "2"]  # phase 0: seed rollout 30 s, evaluate 90 s
+    assert rows[1] == ["2", "5", "1", "1", "9"]  # generate + filter + label: 60 s
+    assert rows[2] == ["-", "-", "-", "0.1", "0.1"]  # a phase still running: only what it finished
+
+
+def test_the_report_names_the_machine() -> None:
+    from webrl.runs.report import machine_line
+
+    line = machine_line()
+    assert line.startswith("Machine: ") and line.endswith(" cores")
+    assert line.split(", ")[-1].split()[0].isdigit() and line != "Machine: , 1 cores"
+
+
+def _held_out_flip_rows() -> list[dict]:
+    """Phase 0 and 1 on 4 held-out tasks of template h (all flip 0 -> 1) and 6 seen tasks of templates s0-s2
+    (phase 0 solves s/0 and s/1, both of template s0; phase 1 loses s/1)."""
+    templates = {**{f"s/{i}": f"s{i // 2}" for i in range(6)}, **{f"h/{i}": "h" for i in range(4)}}
+    keys = sorted(templates)
+    common = {"evaluate.keys": keys, "evaluate.templates": templates, "evaluate.seen_templates": ["s0", "s1", "s2"]}
+    return [{"phase": 0, **common, "evaluate.solved": ["s/0", "s/1"]},
+            {"phase": 1, **common, "evaluate.solved": ["s/0", "h/0", "h/1", "h/2", "h/3"]}]
+
+
+def test_with_templates_known_every_interval_resamples_templates() -> None:
+    from webrl.method.paired_stats import RESAMPLES
+    from webrl.runs.report import comparison_lines, last_against_sft
+
+    rows = _held_out_flip_rows()
+    last, c = last_against_sft(rows)  # type: ignore[misc]
+    assert (last, c.unit, c.templates) == (1, "template", 4)
+    lines = comparison_lines(rows)
+    assert lines[0] == ("Phase 1 against phase 0 (the SFT actor) on the 10 test tasks both evaluated: solved 2 -> 5 "
+                        "(20.0% -> 50.0%), +30.0 points.")
+    assert lines[1] == (f"95% interval of the difference: {100 * c.interval[0]:+.1f} to {100 * c.interval[1]:+.1f} "
+                        "points (bootstrap over the 4 templates, each drawn with all its tasks, since a template's "
+                        f"tasks succeed or fail together; {RESAMPLES:,} resamples).")
+    assert c.interval[0] < 0 < c.interval[1]  # one flipped template of four is no sure gain
+    assert not any("Wald" in line or "McNemar" in line for line in lines)  # task-level: would flatter
+    assert lines[2].startswith("Seen templates (6 tasks of 3 templates): solved 2 -> 1 (33.3% -> 16.7%), -16.7 "
+                               "points, 95% interval ") and lines[2].endswith("; 0 gained, 1 lost.")
+    assert lines[3] == ("Held-out templates (4 tasks of 1 template): solved 0 -> 4 (0.0% -> 100.0%), +100.0 points, "
+                        "one template, so no interval (its tasks move together); 4 gained, 0 lost.")
+    # macro: s0 1 -> 1/2, s1 and s2 0 -> 0, h 0 -> 1: 25.0% -> 37.5%
+    assert lines[4].startswith("Macro average over the 4 templates (each weighs the same): 25.0% -> 37.5%, "
+                               "+12.5 points, 95% interval ")
+    assert lines[5:] == ["Gained (4): h/0, h/1, h/2, h/3.", "Lost (1): s/1."]
+    unknown = [{**r, "evaluate.templates": {"s/0": "s0"}} for r in rows]  # a task without a template: over tasks
+    assert "paired bootstrap over the tasks" in comparison_lines(unknown)[1]
+
+
+def test_the_template_table_splits_each_phase_s_success(tmp_path) -> None:
+    from webrl.runs.report import template_table
+
+    rows = [*_held_out_flip_rows(), {"phase": 2, "status": "running"}]
+    header, body = template_table(rows)
+    assert header == ["phase", "tasks", "templates", "seen templates", "held-out templates", "macro over templates"]
+    assert body == [["0", "2/10 = 20.0%", "4 (3 seen, 1 held-out)", "2/6 = 33.3%", "0/4 = 0.0%", "25.0%"],
+                    ["1", "5/10 = 50.0%", "4 (3 seen, 1 held-out)", "1/6 = 16.7%", "4/4 = 100.0%", "37.5%"]]
+    assert template_table([PHASE_0, PHASE_1]) == (header, [])  # no templates known: no table
+
+
+def test_the_report_reads_templates_from_the_task_table(settings, tmp_path, capsys) -> None:
+    from webrl.agent.schemas import TaskConfig
+    from webrl.db import models as m
+    from webrl.db.migrate import upgrade
+    from webrl.db.repository import upsert_task
+    from webrl.db.session import session_scope
+    from webrl.runs.report import phase_rows, write_report
+
+    upgrade(settings)
+    rows = _held_out_flip_rows()
+    with session_scope(settings) as s:
+        for split, key, template in [("test", k, t) for k, t in rows[0]["evaluate.templates"].items()] + [
+                ("train", "train/0", "s0"), ("train", "train/1", "s1"), ("train", "train/2", "s2")]:
+            number = int(template.strip("sh") or 9)
+            upsert_task(s, key, TaskConfig(task_id=key, sites=["reddit"], intent=f"do {key}", start_url="__REDDIT__/",
+                                           intent_template_id=number), origin="seed", split=split)
+        run = m.Run(name="t", options={"orm": ""})
+        s.add(run)
+        s.flush()
+        for r in rows:
+            s.add(m.Phase(run_id=run.id, index=r["phase"], status="done", metrics={
+                "evaluate.success": len(r["evaluate.solved"]) / 10, "evaluate.solved": r["evaluate.solved"],
+                "evaluate.keys": r["evaluate.keys"]}))
+    read = phase_rows(settings, "t")
+    assert read[0]["evaluate.templates"]["h/0"] == "reddit:9" and read[0]["evaluate.seen_templates"] == [
+        "reddit:0", "reddit:1", "reddit:2"]
+    text = write_report(settings, "t", tmp_path).read_text()
+    assert text.splitlines()[2].startswith("Machine: ")
+    assert "## Success by template group" in text and "| 1 | 5/10 = 50.0% | 4 (3 seen, 1 held-out) |" in text
+    assert "Held-out templates (4 tasks of 1 template): solved 0 -> 4" in text
+
+    from webrl.commands.train import print_phase_table
+
+    capsys.readouterr()
+    print_phase_table(settings, "t")
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "success by template group" in shown and "4/4 = 100.0%" in shown  # rich wraps the other cells
+    assert "Held-out templates (4 tasks of 1 template): solved 0 -> 4" in shown

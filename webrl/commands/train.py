@@ -131,7 +131,8 @@ def default_orm(settings: Settings) -> Path:
 
 
 #: The columns a terminal too narrow for the whole table still shows (report.md always has every column).
-NARROW_COLUMNS = ("phase", "kept", "reward rate", "test overall", "test subset", "KL exact", "flips", "minutes")
+NARROW_COLUMNS = ("phase", "kept", "reward rate", "test overall", "test subset", "KL exact", "flips", "min rollout",
+                  "min train", "min eval", "minutes")
 
 
 def _table(title: str, header: list[str], body: list[list[str]], columns: list[int]) -> Table:
@@ -145,8 +146,9 @@ def _table(title: str, header: list[str], body: list[list[str]], columns: list[i
 
 def print_phase_table(settings: Settings, run: str) -> None:
     """The run's phase table (in a terminal narrower than the whole table, where rich would cut cells to
-    ellipses, only :data:`NARROW_COLUMNS`), then the last phase against the SFT actor on the same tasks."""
-    from webrl.runs.report import comparison_lines, phase_rows, phase_table
+    ellipses, only :data:`NARROW_COLUMNS`), each phase's success by template group, then the last phase against
+    the SFT actor on the same tasks."""
+    from webrl.runs.report import comparison_lines, phase_rows, phase_table, template_table
 
     rows = phase_rows(settings, run)
     header, body = phase_table(rows)
@@ -156,6 +158,10 @@ def print_phase_table(settings: Settings, run: str) -> None:
         narrow = [i for i, column in enumerate(header) if column in NARROW_COLUMNS]
         table = _table(f"webrl run {run} (every column: report.md)", header, body, narrow)
     console.print(table)
+    template_header, template_body = template_table(rows)
+    if template_body:
+        console.print(_table("success by template group", template_header, template_body,
+                             list(range(len(template_header)))))
     for line in comparison_lines(rows):
         console.print(line, markup=False, highlight=False)
 

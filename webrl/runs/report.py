@@ -2,10 +2,18 @@
 test tasks (:mod:`webrl.method.paired_stats`), the test tasks solved per phase and the checkpoint lineage.
 
 Phases are compared only on the same tasks: each phase names the test tasks it evaluated (``evaluate.keys``) and the
-run's fixed sample (``evaluate.sample``), and every phase whose tasks hold the sample is also scored on it."""
+run's fixed sample (``evaluate.sample``), and every phase whose tasks hold the sample is also scored on it.
+
+Tasks of one intent template succeed or fail together, so when the evaluated tasks' templates are known
+(``evaluate.templates``, and which of them training saw: ``evaluate.seen_templates``) every interval is the
+template-cluster bootstrap and success is also split into seen-template, held-out-template and the macro average
+over templates (:mod:`webrl.method.template_split`)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +26,8 @@ from webrl.db import models as m
 from webrl.db.session import session_scope
 from webrl.method.paired_stats import RESAMPLES, PairedComparison, paired_comparison
 from webrl.method.rewards import EVALUATOR_LABELS
+from webrl.method.template_split import GroupComparison, TemplateGroups, group_comparison, group_success
+from webrl.store.template_groups import template_groups_in
 
 SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
 CALIBRATION_BINS = 10
@@ -45,6 +55,7 @@ def phase_rows_in(session: Session, run: str) -> list[dict[str, Any]]:
     rows = [{"phase": p.index, "status": p.status, "run.orm": orm, **p.metrics} for p in phases]
     add_evaluated_keys(session, run_row.id, rows)
     add_subset_success(rows, subset_keys(rows))
+    add_templates(session, rows)
     return rows
 
 
@@ -70,6 +81,27 @@ def add_evaluated_keys(session: Session, run_id: int, rows: list[dict[str, Any]]
     for row in rows:
         if row["phase"] in unnamed and keys.get(row["phase"]):
             row["evaluate.keys"] = sorted(keys[row["phase"]])
+
+
+def add_templates(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Give every phase that names its test tasks ``evaluate.templates`` ({task: template} of those whose template
+    is known) and ``evaluate.seen_templates`` (the ones among them a train-split task shares)."""
+    if not any(task_set(r) for r in rows):
+        return
+    groups = template_groups_in(session)
+    for row in rows:
+        keys = task_set(row) or frozenset()
+        templates = {key: groups.template_of[key] for key in sorted(keys) if key in groups.template_of}
+        if templates:
+            row["evaluate.templates"] = templates
+            row["evaluate.seen_templates"] = sorted(set(templates.values()) & groups.seen)
+
+
+def row_groups(rows: list[dict[str, Any]]) -> TemplateGroups:
+    """The templates the phases' rows name (:func:`add_templates`), as one :class:`TemplateGroups`."""
+    template_of = {key: t for r in rows for key, t in (r.get("evaluate.templates") or {}).items()}
+    seen = frozenset(t for r in rows for t in r.get("evaluate.seen_templates", ()))
+    return TemplateGroups(template_of=template_of, seen=seen)
 
 
 def task_set(row: dict[str, Any]) -> frozenset[str] | None:
@@ -117,6 +149,26 @@ def phase_seconds(row: dict[str, Any]) -> float:
     return float(sum(v for k, v in row.items() if k.endswith(".seconds") and isinstance(v, int | float)))
 
 
+#: The phase table's minutes columns: each names the stages whose ``<stage>.seconds`` it adds up ("min other": the
+#: phase's stages named by none of them, generate, filter and label).
+MINUTES_COLUMNS: dict[str, tuple[str, ...]] = {
+    "min rollout": ("rollout", "seed-rollout"),
+    "min train": ("train",),
+    "min eval": ("evaluate",),
+}
+
+
+def stage_minutes(row: dict[str, Any]) -> list[Any]:
+    """The phase's minutes per :data:`MINUTES_COLUMNS` column, then the rest ("min other"), each rounded to 0.1
+    (None where the phase recorded none of the column's stages)."""
+    columns: list[float | None] = []
+    for stages in MINUTES_COLUMNS.values():
+        seconds = [row[f"{stage}.seconds"] for stage in stages if isinstance(row.get(f"{stage}.seconds"), int | float)]
+        columns.append(float(sum(seconds)) if seconds else None)
+    other = max(phase_seconds(row) - sum(v for v in columns if v is not None), 0.0)
+    return [round(v / 60, 1) if v is not None else None for v in [*columns, other]]
+
+
 def orm_accuracy_cell(row: dict[str, Any]) -> str:
     """The phase's ORM agreement with the evaluators, or :data:`NO_ORM` when no ORM judged its rollouts."""
     judge = row.get("label.judge", row.get("seed-rollout.judge"))
@@ -139,7 +191,8 @@ def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     subset = any("evaluate.success_subset" in r for r in rows)
     header = ["phase", "generated", "kept", "rollouts", "ORM acc.", "reward rate",
               *[f"test {s}" for s in SITES], "test overall", *(["test subset"] if subset else []),
-              "actor loss", "critic loss", "KL exact", "k1", "flips", "pos. from failed", "minutes"]
+              "actor loss", "critic loss", "KL exact", "k1", "flips", "pos. from failed", *MINUTES_COLUMNS,
+              "min other", "minutes"]
     body = []
     for r in rows:
         reward = r.get("label.reward_rate", r.get("seed-rollout.reward_rate"))
@@ -152,7 +205,8 @@ def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             *([_fmt(r.get("evaluate.success_subset"), pct=True)] if subset else []),
             _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")), _fmt(r.get("train.kl_exact")),
             _fmt(log_ratio_k1(r)), _fmt(r.get("train.flips"), pct=True),
-            _fmt(r.get("train.positives_from_failed"), pct=True), _fmt(round(phase_seconds(r) / 60, 1)),
+            _fmt(r.get("train.positives_from_failed"), pct=True), *map(_fmt, stage_minutes(r)),
+            _fmt(round(phase_seconds(r) / 60, 1)),
         ])
     return header, body
 
@@ -357,9 +411,9 @@ def evaluation_note(rows: list[dict[str, Any]]) -> str:
     return f"Test columns: success on the test tasks each phase evaluated (how many: {counts}){after}."
 
 
-def last_against_sft(rows: list[dict[str, Any]]) -> tuple[int, PairedComparison] | None:
-    """The last evaluated phase against phase 0 (the SFT actor) on the test tasks both evaluated; None before a
-    phase after 0 has evaluated, or when either's tasks are unknown or none are shared."""
+def _last_and_sft(rows: list[dict[str, Any]]) -> tuple[int, frozenset[str], list[str], list[str]] | None:
+    """(the last evaluated phase, the test tasks it and phase 0 both evaluated, phase 0's solved, its solved); None
+    before a phase after 0 has evaluated, or when either's tasks are unknown or none are shared."""
     evaluated = {r["phase"]: r for r in rows if "evaluate.solved" in r and task_set(r)}
     last = max(evaluated, default=0)
     if 0 not in evaluated or last == 0:
@@ -367,7 +421,30 @@ def last_against_sft(rows: list[dict[str, Any]]) -> tuple[int, PairedComparison]
     shared = (task_set(evaluated[0]) or frozenset()) & (task_set(evaluated[last]) or frozenset())
     if not shared:
         return None
-    return last, paired_comparison(shared, evaluated[0]["evaluate.solved"], evaluated[last]["evaluate.solved"])
+    return last, shared, evaluated[0]["evaluate.solved"], evaluated[last]["evaluate.solved"]
+
+
+def last_against_sft(rows: list[dict[str, Any]]) -> tuple[int, PairedComparison] | None:
+    """The last evaluated phase against phase 0 (the SFT actor) on the test tasks both evaluated, resampling
+    templates when every shared task's template is known (tasks otherwise); None as :func:`_last_and_sft`."""
+    found = _last_and_sft(rows)
+    if found is None:
+        return None
+    last, shared, before, after = found
+    groups = row_groups(rows)
+    return last, paired_comparison(shared, before, after,
+                                   template_of=groups.template_of if groups.covers(shared) else None)
+
+
+def last_against_sft_by_group(rows: list[dict[str, Any]]) -> tuple[int, GroupComparison] | None:
+    """:func:`last_against_sft` overall, on the seen-template and the held-out-template tasks, and in the macro
+    average over templates; None unless every shared task's template is known."""
+    found = _last_and_sft(rows)
+    groups = row_groups(rows)
+    if found is None or not groups.covers(found[1]):
+        return None
+    last, shared, before, after = found
+    return last, group_comparison(shared, groups, before, after)
 
 
 def _signed_points(rate: float) -> str:
@@ -378,24 +455,105 @@ def _span(interval: tuple[float, float]) -> str:
     return f"{_signed_points(interval[0])} to {_signed_points(interval[1])}"
 
 
+def _solved_change(c: PairedComparison) -> str:
+    """"solved 3 -> 4 (37.5% -> 50.0%), +12.5 points"."""
+    return (f"solved {c.solved_before} -> {c.solved_after} ({_fmt(c.solved_before / c.n, pct=True)} -> "
+            f"{_fmt(c.solved_after / c.n, pct=True)}), {_signed_points(c.difference)} points")
+
+
+def _gained_lost(c: PairedComparison) -> list[str]:
+    return [f"Gained ({len(c.gained)}): {', '.join(c.gained) or 'none'}.",
+            f"Lost ({len(c.lost)}): {', '.join(c.lost) or 'none'}."]
+
+
 def comparison_lines(rows: list[dict[str, Any]]) -> list[str]:
     """:func:`last_against_sft` in words, one line each (report.md, the viewer and the terminal); [] when there is
-    nothing to compare."""
+    nothing to compare. With every compared task's template known: :func:`template_comparison_lines`."""
+    by_group = last_against_sft_by_group(rows)
+    if by_group is not None:
+        return template_comparison_lines(*by_group)
     found = last_against_sft(rows)
     if found is None:
         return []
     last, c = found
     return [
-        f"Phase {last} against phase 0 (the SFT actor) on the {c.n} test tasks both evaluated: solved "
-        f"{c.solved_before} -> {c.solved_after} ({_fmt(c.solved_before / c.n, pct=True)} -> "
-        f"{_fmt(c.solved_after / c.n, pct=True)}), {_signed_points(c.difference)} points.",
+        f"Phase {last} against phase 0 (the SFT actor) on the {c.n} test tasks both evaluated: {_solved_change(c)}.",
         f"95% interval of the difference: {_span(c.interval)} points (paired bootstrap over the tasks, "
         f"{RESAMPLES:,} resamples); {_span(c.interval_wald)} (Wald for paired proportions, continuity-corrected). "
         f"McNemar's exact test: p = {c.p_value:.3g} "
         f"({len(c.gained)} gained, {len(c.lost)} lost).",
-        f"Gained ({len(c.gained)}): {', '.join(c.gained) or 'none'}.",
-        f"Lost ({len(c.lost)}): {', '.join(c.lost) or 'none'}.",
+        *_gained_lost(c),
     ]
+
+
+def _interval_words(c: PairedComparison, interval: tuple[float, float]) -> str:
+    """"95% interval a to b points", or why a single template gives none."""
+    if c.templates == 1:
+        return "one template, so no interval (its tasks move together)"
+    return f"95% interval {_span(interval)} points"
+
+
+def _group_line(name: str, c: PairedComparison | None) -> str:
+    if c is None:
+        return f"{name}: none of the compared tasks."
+    of = f"{c.templates} template{'' if c.templates == 1 else 's'}"
+    return (f"{name} ({c.n} tasks of {of}): {_solved_change(c)}, {_interval_words(c, c.interval)}; "
+            f"{len(c.gained)} gained, {len(c.lost)} lost.")
+
+
+def template_comparison_lines(last: int, g: GroupComparison) -> list[str]:
+    """The last phase against the SFT actor overall, on seen-template and held-out-template tasks and in the macro
+    average over templates, every interval the template-cluster bootstrap; then the tasks gained and lost."""
+    c = g.overall
+    assert c.macro_before is not None and c.macro_after is not None and c.interval_macro is not None
+    return [
+        f"Phase {last} against phase 0 (the SFT actor) on the {c.n} test tasks both evaluated: {_solved_change(c)}.",
+        f"95% interval of the difference: {_span(c.interval)} points (bootstrap over the {c.templates} templates, "
+        f"each drawn with all its tasks, since a template's tasks succeed or fail together; {RESAMPLES:,} "
+        "resamples).",
+        _group_line("Seen templates", g.seen),
+        _group_line("Held-out templates", g.held_out),
+        f"Macro average over the {c.templates} templates (each weighs the same): "
+        f"{_fmt(c.macro_before, pct=True)} -> {_fmt(c.macro_after, pct=True)}, "
+        f"{_signed_points(c.macro_after - c.macro_before)} points, {_interval_words(c, c.interval_macro)}.",
+        *_gained_lost(c),
+    ]
+
+
+def _share(solved: int, n: int) -> str:
+    return f"{solved}/{n} = {_fmt(solved / n, pct=True)}" if n else "-"
+
+
+def template_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Per phase that evaluated tasks of known templates: its success on those tasks, on the seen-template and the
+    held-out-template ones, and the macro average over templates (each phase on the tasks it evaluated)."""
+    groups = row_groups(rows)
+    header = ["phase", "tasks", "templates", "seen templates", "held-out templates", "macro over templates"]
+    body = []
+    for r in rows:
+        tasks = task_set(r)
+        if "evaluate.solved" not in r or tasks is None or not groups.covers(tasks):
+            continue
+        g = group_success(tasks, groups, r["evaluate.solved"])
+        body.append([str(r["phase"]), _share(g.overall.solved, g.overall.n),
+                     f"{g.templates} ({g.seen_templates} seen, {g.held_out_templates} held-out)",
+                     _share(g.seen.solved, g.seen.n), _share(g.held_out.solved, g.held_out.n),
+                     _fmt(g.macro, pct=True)])
+    return header, body
+
+
+TEMPLATE_NOTE = ("Seen templates: test tasks whose intent template training also instantiates; held-out: templates "
+                 "no training task shares. Macro: the mean over templates of each template's success.")
+
+
+def machine_line() -> str:
+    """"Machine: <CPU model>, <N> cores": /proc/cpuinfo's "model name" (else ``platform.processor()``) and
+    ``os.cpu_count()``, the machine that wrote the report."""
+    model = ""
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next((line.partition(":")[2].strip() for line in lines if line.startswith("model name")), "")
+    return f"Machine: {model or platform.processor() or 'unknown CPU'}, {os.cpu_count() or '?'} cores"
 
 
 def _solved_section(settings: Settings, rows: list[dict[str, Any]]) -> list[str]:
@@ -419,8 +577,12 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     success_png = plot_success(rows, out_dir / "success_per_phase.png")
     calibration_png = plot_calibration(calibration_points(settings), out_dir / "orm_calibration.png")
     note = evaluation_note(rows)
-    parts = [f"# webrl run `{run}`", "", "## Phases", "", markdown_table(header, body), "", ORM_COLUMN_NOTE, "",
-             *([note, ""] if note else []), f"![test success per phase]({success_png.name})", ""]
+    parts = [f"# webrl run `{run}`", "", machine_line(), "", "## Phases", "", markdown_table(header, body), "",
+             ORM_COLUMN_NOTE, "", *([note, ""] if note else []), f"![test success per phase]({success_png.name})", ""]
+    template_header, template_body = template_table(rows)
+    if template_body:
+        parts += ["## Success by template group", "", markdown_table(template_header, template_body), "",
+                  TEMPLATE_NOTE, ""]
     flips_header, flips_body = flips_table(rows)
     if flips_body:
         parts += ["## Probe steps whose greedy action changed", "", markdown_table(flips_header, flips_body), "",

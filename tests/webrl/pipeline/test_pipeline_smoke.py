@@ -102,7 +102,7 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, smoke_home: 
 
     from webrl.commands import train
 
-    wide = Console(width=250, record=True)  # a terminal wide enough for the whole table gets every column
+    wide = Console(width=320, record=True)  # a terminal wide enough for the whole table gets every column
     monkeypatch.setattr(train, "console", wide)
     train.print_phase_table(world, "smoke")
     assert "test shopping_admin" in wide.export_text() and "every column: report.md" not in wide.export_text()
