@@ -6,18 +6,30 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from webrl.commands import check_loadable, quiet_model_loading
 from webrl.config import Settings, get_settings
 from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
 from webrl.models.folders import is_model_folder
 from webrl.wire.contracts import LogWith, TrackingSpec
+
+if TYPE_CHECKING:
+    from webrl.runs.eta import RunEta
 
 console = Console()
 log = logging.getLogger(__name__)
@@ -50,22 +62,59 @@ def ensure_ready(settings: Settings) -> None:
 
 
 class RichProgress:
-    """One progress bar per stage label, fed by the pipeline's progress hook."""
+    """One progress bar per stage label, fed by the pipeline's progress hook; with :meth:`follow`, above them a
+    run-level bar whose line is the estimate of the run's time left (:class:`webrl.runs.eta.RunEta`)."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
         self.bars: dict[str, Any] = {}
+        self.eta: RunEta | None = None
+        self.run_bar: Any = None
 
     def __call__(self, label: str, done: int, total: int) -> None:
         if label not in self.bars:
             self.bars[label] = self.progress.add_task(label, total=max(total, 1))
         self.progress.update(self.bars[label], completed=done, total=max(total, 1))
+        if self.eta is not None:
+            self.eta.progress(label, done, total)
+            self.show_run()
+
+    def follow(self, eta: RunEta) -> None:
+        """Show the run-level bar of ``eta`` (its stages done of the plan's) from now on."""
+        self.eta = eta
+        self.show_run()
+
+    def stage_done(self, phase: int, stage: str, metrics: dict[str, Any]) -> None:
+        """The pipeline's on_stage report, for the run-level bar."""
+        if self.eta is not None:
+            self.eta.record(phase, stage, metrics)
+            self.show_run()
+
+    def show_run(self) -> None:
+        if self.eta is None:
+            return
+        if self.run_bar is None:
+            self.run_bar = self.progress.add_task("run", total=len(self.eta.plan), run=True)
+        self.progress.update(self.run_bar, description=self.eta.line(), completed=len(self.eta.finished))
+
+
+class StageTimeRemaining(TimeRemainingColumn):
+    """rich's time left for a stage's bar; blank on the run-level bar, whose line gives its own estimate (rich's
+    would extrapolate stages of very different lengths)."""
+
+    def render(self, task: Task) -> Text:
+        return Text("") if task.fields.get("run") else super().render(task)
+
+
+def progress_columns() -> tuple[Any, ...]:
+    """The display's columns: label, bar, done of total, time elapsed, time left (:class:`StageTimeRemaining`)."""
+    return (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            StageTimeRemaining())
 
 
 def _progress() -> Progress:
     quiet_model_loading()
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console)
+    return Progress(*progress_columns(), console=console)
 
 
 def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyperparams:
@@ -166,6 +215,14 @@ def print_phase_table(settings: Settings, run: str) -> None:
         console.print(line, markup=False, highlight=False)
 
 
+def run_eta(settings: Settings, run: str, hp: WebRLHyperparams) -> RunEta:
+    """The estimator of the run's time left, with the stages a resumed run finished before (its phase rows)."""
+    from webrl.runs.eta import RunEta, run_plan
+    from webrl.runs.report import phase_rows
+
+    return RunEta.of_rows(run_plan(hp), phase_rows(settings, run))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("train")
     def train(
@@ -261,21 +318,27 @@ def register(app: typer.Typer) -> None:
         ensure_ready(settings)
 
         tracker = Tracker(settings, tracking, "pipeline")
+        shown_progress: list[RichProgress] = []  # the display on_stage also feeds (made with the Progress below)
 
         def on_stage(r: StageReport) -> None:
             shown = {k: v for k, v in r.metrics.items() if not isinstance(v, list | dict) and "path" not in k}
             console.print(f"[green]phase {r.phase} {r.stage}[/green] {shown}")
             tracker.scalars(r.metrics, step=r.phase, prefix=f"{r.stage}/")
+            for display in shown_progress:
+                display.stage_done(r.phase, r.stage, r.metrics)
 
         from webrl.policies.actor_service import ActorNotServing
 
         try:
             with sandbox_if_needed(settings), _progress() as progress, tracker:
+                display = RichProgress(progress)
+                shown_progress.append(display)
                 try:
-                    pipeline = Pipeline(settings, options, on_progress=RichProgress(progress), on_stage=on_stage,
+                    pipeline = Pipeline(settings, options, on_progress=display, on_stage=on_stage,
                                         tracking=tracking, end_at=phases)
                 except InvalidRequest as refused:
                     raise typer.BadParameter(str(refused).removeprefix("phases: "), param_hint="--phases") from None
+                display.follow(run_eta(settings, options.run, pipeline.hp))
                 pipeline.run()
         except ActorNotServing as exc:
             console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
