@@ -403,6 +403,31 @@ def register(app: typer.Typer) -> None:
         for site, (n, rate) in sorted(result.items()):
             table.add_row(site, str(n), f"{100 * rate:.1f}%")
         console.print(table)
+        if tasks is None:
+            print_template_groups(settings, actor, split=split, limit=limit, max_steps=max_steps)
+
+
+def print_template_groups(settings: Settings, actor: Path, *, split: str, limit: int | None,
+                          max_steps: int | None) -> None:
+    """After ``webrl eval`` on the suite's tasks: the actor's success on the seen-template and the held-out-template
+    tasks and the macro average over templates (:mod:`webrl.method.template_split`); nothing when a task's
+    template is unknown."""
+    from webrl.db import repository as repo
+    from webrl.db.session import session_scope
+    from webrl.method.template_split import group_success
+    from webrl.orchestration.evaluate import EVAL_PHASE, evaluation_attempt
+    from webrl.runs.report import group_rows
+    from webrl.store.template_groups import evaluation_solved, template_groups
+
+    with session_scope(settings) as s:
+        keys = [t.key for t in repo.tasks_where(s, split=split)]
+    keys = keys[:limit] if limit else keys
+    groups = template_groups(settings)
+    if not groups.covers(keys):
+        return
+    solved = evaluation_solved(settings, keys, phase=EVAL_PHASE, attempt=evaluation_attempt(actor, max_steps))
+    header, body = group_rows(group_success(keys, groups, solved))
+    console.print(_table(f"success of {actor.name} by template group", header, body, list(range(len(header)))))
 
 
 def _evaluate_run_phase(settings: Settings, run: str, phase: int | None, *, limit: int | None,

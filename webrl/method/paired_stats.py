@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,10 @@ class PairedComparison:
         if self.macro_before is None or self.macro_after is None:
             return None
         return self.macro_after - self.macro_before
+
+    def as_dict(self) -> dict[str, Any]:
+        """The comparison as JSON-ready fields (intervals as [low, high]), the macro difference among them."""
+        return {**asdict(self), "macro_difference": self.macro_difference}
 
 
 def mcnemar_exact_p(gained: int, lost: int) -> float:

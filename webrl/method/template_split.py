@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from webrl.method.paired_stats import RESAMPLES, SEED, PairedComparison, macro_rate, paired_comparison
 
@@ -98,6 +99,11 @@ class GroupComparison:
     overall: PairedComparison
     seen: PairedComparison | None
     held_out: PairedComparison | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"overall": ..., "seen": ..., "held_out": ...}``, each :meth:`PairedComparison.as_dict` or None."""
+        return {name: c.as_dict() if c is not None else None
+                for name, c in (("overall", self.overall), ("seen", self.seen), ("held_out", self.held_out))}
 
 
 def group_comparison(tasks: Collection[str], groups: TemplateGroups, solved_before: Collection[str],

@@ -26,7 +26,13 @@ from webrl.db import models as m
 from webrl.db.session import session_scope
 from webrl.method.paired_stats import RESAMPLES, PairedComparison, paired_comparison
 from webrl.method.rewards import EVALUATOR_LABELS
-from webrl.method.template_split import GroupComparison, TemplateGroups, group_comparison, group_success
+from webrl.method.template_split import (
+    GroupComparison,
+    GroupSuccess,
+    TemplateGroups,
+    group_comparison,
+    group_success,
+)
 from webrl.store.template_groups import template_groups_in
 
 SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
@@ -471,7 +477,8 @@ def comparison_lines(rows: list[dict[str, Any]]) -> list[str]:
     nothing to compare. With every compared task's template known: :func:`template_comparison_lines`."""
     by_group = last_against_sft_by_group(rows)
     if by_group is not None:
-        return template_comparison_lines(*by_group)
+        last, groups = by_group
+        return template_comparison_lines(groups, f"Phase {last} against phase 0 (the SFT actor)")
     found = last_against_sft(rows)
     if found is None:
         return []
@@ -501,13 +508,14 @@ def _group_line(name: str, c: PairedComparison | None) -> str:
             f"{len(c.gained)} gained, {len(c.lost)} lost.")
 
 
-def template_comparison_lines(last: int, g: GroupComparison) -> list[str]:
-    """The last phase against the SFT actor overall, on seen-template and held-out-template tasks and in the macro
-    average over templates, every interval the template-cluster bootstrap; then the tasks gained and lost."""
+def template_comparison_lines(g: GroupComparison, who: str) -> list[str]:
+    """``who`` ("Phase 2 against phase 0 (the SFT actor)") overall, on seen-template and held-out-template tasks
+    and in the macro average over templates, every interval the template-cluster bootstrap; then the tasks gained
+    and lost."""
     c = g.overall
     assert c.macro_before is not None and c.macro_after is not None and c.interval_macro is not None
     return [
-        f"Phase {last} against phase 0 (the SFT actor) on the {c.n} test tasks both evaluated: {_solved_change(c)}.",
+        f"{who} on the {c.n} test tasks both evaluated: {_solved_change(c)}.",
         f"95% interval of the difference: {_span(c.interval)} points (bootstrap over the {c.templates} templates, "
         f"each drawn with all its tasks, since a template's tasks succeed or fail together; {RESAMPLES:,} "
         "resamples).",
@@ -524,21 +532,39 @@ def _share(solved: int, n: int) -> str:
     return f"{solved}/{n} = {_fmt(solved / n, pct=True)}" if n else "-"
 
 
+def group_cells(g: GroupSuccess) -> list[str]:
+    """One evaluation's :class:`GroupSuccess` as cells: all tasks, templates, seen, held-out, macro."""
+    return [_share(g.overall.solved, g.overall.n), f"{g.templates} ({g.seen_templates} seen, "
+            f"{g.held_out_templates} held-out)", _share(g.seen.solved, g.seen.n),
+            _share(g.held_out.solved, g.held_out.n), _fmt(g.macro, pct=True)]
+
+
+#: The header of :func:`group_cells` (after a first column naming the evaluation).
+GROUP_HEADER = ["tasks", "templates", "seen templates", "held-out templates", "macro over templates"]
+
+
+def group_rows(g: GroupSuccess) -> tuple[list[str], list[list[str]]]:
+    """One evaluation's :class:`GroupSuccess` as a narrow table: a row per group (all tasks, seen templates,
+    held-out templates, the macro average over templates) with its tasks, templates and success."""
+    return ["group", "tasks", "templates", "success"], [
+        ["all tasks", str(g.overall.n), str(g.templates), _share(g.overall.solved, g.overall.n)],
+        ["seen templates", str(g.seen.n), str(g.seen_templates), _share(g.seen.solved, g.seen.n)],
+        ["held-out templates", str(g.held_out.n), str(g.held_out_templates), _share(g.held_out.solved, g.held_out.n)],
+        ["macro over templates", str(g.overall.n), str(g.templates), _fmt(g.macro, pct=True)],
+    ]
+
+
 def template_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Per phase that evaluated tasks of known templates: its success on those tasks, on the seen-template and the
     held-out-template ones, and the macro average over templates (each phase on the tasks it evaluated)."""
     groups = row_groups(rows)
-    header = ["phase", "tasks", "templates", "seen templates", "held-out templates", "macro over templates"]
+    header = ["phase", *GROUP_HEADER]
     body = []
     for r in rows:
         tasks = task_set(r)
         if "evaluate.solved" not in r or tasks is None or not groups.covers(tasks):
             continue
-        g = group_success(tasks, groups, r["evaluate.solved"])
-        body.append([str(r["phase"]), _share(g.overall.solved, g.overall.n),
-                     f"{g.templates} ({g.seen_templates} seen, {g.held_out_templates} held-out)",
-                     _share(g.seen.solved, g.seen.n), _share(g.held_out.solved, g.held_out.n),
-                     _fmt(g.macro, pct=True)])
+        body.append([str(r["phase"]), *group_cells(group_success(tasks, groups, r["evaluate.solved"]))])
     return header, body
 
 

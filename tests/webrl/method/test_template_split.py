@@ -44,3 +44,7 @@ def test_group_comparison_compares_each_group_with_the_template_bootstrap() -> N
     assert c.overall.interval == cluster_bootstrap_interval(*flags, clusters)
     only_seen = group_comparison(["s/0", "s/1"], GROUPS, before, after)
     assert only_seen.held_out is None and only_seen.seen is not None
+    record = c.as_dict()
+    assert record["held_out"]["difference"] == 1.0 and record["seen"]["lost"] == ["s/1"]
+    assert record["overall"]["macro_difference"] == pytest.approx(0.125) and record["overall"]["unit"] == "template"
+    assert only_seen.as_dict()["held_out"] is None
