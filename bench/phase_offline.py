@@ -5,7 +5,9 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
 - flips: the share of a fixed probe of steps the SFT actor gets right whose greedy action changed, per site;
 - exact KL(pi_ref || pi) per action token at the trained positions, and the k1 log-ratio on the trained targets;
 - with ``--tasks N``: greedy success on a fixed sample of N test tasks (real browsers on the sandbox sites), with
-  tasks gained and lost against the start actor on the same sample, measured in the same run.
+  tasks gained and lost against the start actor on the same sample, measured in the same run; overall, on the
+  seen-template and held-out-template tasks and in the macro average over templates, each interval a bootstrap
+  over templates (:mod:`webrl.method.template_split`: a template's tasks succeed or fail together).
 
     # export a phase of a finished run (in the run's WEBRL_HOME), once:
     python bench/phase_offline.py export --run cpu-demo --phase 1 --output bench/fixtures/phase1-smollm2
@@ -141,7 +143,7 @@ def run_settings(
         actor, tasks, max_trained, probe_set = TINY_ACTOR, 0, 2, probe_set[::max(1, len(probe_set) // 4)][:4]
         chosen = {name: {**o, "actor.epochs": 1} for name, o in list(chosen.items())[:2]}
     keys, baseline = [], set()
-    sandbox = None
+    sandbox, groups = None, None
     if tasks:
         from webrl.db.migrate import upgrade
         from webrl.sandbox.server import running_sandbox, sandbox_ports
@@ -152,6 +154,7 @@ def run_settings(
         sandbox = running_sandbox(settings, sandbox_ports(settings))
         sandbox.__enter__()
         keys = sample_keys(settings, tasks)
+        groups = sample_groups(settings, keys)
         baseline = solved_on(settings, actor, keys, max_steps)
         console.print(f"start actor: {len(baseline)}/{len(keys)} of the task sample")
     results = []
@@ -169,13 +172,46 @@ def run_settings(
                                     settings.artifacts_dir / "bench" / "phase_offline" / name, name)
                 solved = solved_on(settings, folder, keys, max_steps)
                 row |= {"solved": len(solved), "tasks": len(keys), "gained": sorted(solved - baseline),
-                        "lost": sorted(baseline - solved)}
+                        "lost": sorted(baseline - solved), **against_start(name, keys, groups, baseline, solved)}
             results.append(row)
             write_results(results, output, meta(fixture, baseline, keys))  # a stopped comparison keeps what it ran
     finally:
         if sandbox is not None:
             sandbox.__exit__(None, None, None)
     report(results, output, meta(fixture, baseline, keys))
+
+
+def sample_groups(settings: Any, keys: list[str]) -> Any:
+    """The templates of the sampled test tasks and those training saw (a ``TemplateGroups``), None when a task's
+    template is unknown."""
+    from webrl.store.template_groups import template_groups
+
+    groups = template_groups(settings)
+    return groups if groups.covers(keys) else None
+
+
+def against_start(name: str, keys: list[str], groups: Any, baseline: set[str], solved: set[str]) -> dict[str, Any]:
+    """``{"vs_start": ...}``: the setting against the start actor on the sample, overall, seen, held-out and macro,
+    with template-cluster bootstrap intervals, printed as it is measured; {} when templates are unknown."""
+    if groups is None:
+        return {}
+    from webrl.method.template_split import group_comparison
+    from webrl.runs.report import template_comparison_lines
+
+    compared = group_comparison(keys, groups, baseline, solved)
+    for line in template_comparison_lines(compared, f"{name} against the start actor"):
+        console.print(line, markup=False, highlight=False)
+    return {"vs_start": compared.as_dict()}
+
+
+def vs_start_cell(row: dict[str, Any]) -> str:
+    """"+13.3 (-2.1..+30.0)": the difference in points against the start actor and its template-bootstrap 95%
+    interval; "-" when not measured."""
+    overall = (row.get("vs_start") or {}).get("overall")
+    if not overall:
+        return "-"
+    low, high = overall["interval"]
+    return f"{100 * overall['difference']:+.1f} ({100 * low:+.1f}..{100 * high:+.1f})"
 
 
 def meta(fixture: Path, baseline: set[str], keys: list[str]) -> dict[str, Any]:
@@ -190,7 +226,7 @@ def write_results(results: list[dict[str, Any]], output: Path, info: dict[str, A
 def report(results: list[dict[str, Any]], output: Path, info: dict[str, Any]) -> None:
     """The comparison as a table, ``results.json`` and a flips-against-KL plot."""
     table = Table("setting", "trained", "opt. steps", "KL exact", "k1", "flips", "shop", "admin", "reddit", "gitlab",
-                  "solved", "gained", "lost", "min")
+                  "solved", "gained", "lost", "vs start (95%, templates)", "min")
     fmt = lambda v, p=4: "-" if v is None else (f"{v:.{p}g}" if isinstance(v, float) else str(v))  # noqa: E731
     base_flips = results[0].get("flips") if results else None
     for r in results:
@@ -200,7 +236,7 @@ def report(results: list[dict[str, Any]], output: Path, info: dict[str, Any]) ->
                       fmt(r.get("flips_gitlab"), 3),
                       f"{r['solved']}/{r['tasks']}" if "solved" in r else "-",
                       fmt(len(r["gained"])) if "gained" in r else "-", fmt(len(r["lost"])) if "lost" in r else "-",
-                      fmt(r.get("minutes"), 3))
+                      vs_start_cell(r), fmt(r.get("minutes"), 3))
     console.print(table)
     if base_flips is not None:
         for r in results[1:]:

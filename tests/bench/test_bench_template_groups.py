@@ -1,0 +1,61 @@
+"""The bench's comparisons by template group: the offline bench's cell and record, and the shipped clip result
+recomputed as docs/runs/2026-11-29-phase-offline-clip/README.md states it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_offline_bench_compares_each_setting_by_template_group(capsys) -> None:
+    from webrl.method.template_split import TemplateGroups
+
+    bench = _bench("phase_offline")
+    keys = [f"t/{i}" for i in range(8)]
+    groups = TemplateGroups({k: ("a" if i < 4 else "h") for i, k in enumerate(keys)}, frozenset({"a"}))
+    row = bench.against_start("clip", keys, groups, {"t/0"}, {"t/0", "t/4", "t/5", "t/6", "t/7"})
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "clip against the start actor on the 8 test tasks both evaluated: solved 1 -> 5" in shown
+    assert row["vs_start"]["held_out"]["gained"] == ["t/4", "t/5", "t/6", "t/7"]
+    # 2 templates: a resample holds the flipped one 0, 1 or 2 times, so the difference is 0, 1/2 or 1
+    assert tuple(row["vs_start"]["overall"]["interval"]) == (0.0, 1.0)
+    assert bench.vs_start_cell(row) == "+50.0 (+0.0..+100.0)"
+    assert bench.against_start("clip", keys, None, set(), set()) == {} and bench.vs_start_cell({}) == "-"
+
+
+def test_the_shipped_clip_result_by_template_group() -> None:
+    import json
+
+    recompute = _bench("clip_template_bootstrap")
+    groups = recompute.suite_groups(0)
+    record = recompute.recompute(json.loads(recompute.RESULT.read_text()), groups)
+    assert record["success"]["sft"] | {"macro": 0} == {"overall": [25, 165], "seen": [25, 85], "held_out": [0, 80],
+                                                        "macro": 0, "templates": [65, 61, 4]}
+    assert record["success"]["clip-0.01+warmup"]["held_out"] == [19, 80]
+    clip = record["comparisons"]["clip-0.01+warmup against the SFT actor"]
+
+    def points(interval: list[float] | tuple[float, float]) -> list[float]:
+        return [round(100 * x, 1) for x in interval]
+
+    assert round(100 * clip["overall"]["difference"], 1) == 13.3
+    assert points(clip["overall"]["interval"]) == [-1.8, 35.3]  # the task bootstrap's +7.3 .. +19.4, over templates
+    assert points(clip["seen"]["interval"]) == [-5.6, 12.9] and points(clip["held_out"]["interval"]) == [0.0, 71.2]
+    assert points(clip["overall"]["interval_macro"]) == [-3.1, 12.2]
+    assert clip["overall"]["macro_difference"] == pytest.approx(0.26076923 - 0.21538462, abs=1e-6)
+    versus = record["comparisons"]["clip-0.01+warmup against smooth-l1"]
+    assert points(versus["overall"]["interval"]) == [3.8, 38.8] and points(versus["seen"]["interval"]) == [4.9, 24.5]
