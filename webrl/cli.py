@@ -38,7 +38,7 @@ COMMAND_MODULES = [
     "webrl.commands.pages",
     "webrl.commands.browser",
     "webrl.commands.flips_probe",
-    "webrl.commands.evaluations",
+    "webrl.commands.evaluation_store",
 ]
 
 
