@@ -13,6 +13,9 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
     python bench/phase_offline.py export --run cpu-demo --phase 1 --output bench/fixtures/phase1-smollm2
     # compare settings (each ``NAME:group.field=value,...``; no setting: the built-in comparison):
     python bench/phase_offline.py run --tasks 24 --setting "published:" --setting "squared:actor.objective=squared"
+    # the same comparison under another order of the update's batches
+    python bench/phase_offline.py run --tasks 165 --seed 1 --output .webrl/bench/phase_offline/seed1 \
+        --setting "clip:actor.max_grad_norm=0.01,actor.warmup_steps=3"
     # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
     python bench/phase_offline.py run --smoke
 
@@ -129,6 +132,9 @@ def run_settings(
     output: Path = typer.Option(Path(".webrl/bench/phase_offline"), help="Where results.json and the plot go."),
     smoke: bool = typer.Option(False, help="Tiny actor, 2 stored steps, 1 epoch, 4 probe steps, no browser."),
     probe_every_epoch: bool = typer.Option(False, help="Flips after every epoch, not only the last (slower)."),
+    seed: int = typer.Option(0, help="Seed of the update: the order of its batches (the start actor is the stored "
+                             "phase's, so nothing is initialised at random). The trainer seeds a phase with the "
+                             "run's --seed."),
 ) -> None:
     """Re-run the stored phase's actor update under each setting and compare them."""
     settings = get_settings()
@@ -163,9 +169,9 @@ def run_settings(
             hp = setting(stored.hyperparams, overrides)
             console.rule(f"{name}: {overrides or 'the stored phase as it ran'}")
             result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
-                                  keep_model=bool(tasks), probe_every_epoch=probe_every_epoch)
-            row = {"setting": name, "overrides": overrides, **result.metrics, "minutes": round(result.seconds / 60, 2),
-                   "epochs": result.epochs}
+                                  keep_model=bool(tasks), probe_every_epoch=probe_every_epoch, seed=seed)
+            row = {"setting": name, "overrides": overrides, "seed": seed, **result.metrics,
+                   "minutes": round(result.seconds / 60, 2), "epochs": result.epochs}
             if tasks:
                 # inside the artifacts store: the rollout workers load only model folders a request may name
                 folder = save_actor(settings, result.model, result.tokenizer,

@@ -98,3 +98,24 @@ def test_the_offline_bench_smoke_path_on_the_shipped_phase(tmp_path: Path) -> No
         assert r["trained_steps"] == 2 and r["optimizer_steps"] == 1
         assert 0.0 <= r["flips"] <= 1.0 and r["kl_exact"] >= 0.0
     assert (out / "flips_kl.png").stat().st_size > 1000
+
+
+@pytest.mark.skipif(not (ROOT / "bench" / "fixtures" / "phase1-smollm2" / "phase.json").is_file(),
+                    reason="the shipped stored phase is missing")
+def test_the_seed_orders_the_updates_batches_and_changes_nothing_else(settings) -> None:
+    """``bench/phase_offline.py --seed``: one seed gives the same adapter twice; another seed trains the same steps
+    with the same number of optimizer steps from the same start, in another batch order, so the weights differ."""
+    stored = load_phase(ROOT / "bench" / "fixtures" / "phase1-smollm2")
+    hp = setting(stored.hyperparams, {"actor.epochs": 1, "batching.batch_size": 2})
+    tiny = ROOT / "webrl" / "assets" / "actor-sft"
+
+    def update(seed: int) -> tuple[dict, dict]:
+        result = rerun_update(settings, stored, tiny, hp, max_steps=6, seed=seed, keep_model=True)
+        return result.metrics, {k: v.detach().clone() for k, v in result.model.state_dict().items()}
+
+    (first, a), (again, b), (other, c) = update(0), update(0), update(1)
+    assert first == {**again, "train_seconds": first["train_seconds"]}
+    assert all(bool((a[k] == b[k]).all()) for k in a)  # the same seed: the same adapter, bit for bit
+    assert (other["trained_steps"], other["optimizer_steps"]) == (first["trained_steps"], first["optimizer_steps"])
+    assert other["optimizer_steps"] >= 2  # more than one batch, so there is an order to change
+    assert any(not bool((a[k] == c[k]).all()) for k in a)  # another order of the same batches: other weights
