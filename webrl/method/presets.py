@@ -31,10 +31,14 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # training rollouts sample, evaluation is greedy
     # training rollouts sample in bf16 where the CPU computes it natively: batches of 8 prompts of ~1,000 tokens
     # generated in 4.4 s against 8.9 s in fp32 (Intel Xeon with AMX, 2 threads, measured 2026-11-29)
-    rollout=Rollout(chunk=24, concurrency=8, max_steps=8, temperature=0.7, sampling_dtype="auto"),
+    # (bf16 greedy decoding would not reproduce, so evaluation stays fp32: webrl.store.evaluations). A rollout job
+    # ends when its slowest episode does, and its last episodes run in ever smaller batches: chunks of 65 run the
+    # middle phase's sample in one job and all 165 test tasks in three (chunks of 24: three and seven)
+    rollout=Rollout(chunk=65, concurrency=8, max_steps=8, temperature=0.7, sampling_dtype="auto"),
     # LoRA moves only the adapters: the SFT's 5e-4 / 2 for the actor. The critic's fresh heads, initialised as
     # WebRL's (std 0.2) on SmolLM2's last states (norm ~50), swung its loss between 0 and 140 from one step to the
-    # next at 5e-4 and at 5e-5; here they start at the fan-in scale and train at 1e-4.
+    # next at 5e-4 and at 5e-5; here they start at the fan-in scale (trained at 1e-4 with the LoRA critic, at 1e-3
+    # alone: below).
     # A phase's A > 0 steps are few (the successes of 24 rollouts plus replay: ~10-60 steps, 3-14 optimizer steps
     # an epoch), so the actor makes three passes over them. At 2.5e-4 one phase lost 12-13 of the SFT actor's 25 test
     # tasks; two phases at 1e-4 kept 21, gained 11: 15.2% -> 19.4% (docs/measurements.md, measured 2026-11-27,
