@@ -11,7 +11,8 @@
    the hour goes to the two phases: on the 2-core development machine the whole command takes about an hour
    (docs/runs/ has the measured runs).
 
-Rerunning resumes where the last run stopped.
+Rerunning resumes where the last run stopped. ``python -m webrl.demo --seed 1`` runs the same demo under another seed
+(run ``cpu-demo-seed1``), in the same home: the stored SFT evaluation and the converted base are shared.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ SHIPPED_ACTOR = Path(__file__).parent / "assets" / "actor-sft-smollm2"
 #: The shipped actor's flips probe (``webrl probe build``; webrl/assets/PROVENANCE.md): every phase records how many
 #: of its steps the update changed.
 SHIPPED_PROBE = Path(__file__).parent / "assets" / "probe-smollm2.jsonl.gz"
-RUN = "cpu-demo"
+PRESET = RUN = "cpu-demo"
 
 
 def shipped_actor_is_intact(folder: Path = SHIPPED_ACTOR) -> bool:
@@ -64,8 +65,21 @@ def sft_actor(settings: Settings) -> Path:
     return target
 
 
-def main() -> None:
+def run_name(seed: int) -> str:
+    """The demo's run: ``cpu-demo`` for seed 0 (what ``make demo`` runs), ``cpu-demo-seed<N>`` for another seed."""
+    return RUN if seed == 0 else f"{RUN}-seed{seed}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
     from webrl.cli import app
+
+    parser = argparse.ArgumentParser(prog="python -m webrl.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0, help="the run's seed (its task samples, generated tasks and "
+                        "batch order); each seed is a run of its own, resumed by the same command")
+    seed = parser.parse_args(argv).seed
+    run = run_name(seed)
 
     # The policy's intra-op threads are torch's default (every physical core), although the model shares the CPU
     # with Chromium and the sites: on the 2-core machine evaluation runs 1.23x faster with 2 threads than with 1, the
@@ -74,10 +88,10 @@ def main() -> None:
     settings = get_settings()
     console.rule("webrl demo: WebRL on the built-in sandbox sites, SmolLM2-135M + LoRA on the CPU")
     actor = sft_actor(settings)
-    app(["train", "--preset", RUN, "--run", RUN, "--actor", str(actor), "--probe", str(SHIPPED_PROBE)],
-        standalone_mode=False)
+    app(["train", "--preset", PRESET, "--run", run, "--seed", str(seed), "--actor", str(actor),
+         "--probe", str(SHIPPED_PROBE)], standalone_mode=False)
     assert settings.artifacts_dir is not None
-    console.print(f"done: report at {settings.artifacts_dir / 'reports' / RUN / 'report.md'}")
+    console.print(f"done: report at {settings.artifacts_dir / 'reports' / run / 'report.md'}")
 
 
 if __name__ == "__main__":
