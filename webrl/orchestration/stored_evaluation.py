@@ -52,10 +52,12 @@ def store_trajectories(settings: Settings, key: EvaluationKey, trajectory_ids: l
 
 
 def start_key(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout) -> EvaluationKey | None:
-    """:func:`key_for` when ``actor`` is a model folder whose evaluation can be stored (fp32), else None."""
+    """:func:`key_for` when ``actor`` is a model folder whose evaluation can be stored, else None: the rollouts must
+    load it here, in fp32 (through an actor service, the service's backend and dtype decide the tokens: vLLM serves
+    in bf16, and the key would not name it)."""
     from webrl.models.folders import is_model_folder
 
-    if not is_model_folder(Path(actor)):
+    if settings.rollouts_through_actor or not is_model_folder(Path(actor)):
         return None
     key = key_for(settings, actor, keys, rollout)
     return key if is_storable(key) else None

@@ -67,6 +67,8 @@ def test_the_next_run_reads_the_start_actors_evaluation_back(smoke_world: Settin
     assert stored_scores(world, key_for(world, tiny_actor, keys, longer.rollout), keys) is None
     assert start_key(world.model_copy(update={"models": world.models.model_copy(update={"dtype": "bfloat16"})}),
                      str(tiny_actor), keys, hp.rollout) is None  # bf16 is not batch-invariant: never stored
+    served = world.model_copy(update={"actor": world.actor.model_copy(update={"rollout_policy": "endpoint"})})
+    assert start_key(served, str(tiny_actor), keys, hp.rollout) is None  # the actor service's dtype decides there
 
     # a different actor (one changed byte of its weights) evaluates afresh, and is then stored too
     changed = world.artifacts_dir / "models" / "actor-changed"
