@@ -180,8 +180,9 @@ def default_orm(settings: Settings) -> Path:
 
 
 #: The columns a terminal too narrow for the whole table still shows (report.md always has every column).
-NARROW_COLUMNS = ("phase", "kept", "reward rate", "test overall", "test subset", "KL exact", "flips", "min rollout",
-                  "min train", "min eval", "minutes")
+NARROW_COLUMNS = ("phase", "kept", "reward rate", "test overall", "test subset", "KL exact", "flips", "minutes")
+#: ... and, below it, where each phase's minutes went.
+MINUTES_COLUMNS = ("phase", "min rollout", "min train", "min eval", "min other", "minutes")
 
 
 def _table(title: str, header: list[str], body: list[list[str]], columns: list[int]) -> Table:
@@ -195,8 +196,8 @@ def _table(title: str, header: list[str], body: list[list[str]], columns: list[i
 
 def print_phase_table(settings: Settings, run: str) -> None:
     """The run's phase table (in a terminal narrower than the whole table, where rich would cut cells to
-    ellipses, only :data:`NARROW_COLUMNS`), each phase's success by template group, then the last phase against
-    the SFT actor on the same tasks."""
+    ellipses, only :data:`NARROW_COLUMNS`, then the minutes per stage: :data:`MINUTES_COLUMNS`), each phase's success
+    by template group, then the last phase against the SFT actor on the same tasks."""
     from webrl.runs.report import comparison_lines, phase_rows, phase_table, template_table
 
     rows = phase_rows(settings, run)
@@ -205,7 +206,8 @@ def print_phase_table(settings: Settings, run: str) -> None:
     unclamped = console.options.update_width(10_000)  # measure() caps at the terminal width otherwise
     if console.measure(table, options=unclamped).maximum > console.width:
         narrow = [i for i, column in enumerate(header) if column in NARROW_COLUMNS]
-        table = _table(f"webrl run {run} (every column: report.md)", header, body, narrow)
+        console.print(_table(f"webrl run {run} (every column: report.md)", header, body, narrow))
+        table = _table("minutes per stage", header, body, [header.index(column) for column in MINUTES_COLUMNS])
     console.print(table)
     template_header, template_body = template_table(rows)
     if template_body:

@@ -64,6 +64,7 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, smoke_home: 
     args, output = smoke_home.train_args, smoke_home.train_output
     assert "Loading weights" not in output  # only the command's own bars, not one per checkpoint load
     assert "test overall" in output and "(every column: report.md)" in output  # 80 columns here
+    assert "minutes per stage" in output and "min train" in output  # ... and where each phase's time went
 
     counts = _counts(world)
     assert counts["generated"] > 0  # the curriculum grew from phase 0's failures
