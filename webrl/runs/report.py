@@ -304,15 +304,17 @@ SITE_COLORS = {"shopping": "tab:blue", "shopping_admin": "tab:orange", "reddit":
 
 
 def draw_success(ax: Any, rows: list[dict[str, Any]]) -> None:
-    """Draw :func:`success_series` on the matplotlib axes ``ax``: a phase off a line's tasks is a gap (NaN), so a
-    line joins only neighbouring phases scored on the same tasks and a lone phase is a marker."""
+    """Draw :func:`success_series` on the matplotlib axes ``ax``: each line has points only at the phases scored on
+    its tasks, so it joins those phases (the SFT actor and the last phase on all test tasks, over the middle phases
+    that evaluated a sample) and never a phase scored on other tasks; a lone phase is a marker."""
     phases, series = success_series(rows)
     highest = 0.0
     for s in series:
-        ys = [100 * v if v is not None else float("nan") for v in s.values]
+        points = [(phase, 100 * v) for phase, v in zip(phases, s.values, strict=True) if v is not None]
         fmt, kwargs = SERIES_STYLE[s.style]
-        ax.plot(phases, ys, fmt, label=s.label, **kwargs, **({"color": SITE_COLORS[s.site]} if s.site else {}))
-        highest = max([highest, *(y for y in ys if y == y)])  # y == y drops NaN
+        ax.plot([x for x, _ in points], [y for _, y in points], fmt, label=s.label, **kwargs,
+                **({"color": SITE_COLORS[s.site]} if s.site else {}))
+        highest = max([highest, *(y for _, y in points)])
     top = 100 if highest > 50 else max(10, 10 * (int(highest * 1.25) // 10 + 1))  # small rates stay readable
     ax.set(xlabel="phase (0 = SFT actor)", ylabel="test success (%)",
            title="Test success per phase (a line joins phases scored on the same tasks)", xticks=phases,
