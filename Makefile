@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: demo test test-gpu test-exhaustive test-vllm vllm-env lint setup chromium bench clean
+.PHONY: demo test test-gpu test-exhaustive test-vllm vllm-env test-distributed deepspeed-env lint setup chromium bench clean
 
 demo: setup
 	$(PY) -m webrl.demo
@@ -44,6 +44,25 @@ $(VLLM_STAMP):
 # The tests marked `vllm` (skipped by `make test`): a vLLM server on the SmolLM2 base with the shipped adapter.
 test-vllm: setup vllm-env
 	WEBRL_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider -m vllm $(PYTEST_ARGS) tests
+
+# The trainer under DeepSpeed ZeRO-2 and ZeRO-3 on 2 CPU ranks over gloo (the tests marked `deepspeed`, which `make test`
+# skips without deepspeed). PyPI has deepspeed as a source package only: it builds without build isolation once
+# setuptools>=70 and wheel are there. Its first launch compiles a shared-memory op (~1.5 min), cached in
+# TORCH_EXTENSIONS_DIR outside the checkout so that clean checkouts reuse it.
+TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/webrl/torch_extensions
+DEEPSPEED_STAMP := .venv/.installed-deepspeed
+
+deepspeed-env: $(DEEPSPEED_STAMP)
+
+$(DEEPSPEED_STAMP): $(STAMP)
+	$(PY) -m pip install -q "setuptools>=70" wheel
+	$(PY) -m pip install -q --no-build-isolation -e '.[dev,deepspeed]'
+	DS_ACCELERATOR=cpu $(PY) -c "import deepspeed"
+	@touch $(DEEPSPEED_STAMP)
+
+test-distributed: setup deepspeed-env
+	DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$(TORCH_EXTENSIONS_DIR) \
+	  $(PY) -m pytest -q -p no:cacheprovider -m deepspeed $(PYTEST_ARGS) tests/services/trainer
 
 lint: setup
 	.venv/bin/ruff check .

@@ -329,6 +329,9 @@ class TrainerSettings(Group):
     accelerate_config: Path | None = Field(
         None, description="Accelerate config file; when set, training jobs run under `accelerate launch` with it "
         "(e.g. configs/accelerate/deepspeed_zero3.yaml on GPUs). None: in the worker's own process.")
+    processes: int | None = Field(
+        None, ge=1, description="Processes a job launched with accelerate_config runs on (`--num_processes`: one per "
+        "GPU). None: the config file's num_processes.")
     threads: int | None = Field(
         None, ge=1, description="Intra-op CPU threads while a training job runs in this process (None: every core: "
                                 "the embedded train stage has the CPU to itself; models.torch_threads applies again "

@@ -149,6 +149,6 @@ def train_heads_on_states(accelerator: Accelerator, critic: CriticModel, feature
     sampler = EpochBatchSampler(shuffled_batches(len(items), config.batch_size), config.seed)
     loader = prepared_batches(accelerator, list(items), sampler, feature_collate(features, rows))
     summary = train(accelerator, prepared, loader, heads_loss_fn, config, on_step=on_step)
-    with torch.no_grad():
-        v = critic_value(CriticHeads(critic)(features))  # (U,)
+    with torch.no_grad():  # through the prepared heads: under ZeRO-3 only their forward sees them whole
+        v = critic_value(prepared.model(features))  # (U,)
     return summary, v

@@ -4,7 +4,8 @@
 :class:`~webrl.wire.contracts.PhaseJob`, :class:`~webrl.wire.contracts.SftJob` or
 :class:`~webrl.wire.contracts.OrmHeadJob`. When ``settings.trainer.accelerate_config`` names an Accelerate config (e.g.
 ``configs/accelerate/deepspeed_zero3.yaml``) the job is written once as JSON and runs as
-``accelerate launch --config_file <it> -m services.trainer.launch <kind> <job.json> <result.json>``; its result is
+``accelerate launch --config_file <it> [--num_processes <settings.trainer.processes>] -m services.trainer.launch
+<kind> <job.json> <result.json>``; its result is
 read back from the JSON file the main process writes. Otherwise it runs here. An ORM head job always runs here:
 it makes forward passes and fits a logistic head, nothing to shard.
 """
@@ -72,11 +73,19 @@ def training_threads(settings: Settings) -> Iterator[None]:
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(settings.trainer.threads or os.cpu_count() or before)
+    torch.set_num_threads(settings.trainer.threads or default_threads() or before)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def default_threads() -> int | None:
+    """Every core, shared among the processes of this machine under a multi-process launch (``LOCAL_WORLD_SIZE``,
+    set by ``accelerate launch``), so that N ranks on one CPU do not run N x cores threads."""
+    cores = os.cpu_count()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, cores // local) if cores else None
 
 
 def run_here(settings: Settings, job: TrainJob) -> PhaseResult | SftResult | None:
@@ -104,9 +113,11 @@ def _run_here(settings: Settings, job: TrainJob) -> PhaseResult | SftResult | No
     return SftResult(path=info.path, version=info.version, sha256=info.sha256, metrics=info.metrics)
 
 
-def launch_command(config_file: Path, kind: JobKind, job_file: Path, result_file: Path) -> list[str]:
-    """The ``accelerate launch`` command line for a job."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
+def launch_command(config_file: Path, kind: JobKind, job_file: Path, result_file: Path,
+                   processes: int | None = None) -> list[str]:
+    """The ``accelerate launch`` command line for a job, on ``processes`` processes (None: the config's)."""
+    count = ["--num_processes", str(processes)] if processes else []
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file), *count,
             "-m", "services.trainer.launch", kind, str(job_file), str(result_file)]
 
 
@@ -127,7 +138,8 @@ def run_job(settings: Settings, job: TrainJob) -> PhaseResult | SftResult:
     with tempfile.TemporaryDirectory(prefix="webrl-train-") as tmp:
         job_file, result_file = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_file.write_text(job.model_dump_json())
-        command = launch_command(settings.trainer.accelerate_config, kind, job_file, result_file)
+        command = launch_command(settings.trainer.accelerate_config, kind, job_file, result_file,
+                                 settings.trainer.processes)
         log.info("launching %s", " ".join(command))
         subprocess.run(command, check=True)
         return result_type.model_validate_json(result_file.read_text())

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from services.trainer.jobs import JOB_TYPES, run_here
+from services.trainer.training_loop import end_processes
 from webrl.config import get_settings
 
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run_here(settings, JOB_TYPES[args.kind].model_validate_json(args.job.read_text()))
     if result is not None:
         args.result.write_text(result.model_dump_json())
+    end_processes()
 
 
 if __name__ == "__main__":

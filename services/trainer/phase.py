@@ -62,6 +62,7 @@ from services.trainer.training_loop import (
     prepare,
     prepared_batches,
     train,
+    whole_models,
 )
 from webrl.config import Settings
 from webrl.db.repository import StepValues, save_step_values
@@ -122,7 +123,8 @@ def _reference_model(settings: Settings, job: PhaseJob, accelerator: Any) -> Any
     """The job's ``reference`` folder loaded, when it names another model than the actor; else None (the reference
     is the actor before any update of this phase)."""
     if job.reference and Path(job.reference).resolve() != Path(job.actor).resolve():
-        ref_model, _ = load_for_training(job.reference, settings)
+        with whole_models(accelerator):  # it scores, unprepared, on every process
+            ref_model, _ = load_for_training(job.reference, settings)
         return ref_model.to(accelerator.device)
     return None
 
@@ -222,7 +224,8 @@ def _train_critic_heads(settings: Settings, job: PhaseJob, tokenizer: Any, exper
     """:func:`train_critic` with ``critic.train_backbone`` False: the heads alone, on states computed once
     (``critic_heads``)."""
     accelerator = make_accelerator(config)
-    critic = _load_critic(settings, job)
+    with whole_models(accelerator):  # its backbone encodes the states unprepared; the heads alone are prepared
+        critic = _load_critic(settings, job)
     tracker = phase_tracker(settings, job, accelerator, "critic")
     items = state_pair_items(tokenizer, experience, max_length)
     trained = train_heads(accelerator, critic, items, pad_id_of(tokenizer), config,

@@ -8,6 +8,7 @@ process, which alone writes and publishes; the other processes wait.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -65,8 +66,23 @@ def _write_critic(folder: Path, critic: Any, state_dict: dict[str, Any], tokeniz
     save_tokenizer(tokenizer, folder)
 
 
+def gathered_state_dict(accelerator: Accelerator, model: Any) -> dict[str, Any]:
+    """The whole state dict of ``model``; a collective (every process calls it). What ``prepare`` returned goes
+    through ``accelerator.get_state_dict`` (a ZeRO-3 engine gathers its shards on the main process). A model that
+    only holds a prepared part (the critic whose heads alone trained) has that part's parameters partitioned under
+    ZeRO-3, and Accelerate does not gather a module that is not an engine: its shards are gathered here."""
+    engine = hasattr(model, "zero_gather_16bit_weights_on_model_save")
+    if engine or getattr(accelerator.state, "deepspeed_plugin", None) is None:
+        return accelerator.get_state_dict(model)
+    import deepspeed
+
+    shards = [p for p in model.parameters() if hasattr(p, "ds_id")]
+    with deepspeed.zero.GatheredParameters(shards) if shards else contextlib.nullcontext():
+        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
 def _writer(accelerator: Accelerator, model: Any, tokenizer: Any, kind: str):
-    state_dict = accelerator.get_state_dict(model)  # gathers ZeRO-3 shards; collective: every process calls it
+    state_dict = gathered_state_dict(accelerator, model)
     unwrapped = accelerator.unwrap_model(model)
 
     def write(folder: Path) -> None:

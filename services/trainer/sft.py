@@ -102,18 +102,18 @@ def orm_examples(rows: Sequence[m.TrajectoryRow], tokenizer: Any, max_length: in
     return out
 
 
-def load_for_training(path: str | Path, settings: Settings | None = None, *, lora: LoraSpec | None = None
-                      ) -> tuple[Any, Any]:
+def load_for_training(path: str | Path, settings: Settings | None = None, *, lora: LoraSpec | None = None,
+                      base_dtype: torch.dtype | None = None) -> tuple[Any, Any]:
     """(causal LM for training, tokenizer) from a local folder: an adapter folder trains its adapter on its frozen
-    base, a full folder with ``lora`` gets a new adapter, else every weight trains in fp32 (mixed precision comes
-    from Accelerate)."""
+    base (in ``base_dtype``, default :func:`lora_base_dtype`), a full folder with ``lora`` gets a new adapter, else
+    every weight trains in fp32 (mixed precision comes from Accelerate)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = attach_prompt_style(AutoTokenizer.from_pretrained(str(path), local_files_only=True), path)
     if is_adapter(path) or lora is not None:
         from webrl.config import get_settings
 
-        return load_trainable(path, settings or get_settings(), lora_base_dtype(), lora=lora), tokenizer
+        return load_trainable(path, settings or get_settings(), base_dtype or lora_base_dtype(), lora=lora), tokenizer
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch.float32)
     return model, tokenizer
 
@@ -166,11 +166,13 @@ def run_sft(settings: Settings, job: SftJob) -> CheckpointInfo | None:
             encoded = actor_examples(rows, tokenizer, max_length, copies=job.relabelled_copies, seed=job.seed)
     if not encoded:
         raise ValueError(f"no training examples: {len(rows)} trajectories selected, none usable for {job.kind} SFT")
-    planned = job.epochs * -(-len(encoded) // job.batch_size) // job.grad_accum  # optimizer steps of all epochs
     config = LoopConfig(lr=job.lr, epochs=job.epochs, batch_size=job.batch_size, grad_accum=job.grad_accum,
-                        seed=job.seed, max_minutes=job.max_minutes, warmup_steps=job.warmup_steps,
-                        decay_steps=max(1, planned - job.warmup_steps) if job.cosine else None)
+                        seed=job.seed, max_minutes=job.max_minutes, warmup_steps=job.warmup_steps)
     accelerator = make_accelerator(config)
+    if job.cosine:  # over the optimizer steps of all epochs; N processes share each epoch's batches
+        batches = -(-len(encoded) // job.batch_size)
+        planned = job.epochs * -(-batches // accelerator.num_processes) // job.grad_accum
+        config.decay_steps = max(1, planned - job.warmup_steps)
     items = [SequenceItem(i, e, {}) for i, e in enumerate(encoded)]
     prepared = prepare(accelerator, model, config)
     loader = prepared_loader(accelerator, items, [len(e) for e in encoded], sequence_collate(pad_id_of(tokenizer)),

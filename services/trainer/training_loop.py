@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
 from torch.utils.data import DataLoader
 
 from services.trainer.data import bucket_sampler
@@ -75,15 +77,18 @@ class LoopConfig:
 
 @dataclass
 class TrainSummary:
-    """What a training run did: steps, samples, seconds, first and last loss, mean metrics."""
+    """What a training run did: steps, samples, seconds, first and last loss, mean metrics. Under a multi-process
+    launch every number is the run's, over all processes (what one process on the same global batches reports)."""
 
     steps: int = 0
     samples: int = 0
     tokens: int = 0
-    """Tokens (non-padding positions) this process fed the model, every sequence of a batch counted."""
+    """Tokens (non-padding positions) fed to the model, every sequence of a batch counted."""
     seconds: float = 0.0
     first_loss: float | None = None
+    """The first optimizer step's loss: the mean over its micro-batches (and processes)."""
     last_loss: float | None = None
+    """The last optimizer step's loss, likewise."""
     metrics: dict[str, float] = field(default_factory=dict)
     epochs: list[dict[str, float]] = field(default_factory=list)
     """Per epoch: the loss's metrics averaged over its micro-batches, with what the epoch hook measured."""
@@ -115,14 +120,34 @@ class StepWindow:
     micro_batches: int = 0
     tokens: int = 0
     samples: int = 0
+    loss: float = 0.0
+    """The sum of the micro-batches' losses."""
     start: float = field(default_factory=time.perf_counter)
 
-    def add(self, metrics: Metrics, tokens: int, samples: int) -> None:
+    def add(self, metrics: Metrics, tokens: int, samples: int, loss: float = 0.0) -> None:
         for key, value in metrics.items():
             self.totals[key] += value
         self.micro_batches += 1
         self.tokens += tokens
         self.samples += samples
+        self.loss += loss
+
+    def merged(self, accelerator: Accelerator) -> StepWindow:
+        """The window summed over every process (a collective: all call it at the same step), so that a mean over
+        it is the mean over the global batch's micro-batches: with each process's loss a mean over its own
+        micro-batch, and DeepSpeed / DDP averaging the gradients, that is exactly what one process accumulating the
+        same micro-batches computes. A metric some micro-batches lack still counts them (as one process does)."""
+        if accelerator.num_processes == 1:
+            return self
+        parts = gather_object([(dict(self.totals), self.micro_batches, self.tokens, self.samples, self.loss)])
+        totals: dict[str, float] = defaultdict(float)
+        for part, *_ in parts:
+            for key, value in part.items():
+                totals[key] += value
+        return StepWindow(totals, *(sum(p[i] for p in parts) for i in range(1, 5)), start=self.start)
+
+    def mean_loss(self) -> float:
+        return self.loss / max(1, self.micro_batches)
 
     def metrics(self, grad_norm: float, lr: float) -> Metrics:
         seconds = max(time.perf_counter() - self.start, 1e-9)
@@ -137,11 +162,57 @@ def resolve_precision(name: str) -> str:
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
 
 
+def launched_with_deepspeed() -> bool:
+    """True in a process that ``accelerate launch`` started with a DeepSpeed config."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def process_group_kwargs() -> list[InitProcessGroupKwargs]:
+    """DeepSpeed without a GPU communicates over gloo: Accelerate picks no backend for a non-CPU launch on a machine
+    without CUDA, and then starts no process group, counts one process, and DeepSpeed stops on its batch-size check
+    (``train_batch_size`` != micro-batch x accumulation x world size). With a GPU Accelerate picks NCCL itself."""
+    if launched_with_deepspeed() and not torch.cuda.is_available():
+        return [InitProcessGroupKwargs(backend="gloo")]
+    return []
+
+
+@contextmanager
+def whole_models(accelerator: Accelerator) -> Iterator[None]:
+    """Models loaded inside are whole on every process, for use outside ``prepare`` (a frozen reference, a critic
+    backbone whose heads alone train). Under ZeRO-3, once an Accelerator exists, transformers loads every model
+    partitioned across the processes (``deepspeed.zero.Init``; Accelerate registers the config whatever
+    ``zero3_init_flag`` says), and a partitioned model computes only inside its DeepSpeed engine."""
+    from transformers.integrations import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
+
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is None or not is_deepspeed_zero3_enabled():
+        yield
+        return
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        plugin.set_deepspeed_weakref()
+
+
+def end_processes() -> None:
+    """Leave the process group once a launched job is done: a DeepSpeed CPU rank that exits with it open can abort
+    in its teardown ("terminate called without an active exception"), failing a launch whose ranks all finished."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
 def make_accelerator(config: LoopConfig) -> Accelerator:
-    """An Accelerator for ``config``; under ``accelerate launch`` it picks up the launch config (DeepSpeed)."""
+    """An Accelerator for ``config``; under ``accelerate launch`` it picks up the launch config (DeepSpeed).
+
+    The scheduler is stepped by :func:`train` once per optimizer step, not by Accelerate with the optimizer: that
+    steps it once per *process* per optimizer step, so a warm-up of n steps would end after n / N steps on N
+    processes and the same job would train differently on 1 and on 8 GPUs."""
     set_seed(config.seed)
     return Accelerator(mixed_precision=resolve_precision(config.mixed_precision),
-                       gradient_accumulation_steps=config.grad_accum)
+                       gradient_accumulation_steps=config.grad_accum, step_scheduler_with_optimizer=False,
+                       kwargs_handlers=process_group_kwargs())
 
 
 def make_loader(items: Sequence[Any], lengths: Sequence[int], collate_fn: Callable, batch_size: int, *,
@@ -202,6 +273,27 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> bool:
     return False
 
 
+def configure_deepspeed(accelerator: Accelerator, config: LoopConfig) -> None:
+    """Under DeepSpeed, the job's batching and clipping in the DeepSpeed config before ``prepare`` hands it to the
+    engine, which then owns accumulation and clipping (``accelerator.clip_grad_norm_`` only reads its norm): the
+    micro-batch, accumulation and clip norm of this model (the actor at ``actor.max_grad_norm``, 0.01 published, the
+    critic at 1; a phase prepares both, one after the other, from one launch config), the global batch they make, a
+    torch optimizer allowed under ZeRO, and under ZeRO-3 the gather on save that :mod:`services.trainer.publish` needs
+    to write a whole model."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is None:
+        return
+    ds = plugin.deepspeed_config
+    ds["train_micro_batch_size_per_gpu"] = config.batch_size
+    ds["gradient_accumulation_steps"] = config.grad_accum
+    ds["train_batch_size"] = config.batch_size * config.grad_accum * accelerator.num_processes
+    ds["gradient_clipping"] = config.max_grad_norm
+    ds["zero_allow_untested_optimizer"] = True
+    zero = ds.setdefault("zero_optimization", {})
+    if zero.get("stage") == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+
+
 def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig) -> Prepared:
     """AdamW over the trainable parameters and the warm-up schedule, through ``accelerator.prepare``.
 
@@ -209,9 +301,7 @@ def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig
     the prepared actor before it knows its training set; DeepSpeed then takes its micro-batch size from
     ``config.batch_size`` instead of from a loader.
     """
-    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
-    if plugin is not None:
-        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = config.batch_size
+    configure_deepspeed(accelerator, config)
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -221,54 +311,74 @@ def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig
     return Prepared(model, optimizer, scheduler)
 
 
+def out_of_time(accelerator: Accelerator, deadline: float) -> bool:
+    """Whether the time budget is spent, decided together: under a multi-process launch one process stopping alone
+    would leave the others waiting in their next collective, so any process over the deadline stops them all."""
+    if deadline == math.inf:
+        return False
+    over = time.perf_counter() > deadline
+    if accelerator.num_processes == 1:
+        return over
+    flag = torch.tensor([float(over)], device=accelerator.device)
+    return bool(accelerator.reduce(flag, reduction="sum").item() > 0)
+
+
+def micro_step(accelerator: Accelerator, prepared: Prepared, batch: dict[str, torch.Tensor], loss_fn: LossFn,
+               config: LoopConfig) -> tuple[torch.Tensor, Metrics, float]:
+    """One micro-batch: loss, backward, and at the end of an accumulation clip and step (DeepSpeed's engine does
+    both inside ``accelerator.backward``). Returns the loss, its metrics and the gradient norm (0 off a step)."""
+    grad_norm = 0.0
+    with accelerator.accumulate(prepared.model):
+        loss, metrics = loss_fn(prepared.model, batch)
+        accelerator.backward(loss)
+        if accelerator.sync_gradients:
+            norm = accelerator.clip_grad_norm_(prepared.model.parameters(), config.max_grad_norm)
+            grad_norm = float(norm) if norm is not None else 0.0
+        prepared.optimizer.step()
+        if accelerator.sync_gradients:  # once per optimizer step, whatever the number of processes
+            prepared.scheduler.step()
+        prepared.optimizer.zero_grad()
+    return loss, metrics, grad_norm
+
+
 def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: LossFn, config: LoopConfig,
           on_step: StepHook | None = None, on_epoch: EpochHook | None = None) -> TrainSummary:
     """Run ``config.epochs`` epochs: loss_fn -> backward -> (every ``grad_accum`` micro-batches) clip, step;
     ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.runs.tracking`), ``on_epoch`` each
-    finished epoch's (its result joins ``summary.epochs``)."""
+    finished epoch's (its result joins ``summary.epochs``). Under a multi-process launch the metrics are the global
+    batch's (:meth:`StepWindow.merged`) and every process gets them."""
     summary = TrainSummary()
-    totals: dict[str, float] = defaultdict(float)
-    count = 0
     start = time.perf_counter()
     deadline = start + config.max_minutes * 60 if config.max_minutes else math.inf
-    window = StepWindow()
+    run_window, window = StepWindow(), StepWindow()
+    norms: list[float] = []  # each step's, the same on every process (the gradients were averaged first)
     prepared.model.train()
     for epoch in range(config.epochs):
         epoch_window = StepWindow()
         for batch in loader:
-            grad_norm, lr = 0.0, float(prepared.optimizer.param_groups[0]["lr"])  # the lr this step uses
-            with accelerator.accumulate(prepared.model):
-                loss, metrics = loss_fn(prepared.model, batch)
-                accelerator.backward(loss)
-                if accelerator.sync_gradients:
-                    norm = accelerator.clip_grad_norm_(prepared.model.parameters(), config.max_grad_norm)
-                    grad_norm = float(norm) if norm is not None else 0.0
-                    metrics = {**metrics, "grad_norm": grad_norm}
-                prepared.optimizer.step()
-                prepared.scheduler.step()
-                prepared.optimizer.zero_grad()
-            summary.first_loss = float(loss.detach()) if summary.first_loss is None else summary.first_loss
-            summary.last_loss = float(loss.detach())
+            lr = float(prepared.optimizer.param_groups[0]["lr"])  # the lr this step uses
+            loss, metrics, grad_norm = micro_step(accelerator, prepared, batch, loss_fn, config)
             tokens, samples = batch_tokens(batch), batch_size_of(batch)
-            summary.samples += samples
-            summary.tokens += tokens
-            window.add({k: v for k, v in metrics.items() if k != "grad_norm"}, tokens, samples)
-            epoch_window.add({k: v for k, v in metrics.items() if k != "grad_norm"}, tokens, samples)
-            for key, value in metrics.items():
-                totals[key] += value
-            count += 1
-            if accelerator.sync_gradients:
-                summary.steps += 1
-                if on_step is not None:
-                    on_step(summary.steps, window.metrics(grad_norm, lr))
-                window = StepWindow()
-                if summary.steps % LOG_EVERY == 0:
-                    log.info("epoch %d step %d %s", epoch, summary.steps,
-                             " ".join(f"{k}={v / count:.4g}" for k, v in totals.items()))
-            if time.perf_counter() > deadline:
+            for w in (window, epoch_window, run_window):
+                w.add(metrics, tokens, samples, float(loss.detach()))
+            if not accelerator.sync_gradients:
+                continue
+            step = window.merged(accelerator)
+            norms.append(grad_norm)
+            summary.steps += 1
+            summary.first_loss = step.mean_loss() if summary.first_loss is None else summary.first_loss
+            summary.last_loss = step.mean_loss()
+            if on_step is not None:
+                on_step(summary.steps, step.metrics(grad_norm, lr))
+            window = StepWindow()
+            if summary.steps % LOG_EVERY == 0:
+                log.info("epoch %d step %d loss %.4g %s", epoch, summary.steps, step.mean_loss(),
+                         " ".join(f"{k}={v:.4g}" for k, v in step.metrics(grad_norm, lr).items()))
+            if out_of_time(accelerator, deadline):
                 summary.stopped_early = True
                 break
-        record = {k: v / max(1, epoch_window.micro_batches) for k, v in epoch_window.totals.items()}
+        merged = epoch_window.merged(accelerator)
+        record = {k: v / max(1, merged.micro_batches) for k, v in merged.totals.items()}
         if on_epoch is not None:
             record.update(on_epoch(epoch + 1, record))
             prepared.model.train()
@@ -277,7 +387,11 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
             log.info("time budget of %.1f min reached after %d steps", config.max_minutes, summary.steps)
             break
     summary.seconds = time.perf_counter() - start
-    summary.metrics = {k: v / max(1, count) for k, v in totals.items()}
+    total = run_window.merged(accelerator)
+    summary.samples, summary.tokens = total.samples, total.tokens
+    summary.metrics = {k: v / max(1, total.micro_batches) for k, v in total.totals.items()}
+    if norms:
+        summary.metrics["grad_norm"] = sum(norms) / len(norms)
     return summary
 
 
