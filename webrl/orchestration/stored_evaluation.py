@@ -73,7 +73,8 @@ def stored_scores(settings: Settings, key: EvaluationKey, keys: list[str]) -> li
 
 def store_if_complete(settings: Settings, key: EvaluationKey, trajectory_ids: list[int]) -> Path | None:
     """Store the episodes under ``key`` when they are one per task of it; a partial evaluation is never stored."""
-    if len(task_results(settings, trajectory_ids)) != key.n_tasks or len(trajectory_ids) != key.n_tasks:
-        log.warning("evaluation not stored: %d episodes for the key's %d tasks", len(trajectory_ids), key.n_tasks)
+    try:
+        return store_trajectories(settings, key, trajectory_ids)
+    except ValueError as partial:
+        log.warning("evaluation not stored: %s", partial)
         return None
-    return store_trajectories(settings, key, trajectory_ids)
