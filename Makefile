@@ -6,8 +6,9 @@ STAMP := .venv/.installed
 
 .PHONY: demo test test-gpu test-exhaustive test-vllm vllm-env test-distributed deepspeed-env lint setup chromium bench clean
 
+# `make demo DEMO_ARGS="--seed 1"`: the same demo under another seed, a run of its own in the same home.
 demo: setup
-	$(PY) -m webrl.demo
+	$(PY) -m webrl.demo $(DEMO_ARGS)
 
 test: setup
 	.venv/bin/ruff check .

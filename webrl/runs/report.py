@@ -191,13 +191,21 @@ def log_ratio_k1(row: dict[str, Any]) -> Any:
     return row.get("train.log_ratio_k1", row.get("train.kl"))
 
 
+def positive_steps_cell(row: dict[str, Any]) -> str:
+    """The steps with A > 0 the phase's actor update had (``train.positive_steps``), and "actor kept" where they were
+    fewer than ``actor.min_positive_steps`` so the actor was published unchanged."""
+    cell = _fmt(row.get("train.positive_steps"))
+    return f"{cell}, actor kept" if row.get("train.actor_skipped") else cell
+
+
 def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The phase table of ``report.md``, the viewer and the terminal (``webrl train``): header and one row per
     phase ("-" where a phase did not record the number)."""
     subset = any("evaluate.success_subset" in r for r in rows)
     header = ["phase", "generated", "kept", "rollouts", "ORM acc.", "reward rate",
               *[f"test {s}" for s in SITES], "test overall", *(["test subset"] if subset else []),
-              "actor loss", "critic loss", "KL exact", "k1", "flips", "pos. from failed", *MINUTES_COLUMNS,
+              "A > 0 steps", "actor loss", "critic loss", "KL exact", "k1", "flips", "pos. from failed",
+              *MINUTES_COLUMNS,
               "min other", "minutes"]
     body = []
     for r in rows:
@@ -209,7 +217,8 @@ def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             *[_fmt(r.get(f"evaluate.success_{s}"), pct=True) for s in SITES],
             _fmt(r.get("evaluate.success"), pct=True),
             *([_fmt(r.get("evaluate.success_subset"), pct=True)] if subset else []),
-            _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")), _fmt(r.get("train.kl_exact")),
+            positive_steps_cell(r), _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")),
+            _fmt(r.get("train.kl_exact")),
             _fmt(log_ratio_k1(r)), _fmt(r.get("train.flips"), pct=True),
             _fmt(r.get("train.positives_from_failed"), pct=True), *map(_fmt, stage_minutes(r)),
             _fmt(round(phase_seconds(r) / 60, 1)),

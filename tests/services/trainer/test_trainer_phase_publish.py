@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version, publish_model
-from services.trainer.sft import run_sft
+from services.trainer.sft import load_for_training, run_sft
 from services.trainer.training_loop import LoopConfig, make_accelerator, prepare
 from webrl.db.models import StepValue
 from webrl.db.session import session_scope
@@ -150,3 +150,27 @@ def test_the_anchor_adds_demonstration_steps_to_the_actors_update(tiny_dir: Path
     assert m["demonstration_steps"] == min(9, positive)
     assert m["actor_steps"] == positive + m["demonstration_steps"]
     assert m["masked_fraction"] == 0.0  # demonstration steps pass through the objective with A = +1
+
+
+def test_a_phase_with_too_few_positives_publishes_the_actor_unchanged(tiny_dir: Path, tiny, store_trajectory,
+                                                                      db) -> None:
+    _seed_two_phases(store_trajectory)
+    base = {"batching.batch_size": 4, "actor.lr": 1e-3, "critic.lr": 1e-3}
+    trained = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), max_length=400,
+                                     hyperparams=with_overrides(DEFAULTS, base))).metrics
+    positives = trained["positive_steps"]
+    assert positives > 0 and trained["actor_skipped"] == 0 and trained["actor_steps"] == positives
+
+    hp = with_overrides(DEFAULTS, {**base, "actor.min_positive_steps": positives + 1})
+    result = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=hp, max_length=400))
+    m = result.metrics
+    assert m["actor_skipped"] == 1 and m["positive_steps"] == positives and m["actor_steps"] == 0
+    assert "critic_loss" in result.critic.metrics  # the critic still trains
+    published, _ = load_for_training(result.actor.path, db)  # the start actor's weights
+    start = tiny[0].state_dict()
+    for name, tensor in published.state_dict().items():
+        assert torch.equal(tensor, start[name]), name
+
+    at_threshold = with_overrides(DEFAULTS, {**base, "actor.min_positive_steps": positives})
+    again = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=at_threshold, max_length=400))
+    assert again.metrics["actor_skipped"] == 0 and again.metrics["actor_steps"] == positives
