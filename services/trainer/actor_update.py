@@ -65,6 +65,24 @@ def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[S
     return out
 
 
+@dataclass(frozen=True)
+class Gate:
+    """What :func:`gate` made of a phase's trained steps: those the update keeps, how many of them have A > 0, and
+    whether they were too few to update the actor at all."""
+
+    steps: list[int]
+    positives: int
+    skipped: bool
+
+
+def gate(a: torch.Tensor, trained: Sequence[int], config: ActorLoss) -> Gate:
+    """``actor.min_positive_steps``: ``trained`` when at least that many of them have A > 0, else none (the actor is
+    published unchanged). A phase without any positive keeps its steps: the loss gives them no gradient anyway."""
+    positives = sum(bool(a[i] > 0) for i in trained)
+    skipped = 0 < positives < config.min_positive_steps
+    return Gate([] if skipped else list(trained), positives, skipped)
+
+
 def positives_from_failed(a: torch.Tensor, experience: Sequence[StepExample], chosen: Sequence[int]) -> float:
     """The share of the chosen A > 0 steps that come from reward-0 trajectories (0 when none is positive)."""
     positives = [i for i in chosen if a[i] > 0]

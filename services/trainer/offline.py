@@ -25,6 +25,7 @@ from sqlalchemy import select
 
 from services.trainer.actor_update import (
     actor_loop_config,
+    gate,
     last_epoch,
     positives_from_failed,
     step_advantages,
@@ -190,12 +191,14 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
     examples = [s.example(with_ids=same_tokenizer) for s in stored.steps]
     clamped = torch.tensor([s.advantage for s in stored.steps])  # (N,)
     a = binarise(clamped, hp.advantage)  # (N,)
-    chosen = trained_steps(a, clamped, examples, hp.actor)[:max_steps]
+    gated = gate(a, trained_steps(a, clamped, examples, hp.actor), hp.actor)
+    chosen = gated.steps[:max_steps]
     summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen],
                            step_advantages(a, chosen, 0, hp.advantage), hp.actor, config, max_length=max_length,
                            probe=probe, probe_every_epoch=probe_every_epoch)
     metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), "trained_steps": len(chosen),
                "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,
+               "actor_skipped": int(gated.skipped),
                "positives_from_failed": positives_from_failed(a, examples, chosen),
                "train_seconds": round(summary.seconds, 1)}
     model = accelerator.unwrap_model(prepared.model) if keep_model else None

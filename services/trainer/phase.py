@@ -34,6 +34,7 @@ import torch
 from services.trainer import replay
 from services.trainer.actor_update import (
     actor_loop_config,
+    gate,
     last_epoch,
     positives_from_failed,
     step_advantages,
@@ -299,15 +300,13 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     a = binarise(clamped, hp.advantage)  # (N,)
     if critic_info is not None:  # the main process records what the phase made of each step (the viewer shows it)
         _record_step_values(settings, job.phase, critic_info.version, experience, v_s, v_next, clamped, a)
-    trained = trained_steps(a, clamped, experience, hp.actor)  # the steps actor_loss does not multiply by 0
-    positives = sum(bool(a[i] > 0) for i in trained)
-    too_few = 0 < positives < hp.actor.min_positive_steps
-    if too_few:  # an update on a handful of positives moves the actor more than it teaches it (the hyperparameter)
+    gated = gate(a, trained_steps(a, clamped, experience, hp.actor), hp.actor)  # those actor_loss does not zero
+    if gated.skipped:
         log.info("phase %d: %d steps with A > 0, fewer than actor.min_positive_steps = %d; the actor is published "
-                 "unchanged", job.phase, positives, hp.actor.min_positive_steps)
-        trained = []
-    anchor = replay.select_demonstrations(demonstrations, 0 if too_few else positives, seed=job.seed + job.phase,
-                                          replay=hp.replay)
+                 "unchanged", job.phase, gated.positives, hp.actor.min_positive_steps)
+    trained = gated.steps
+    anchor = replay.select_demonstrations(demonstrations, 0 if gated.skipped else gated.positives,
+                                          seed=job.seed + job.phase, replay=hp.replay)
     step_advantage = step_advantages(a, trained, len(anchor), hp.advantage)
     tracker = phase_tracker(settings, job, accelerator, "actor")
     if tracker is not None:  # the actor's training signal, before its first step
@@ -330,7 +329,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
                **last_epoch(summary.epochs, DRIFT_METRICS),
                "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(step_advantage),
-               "positive_steps": positives, "actor_skipped": int(too_few),
+               "positive_steps": gated.positives, "actor_skipped": int(gated.skipped),
                "positives_from_failed": positives_from_failed(a, experience, [i for i in range(len(a)) if a[i] > 0]),
                "trained_positives_from_failed": positives_from_failed(a, experience, trained),
                "demonstration_steps": len(anchor),

@@ -55,7 +55,7 @@ from webrl.orchestration.pipeline_state import (
     StageReport,
     options_of_run,
 )
-from webrl.orchestration.stored_evaluation import start_key, store_if_complete, stored_scores
+from webrl.orchestration.stored_evaluation import key_for, storable_key, store_if_complete, stored_scores
 from webrl.policies.actor_service import rollout_policy
 from webrl.prompts.actor import COMPLETION_BUDGET
 from webrl.wire import clients
@@ -175,8 +175,8 @@ class Pipeline:
         """Success of the phase's resulting actor on the held-out test tasks, per site and overall: all of them
         (``evaluation.tasks``) in the first and the last phase, the run's fixed sample (:meth:`fixed_sample`) in
         the phases between when ``evaluation.subset`` is set. ``keys`` records the tasks evaluated and ``sample``
-        the fixed sample, so every phase compares with every other on named tasks. Phase 0's evaluation of the start
-        actor is read back from a stored one when its content key matches (:meth:`_evaluate_start_actor`)."""
+        the fixed sample, so every phase compares with every other on named tasks. An evaluation stored under the
+        actor's content key is read back (:meth:`_evaluate_actor`)."""
         actor = self.options.actor if index == 0 else state.actor_path
         assert actor is not None, "the train stage records the phase's actor"
         keys = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
@@ -184,23 +184,26 @@ class Pipeline:
         sampled = sample is not None and 0 < index < self.hp.curriculum.phases
         if sampled:
             keys = sample
-        if index == 0:
-            metrics = self._evaluate_start_actor(keys, actor)
-        else:
-            metrics = self._evaluation_metrics(self._rollout(keys, index, actor, purpose="eval",
-                                                             label=f"phase {index}: evaluate"))
+        metrics = self._evaluate_actor(index, keys, actor)
         return {**metrics, "subset": sampled, "keys": keys, **({"sample": sample} if sample is not None else {})}, state
 
-    def _evaluate_start_actor(self, keys: list[str], actor: str) -> dict[str, Any]:
-        """Phase 0's evaluation of the start actor: read back when one is stored under its content key
-        (``stored``: the key's digest, 12 characters), else run and stored for the next run
-        (:mod:`webrl.orchestration.stored_evaluation`)."""
-        key = start_key(self.settings, actor, keys, self.hp.rollout)
-        scores = stored_scores(self.settings, key, keys) if key is not None else None
-        if key is not None and scores is not None:
-            return {**metrics_of_scores(scores), "stored": key.digest()[:12]}
-        ids = self._rollout(keys, 0, actor, purpose="eval", label="phase 0: evaluate")
+    def _evaluate_actor(self, index: int, keys: list[str], actor: str) -> dict[str, Any]:
+        """The evaluation of ``actor`` on ``keys``, read back when one is stored under its content key, on these tasks
+        or on all the run's test tasks (``stored``: the key's digest, 12 characters): the start actor's, and a phase's
+        whose actor kept the start actor's weights (``actor.min_positive_steps``). Else it runs, and phase 0's is
+        stored for the next run (:mod:`webrl.orchestration.stored_evaluation`)."""
+        rollout = self.hp.rollout
+        key = storable_key(self.settings, actor, keys, rollout)
         if key is not None:
+            scores = stored_scores(self.settings, key, keys)
+            suite = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
+            if scores is None and suite != keys:
+                suite_key = key_for(self.settings, actor, suite, rollout)
+                scores, key = stored_scores(self.settings, suite_key, keys), suite_key
+            if scores is not None:
+                return {**metrics_of_scores(scores), "stored": key.digest()[:12]}
+        ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
+        if key is not None and index == 0:
             store_if_complete(self.settings, key, ids)
         return self._evaluation_metrics(ids)
 

@@ -2,8 +2,9 @@
 
 Every run evaluates its start actor on the test tasks first (phase 0), and with the shipped SFT actor that is the
 same greedy evaluation each time: on 2 cores a quarter of an hour or more. The pipeline looks it up by its content
-key (:func:`start_key`, :func:`stored_scores`) and runs it only when no stored one matches; a run that does run it
-stores it for the next (:func:`store_if_complete`).
+key (:func:`storable_key`, :func:`stored_scores`) and runs it only when no stored one matches; a run that does run it
+stores it for the next (:func:`store_if_complete`). A later phase whose actor kept the start actor's weights (a phase
+with too few steps with A > 0 to update it) reads the same evaluation back for its tasks.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def store_trajectories(settings: Settings, key: EvaluationKey, trajectory_ids: l
     return save(settings, key, results, folder)
 
 
-def start_key(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout) -> EvaluationKey | None:
+def storable_key(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout) -> EvaluationKey | None:
     """:func:`key_for` when ``actor`` is a model folder whose evaluation can be stored, else None: the rollouts must
     load it here, in fp32 (through an actor service, the service's backend and dtype decide the tokens: vLLM serves
     in bf16, and the key would not name it)."""
@@ -64,9 +65,10 @@ def start_key(settings: Settings, actor: str | Path, keys: list[str], rollout: R
 
 
 def stored_scores(settings: Settings, key: EvaluationKey, keys: list[str]) -> list[TaskScore] | None:
-    """The per-task scores of the evaluation stored under ``key``, in the order of ``keys``; None when none is."""
+    """The per-task scores of ``keys`` (in that order) from the evaluation stored under ``key``, which may hold more
+    tasks; None when none is stored or it lacks one of them."""
     stored = find(settings, key)
-    if stored is None:
+    if stored is None or any(k not in stored.results for k in keys):
         return None
     return [TaskScore(k, stored.results[k].site, stored.results[k].score) for k in keys]
 

@@ -185,3 +185,13 @@ def test_sft_loss_averages_over_target_tokens_only() -> None:
     loss, m = sft_loss(logp, target)
     assert float(loss) == pytest.approx((1 + 2 + 4) / 3)
     assert m["target_tokens"] == 3
+
+
+def test_the_gate_keeps_the_update_only_with_enough_positives() -> None:
+    from services.trainer.actor_update import Gate, gate
+
+    a = torch.tensor([1.0, -0.6, 1.0, 1.0, -0.6])
+    assert gate(a, [0, 1, 2, 3, 4], ActorLoss()) == Gate([0, 1, 2, 3, 4], 3, False)  # 0: always
+    assert gate(a, [0, 2, 3], ActorLoss(min_positive_steps=3)) == Gate([0, 2, 3], 3, False)
+    assert gate(a, [0, 2, 3], ActorLoss(min_positive_steps=4)) == Gate([], 3, True)
+    assert gate(a, [1, 4], ActorLoss(min_positive_steps=4)) == Gate([1, 4], 0, False)  # no positive: nothing skipped

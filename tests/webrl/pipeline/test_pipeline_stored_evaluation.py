@@ -1,5 +1,6 @@
-"""The start actor's evaluation is stored under its content key and read back by the next run; any change to what
-the key names evaluates afresh; re-evaluating stored tasks gives the stored results (the shipped SFT actor's too)."""
+"""The start actor's evaluation is stored under its content key and read back by the next run (and by a phase whose
+actor kept its weights, for the tasks it evaluates); any change to what the key names evaluates afresh;
+re-evaluating stored tasks gives the stored results (the shipped SFT actor's too)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from webrl.method.presets import PRESETS
 from webrl.method.rewards import is_success
 from webrl.orchestration.evaluate import evaluation_episodes
 from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions
-from webrl.orchestration.stored_evaluation import key_for, start_key, stored_scores, task_results
+from webrl.orchestration.stored_evaluation import key_for, storable_key, stored_scores, task_results
 from webrl.store.evaluations import SHIPPED, code_sha256, find
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -46,7 +47,7 @@ def test_the_next_run_reads_the_start_actors_evaluation_back(smoke_world: Settin
     smoke = _phase0(world, "smoke")
     keys = smoke["evaluate.keys"]
     assert "evaluate.stored" not in smoke  # the first run evaluated it ...
-    key = start_key(world, str(tiny_actor), keys, hp.rollout)
+    key = storable_key(world, str(tiny_actor), keys, hp.rollout)
     assert key is not None
     scores = stored_scores(world, key, keys)  # ... and stored it
     assert scores is not None and [s.key for s in scores] == keys
@@ -60,15 +61,25 @@ def test_the_next_run_reads_the_start_actors_evaluation_back(smoke_world: Settin
     assert {k: metrics[k] for k in ("success", "n", "solved", "keys")} == {
         k: smoke[f"evaluate.{k}"] for k in ("success", "n", "solved", "keys")}
 
+    # a later phase whose actor kept the start actor's weights, on the run's fixed sample: read back from the
+    # evaluation of all the run's test tasks, the sample's tasks only
+    sampled = with_overrides(hp, {"evaluation.subset": 3, "curriculum.phases": 2})
+    later = Pipeline(world, PipelineOptions(run="kept", actor=str(tiny_actor), hyperparams=sampled))
+    metrics, _ = later._stage_evaluate(1, PhaseState(actor_path=str(tiny_actor)))
+    sample = metrics["keys"]
+    assert metrics["subset"] and len(sample) == 3 and set(sample) < set(keys)
+    assert metrics["stored"] == key.digest()[:12] and _eval_episodes(world) == episodes
+    assert metrics["n"] == 3 and metrics["solved"] == sorted(set(smoke["evaluate.solved"]) & set(sample))
+
     # the same actor on fewer tasks, a longer horizon or in bf16 has another key: nothing is read back
     fewer = with_overrides(hp, {"evaluation.tasks": len(keys) - 1})
     assert stored_scores(world, key_for(world, tiny_actor, keys[:-1], fewer.rollout), keys[:-1]) is None
     longer = with_overrides(hp, {"rollout.max_steps": hp.rollout.max_steps + 1})
     assert stored_scores(world, key_for(world, tiny_actor, keys, longer.rollout), keys) is None
-    assert start_key(world.model_copy(update={"models": world.models.model_copy(update={"dtype": "bfloat16"})}),
+    assert storable_key(world.model_copy(update={"models": world.models.model_copy(update={"dtype": "bfloat16"})}),
                      str(tiny_actor), keys, hp.rollout) is None  # bf16 is not batch-invariant: never stored
     served = world.model_copy(update={"actor": world.actor.model_copy(update={"rollout_policy": "endpoint"})})
-    assert start_key(served, str(tiny_actor), keys, hp.rollout) is None  # the actor service's dtype decides there
+    assert storable_key(served, str(tiny_actor), keys, hp.rollout) is None  # the actor service's dtype decides there
 
     # a different actor (one changed byte of its weights) evaluates afresh, and is then stored too
     changed = world.artifacts_dir / "models" / "actor-changed"
