@@ -67,20 +67,24 @@ def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[S
 
 @dataclass(frozen=True)
 class Gate:
-    """What :func:`gate` made of a phase's trained steps: those the update keeps, how many of them have A > 0, and
-    whether they were too few to update the actor at all."""
+    """What :func:`gate` made of a phase's trained steps: those the update keeps, how many of them have A > 0 and how
+    many of those are replayed from earlier phases, and whether the phase's own were too few to update the actor."""
 
     steps: list[int]
     positives: int
+    replayed_positives: int
     skipped: bool
 
 
-def gate(a: torch.Tensor, trained: Sequence[int], config: ActorLoss) -> Gate:
-    """``actor.min_positive_steps``: ``trained`` when at least that many of them have A > 0, else none (the actor is
-    published unchanged). A phase without any positive keeps its steps: the loss gives them no gradient anyway."""
-    positives = sum(bool(a[i] > 0) for i in trained)
-    skipped = 0 < positives < config.min_positive_steps
-    return Gate([] if skipped else list(trained), positives, skipped)
+def gate(a: torch.Tensor, trained: Sequence[int], experience: Sequence[StepExample], phase: int,
+         config: ActorLoss) -> Gate:
+    """``actor.min_new_positive_steps``: ``trained`` when at least that many of them are steps with A > 0 of phase
+    ``phase``'s own rollouts, else none (the actor is published unchanged): replayed successes alone teach nothing new.
+    A phase without any positive keeps its steps: the loss gives them no gradient anyway."""
+    positive = [i for i in trained if a[i] > 0]
+    replayed = sum(experience[i].phase != phase for i in positive)
+    skipped = bool(positive) and len(positive) - replayed < config.min_new_positive_steps
+    return Gate([] if skipped else list(trained), len(positive), replayed, skipped)
 
 
 def positives_from_failed(a: torch.Tensor, experience: Sequence[StepExample], chosen: Sequence[int]) -> float:

@@ -191,7 +191,7 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
     examples = [s.example(with_ids=same_tokenizer) for s in stored.steps]
     clamped = torch.tensor([s.advantage for s in stored.steps])  # (N,)
     a = binarise(clamped, hp.advantage)  # (N,)
-    gated = gate(a, trained_steps(a, clamped, examples, hp.actor), hp.actor)
+    gated = gate(a, trained_steps(a, clamped, examples, hp.actor), examples, stored.meta["phase"], hp.actor)
     chosen = gated.steps[:max_steps]
     summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen],
                            step_advantages(a, chosen, 0, hp.advantage), hp.actor, config, max_length=max_length,

@@ -300,10 +300,12 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     a = binarise(clamped, hp.advantage)  # (N,)
     if critic_info is not None:  # the main process records what the phase made of each step (the viewer shows it)
         _record_step_values(settings, job.phase, critic_info.version, experience, v_s, v_next, clamped, a)
-    gated = gate(a, trained_steps(a, clamped, experience, hp.actor), hp.actor)  # those actor_loss does not zero
+    trained = trained_steps(a, clamped, experience, hp.actor)  # the steps actor_loss does not multiply by 0
+    gated = gate(a, trained, experience, job.phase, hp.actor)
     if gated.skipped:
-        log.info("phase %d: %d steps with A > 0, fewer than actor.min_positive_steps = %d; the actor is published "
-                 "unchanged", job.phase, gated.positives, hp.actor.min_positive_steps)
+        log.info("phase %d: %d steps with A > 0 of its own rollouts, fewer than actor.min_new_positive_steps = %d; "
+                 "the actor is published unchanged", job.phase, gated.positives - gated.replayed_positives,
+                 hp.actor.min_new_positive_steps)
     trained = gated.steps
     anchor = replay.select_demonstrations(demonstrations, 0 if gated.skipped else gated.positives,
                                           seed=job.seed + job.phase, replay=hp.replay)
@@ -329,7 +331,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
                **last_epoch(summary.epochs, DRIFT_METRICS),
                "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(step_advantage),
-               "positive_steps": gated.positives, "actor_skipped": int(gated.skipped),
+               "positive_steps": gated.positives, "replayed_positive_steps": gated.replayed_positives,
+               "actor_skipped": int(gated.skipped),
                "positives_from_failed": positives_from_failed(a, experience, [i for i in range(len(a)) if a[i] > 0]),
                "trained_positives_from_failed": positives_from_failed(a, experience, trained),
                "demonstration_steps": len(anchor),

@@ -144,10 +144,13 @@ def test_the_actor_columns_show_the_exact_kl_k1_flips_and_positives_from_failed_
     assert "KL" not in header
     assert [(r["KL exact"], r["k1"], r["flips"], r["pos. from failed"]) for r in rows] == [
         ("-", "-", "-", "-"), ("0.0123", "-0.004", "25.0%", "50.0%"), ("-", "0.009", "-", "-")]
-    skipped = {**PHASE_1, "phase": 3, "train.positive_steps": 6, "train.actor_skipped": 1}
-    trained = {**PHASE_1, "phase": 4, "train.positive_steps": 19, "train.actor_skipped": 0}
-    header, body = phase_table([PHASE_0, skipped, trained])
-    assert [dict(zip(header, row, strict=True))["A > 0 steps"] for row in body] == ["-", "6, actor kept", "19"]
+    skipped = {**PHASE_1, "phase": 3, "train.positive_steps": 6, "train.replayed_positive_steps": 6,
+               "train.actor_skipped": 1}
+    trained = {**PHASE_1, "phase": 4, "train.positive_steps": 19, "train.replayed_positive_steps": 8,
+               "train.actor_skipped": 0}
+    header, body = phase_table([PHASE_0, skipped, trained, {**PHASE_1, "train.positive_steps": 4}])
+    assert [dict(zip(header, row, strict=True))["A > 0 steps"] for row in body] == [
+        "-", "6 (6 replayed), actor kept", "19 (8 replayed)", "4"]
 
     from webrl.runs.report import flips_table
 

@@ -193,11 +193,11 @@ class ActorLoss:
     """Clip the actor's gradient norm at this (published config ``max_grad_norm``: 0.01, for 8B full weights)."""
     warmup_steps: Annotated[int, Field(ge=0)] = 0
     """Linear learning-rate warm-up over this many optimizer steps of each phase (the published code has none)."""
-    min_positive_steps: Annotated[int, Field(ge=0)] = 0
-    """The actor's update runs only when the phase has at least this many steps with A > 0 (this phase's and the
-    replayed ones); with fewer the actor is published unchanged and the critic still trains. 0: always (the paper,
-    whose phases hold hundreds). This project's: on the CPU demo an update on 6 replayed positives lost 15 of the SFT
-    actor's 25 test tasks (docs/measurements.md)."""
+    min_new_positive_steps: Annotated[int, Field(ge=0)] = 0
+    """The actor's update runs only when this phase's own rollouts give at least this many steps with A > 0 (replayed
+    ones do not count); with fewer the actor is published unchanged and the critic still trains. 0: always (the
+    paper, whose phases hold hundreds). This project's: on the CPU demo an update on 6 replayed positives and none
+    of its own lost 15 of the SFT actor's 25 test tasks (docs/measurements.md)."""
     failed_positives: Literal["keep", "confident", "drop"] = "keep"
     """A > 0 steps of reward-0 trajectories: ``keep`` (published code), ``confident`` (only where the clamped A is
     at least ``failed_margin``: the critic is sure the step moved towards success), or ``drop`` (train on

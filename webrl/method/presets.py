@@ -48,11 +48,12 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # Re-running one stored phase's update both ways (the same data, start actor and epochs), the clipped update
     # solved 47/165 test tasks (SFT 25: gained 25, lost 3) and the unclipped one 17/165 (gained 2, lost 10)
     # (docs/runs/2026-11-29-phase-offline-clip, measured 2026-11-29, commit ec8c8d7)
-    # An update needs 10 steps with A > 0 (this phase's and the replayed ones), or the actor is kept as it is. Two
-    # runs of this preset: seed 0's phase 1 trained on 19 (8 replayed) and rose from 14/65 to 19/65 test tasks; seed
-    # 1's on 6, all replayed (its rollouts solved 0 of 24), and fell to 6/65, losing 15 of the SFT actor's 25 tasks
-    # on all 165 by the next phase (docs/runs/2026-11-29-make-demo-seed1). The threshold sits between the two.
-    actor=ActorLoss(lr=1e-4, epochs=3, max_grad_norm=0.01, warmup_steps=3, min_positive_steps=10),
+    # An update needs 5 steps with A > 0 from the phase's own rollouts (about one solved episode; replayed ones do not
+    # count), or the actor is kept as it is. Two runs of this preset: seed 0's phase 1 trained on 19 (11 its own) and
+    # rose from 14/65 to 19/65 test tasks; seed 1's rollouts solved 0 of 24, so it trained on 6 replayed ones alone,
+    # fell to 6/65 and had lost 15 of the SFT actor's 25 tasks on all 165 by the next phase
+    # (docs/runs/2026-11-29-make-demo-seed1).
+    actor=ActorLoss(lr=1e-4, epochs=3, max_grad_norm=0.01, warmup_steps=3, min_new_positive_steps=5),
     # The critic's heads alone on the frozen backbone, each distinct state encoded once (critic_heads.py): its training
     # took 96 s against the LoRA critic's 394 s (4.2x) on 24 steps, and its values ranked the 165 test start states
     # better, ROC AUC 0.58 after 20 passes at 1e-3 against 0.48 (chance) for the LoRA critic trained on the same 107

@@ -190,7 +190,7 @@ class Pipeline:
     def _evaluate_actor(self, index: int, keys: list[str], actor: str) -> dict[str, Any]:
         """The evaluation of ``actor`` on ``keys``, read back when one is stored under its content key, on these tasks
         or on all the run's test tasks (``stored``: the key's digest, 12 characters): the start actor's, and a phase's
-        whose actor kept the start actor's weights (``actor.min_positive_steps``). Else it runs, and phase 0's is
+        whose actor kept the start actor's weights (``actor.min_new_positive_steps``). Else it runs, and phase 0's is
         stored for the next run (:mod:`webrl.orchestration.stored_evaluation`)."""
         rollout = self.hp.rollout
         key = storable_key(self.settings, actor, keys, rollout)

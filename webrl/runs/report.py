@@ -192,9 +192,12 @@ def log_ratio_k1(row: dict[str, Any]) -> Any:
 
 
 def positive_steps_cell(row: dict[str, Any]) -> str:
-    """The steps with A > 0 the phase's actor update had (``train.positive_steps``), and "actor kept" where they were
-    fewer than ``actor.min_positive_steps`` so the actor was published unchanged."""
+    """The steps with A > 0 the phase's actor update had (``train.positive_steps``) with the replayed ones among them,
+    and "actor kept" where the phase's own were fewer than ``actor.min_new_positive_steps`` so the actor was published
+    unchanged."""
     cell = _fmt(row.get("train.positive_steps"))
+    if row.get("train.replayed_positive_steps") is not None:
+        cell += f" ({_fmt(row['train.replayed_positive_steps'])} replayed)"
     return f"{cell}, actor kept" if row.get("train.actor_skipped") else cell
 
 

@@ -187,11 +187,18 @@ def test_sft_loss_averages_over_target_tokens_only() -> None:
     assert m["target_tokens"] == 3
 
 
-def test_the_gate_keeps_the_update_only_with_enough_positives() -> None:
+def test_the_gate_keeps_the_update_only_with_enough_positives_of_the_phases_own() -> None:
     from services.trainer.actor_update import Gate, gate
+    from services.trainer.data import StepExample
+
+    def step(phase: int) -> StepExample:
+        return StepExample(trajectory_id=1, task_key="t", phase=phase, index=0, prompt="s", next_prompt="s'",
+                           completion="a", completion_ids=(), reward=1.0, done=True, mc_return=1.0)
 
     a = torch.tensor([1.0, -0.6, 1.0, 1.0, -0.6])
-    assert gate(a, [0, 1, 2, 3, 4], ActorLoss()) == Gate([0, 1, 2, 3, 4], 3, False)  # 0: always
-    assert gate(a, [0, 2, 3], ActorLoss(min_positive_steps=3)) == Gate([0, 2, 3], 3, False)
-    assert gate(a, [0, 2, 3], ActorLoss(min_positive_steps=4)) == Gate([], 3, True)
-    assert gate(a, [1, 4], ActorLoss(min_positive_steps=4)) == Gate([1, 4], 0, False)  # no positive: nothing skipped
+    experience = [step(2), step(2), step(1), step(2), step(2)]  # step 2 is replayed from phase 1
+    assert gate(a, [0, 1, 2, 3, 4], experience, 2, ActorLoss()) == Gate([0, 1, 2, 3, 4], 3, 1, False)  # 0: always
+    assert gate(a, [0, 2, 3], experience, 2, ActorLoss(min_new_positive_steps=2)) == Gate([0, 2, 3], 3, 1, False)
+    assert gate(a, [0, 2, 3], experience, 2, ActorLoss(min_new_positive_steps=3)) == Gate([], 3, 1, True)
+    assert gate(a, [2], experience, 2, ActorLoss(min_new_positive_steps=1)) == Gate([], 1, 1, True)  # replay alone
+    assert gate(a, [1, 4], experience, 2, ActorLoss(min_new_positive_steps=4)) == Gate([1, 4], 0, 0, False)

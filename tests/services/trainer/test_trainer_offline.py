@@ -75,7 +75,7 @@ def test_a_phase_exports_and_its_update_reruns_under_another_setting(tiny_dir: P
     published = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.failed_positives": "drop"}))
     assert published.metrics["positives_from_failed"] == 0.0
     assert 0 < published.metrics["trained_steps"] < len(stored.steps)
-    gated = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.min_positive_steps": len(stored.steps) + 1}))
+    gated = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.min_new_positive_steps": len(stored.steps) + 1}))
     assert gated.metrics["actor_skipped"] == 1 and gated.metrics["trained_steps"] == 0  # too few A > 0: no update
     assert gated.metrics["optimizer_steps"] == 0 and published.metrics["actor_skipped"] == 0
 

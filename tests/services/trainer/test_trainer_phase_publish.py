@@ -160,8 +160,10 @@ def test_a_phase_with_too_few_positives_publishes_the_actor_unchanged(tiny_dir: 
                                      hyperparams=with_overrides(DEFAULTS, base))).metrics
     positives = trained["positive_steps"]
     assert positives > 0 and trained["actor_skipped"] == 0 and trained["actor_steps"] == positives
+    new = positives - trained["replayed_positive_steps"]  # the phase's own: what the gate counts
+    assert new > 0
 
-    hp = with_overrides(DEFAULTS, {**base, "actor.min_positive_steps": positives + 1})
+    hp = with_overrides(DEFAULTS, {**base, "actor.min_new_positive_steps": new + 1})
     result = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=hp, max_length=400))
     m = result.metrics
     assert m["actor_skipped"] == 1 and m["positive_steps"] == positives and m["actor_steps"] == 0
@@ -171,6 +173,6 @@ def test_a_phase_with_too_few_positives_publishes_the_actor_unchanged(tiny_dir: 
     for name, tensor in published.state_dict().items():
         assert torch.equal(tensor, start[name]), name
 
-    at_threshold = with_overrides(DEFAULTS, {**base, "actor.min_positive_steps": positives})
+    at_threshold = with_overrides(DEFAULTS, {**base, "actor.min_new_positive_steps": new})
     again = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=at_threshold, max_length=400))
     assert again.metrics["actor_skipped"] == 0 and again.metrics["actor_steps"] == positives
