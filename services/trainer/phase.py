@@ -53,7 +53,7 @@ from services.trainer.data import (
     window_sampler,
 )
 from services.trainer.losses import actor_loss_mask, critic_loss
-from services.trainer.publish import checkpoint_dir, payload_version, publish_model
+from services.trainer.publish import checkpoint_dir, payload_version, publish_model, publish_unchanged
 from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
 from services.trainer.training_loop import (
     LoopConfig,
@@ -341,9 +341,14 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                "critic_seconds": (critic_info.metrics or {}).get("seconds") if critic_info else None}
     actor_dest = (confined_path(settings, job.actor_output, "actor_output") if job.actor_output
                   else checkpoint_dir(settings, "actor", version))
-    actor_info = publish_model(settings, accelerator, actor.model, tokenizer, role="actor", version=version,
-                               dest=actor_dest, phase=job.phase, parent_version=_version_of(job.actor),
-                               metrics=metrics, replace=True)
+    if step_advantage:
+        actor_info = publish_model(settings, accelerator, actor.model, tokenizer, role="actor", version=version,
+                                   dest=actor_dest, phase=job.phase, parent_version=_version_of(job.actor),
+                                   metrics=metrics, replace=True)
+    else:  # nothing trained it: the start actor's own files
+        actor_info = publish_unchanged(settings, accelerator, Path(job.actor), role="actor", version=version,
+                                       dest=actor_dest, phase=job.phase, parent_version=_version_of(job.actor),
+                                       metrics=metrics)
     _free(actor)
     if actor_info is None or critic_info is None:
         return None

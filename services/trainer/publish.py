@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from accelerate import Accelerator
 from webrl.config import Settings
 from webrl.models.adapters import is_peft_model, save_adapter
 from webrl.models.loading import save_tokenizer
-from webrl.store.checkpoints import CheckpointInfo, publish, read_manifest, verify
+from webrl.store.checkpoints import MANIFEST_FILE, CheckpointInfo, publish, read_manifest, verify
 
 
 def payload_version(prefix: str, payload: dict[str, Any]) -> str:
@@ -96,6 +97,28 @@ def _writer(accelerator: Accelerator, model: Any, tokenizer: Any, kind: str):
             save_tokenizer(tokenizer, folder)
 
     return write
+
+
+def publish_unchanged(settings: Settings, accelerator: Accelerator, source: Path, *, role: str, version: str,
+                      dest: Path, phase: int | None, parent_version: str | None,
+                      metrics: dict[str, Any]) -> CheckpointInfo | None:
+    """Publish the model folder ``source`` again, file for file (its manifest aside), as ``version``: a phase that
+    left the actor as it was publishes the very files it started from, so the folder's content sha256, and every
+    evaluation stored under it (:mod:`webrl.store.evaluations`), is the start actor's. Re-saving the loaded model
+    would not do: the adapter config's module list is written in a per-process order. Main process only."""
+    def write(folder: Path) -> None:
+        for file in sorted(p for p in source.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
+            target = folder / file.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target)
+
+    accelerator.wait_for_everyone()
+    info = None
+    if accelerator.is_main_process:
+        info = publish(settings, write, dest, role=role, version=version, phase=phase,
+                       parent_version=parent_version, metrics=metrics, replace=True)
+    accelerator.wait_for_everyone()
+    return info
 
 
 def publish_model(settings: Settings, accelerator: Accelerator, model: Any, tokenizer: Any, *, role: str,

@@ -172,6 +172,11 @@ def test_a_phase_with_too_few_positives_publishes_the_actor_unchanged(tiny_dir: 
     start = tiny[0].state_dict()
     for name, tensor in published.state_dict().items():
         assert torch.equal(tensor, start[name]), name
+    # ... in the very files it started from, so an evaluation stored for the start actor answers for this one
+    from webrl.store.checkpoints import content_sha256
+
+    assert content_sha256(result.actor.path) == content_sha256(tiny_dir) and verify(result.actor.path)
+    assert read_manifest(result.actor.path)["phase"] == 2
 
     at_threshold = with_overrides(DEFAULTS, {**base, "actor.min_new_positive_steps": new})
     again = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=at_threshold, max_length=400))
