@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,16 @@ def _writer(accelerator: Accelerator, model: Any, tokenizer: Any, kind: str):
     return write
 
 
+def _publish_on_main(settings: Settings, accelerator: Accelerator, write: Callable[[Path], None], dest: Path,
+                     **record: Any) -> CheckpointInfo | None:
+    """:func:`webrl.store.checkpoints.publish` on the main process while the others wait; None on those."""
+    info = None
+    if accelerator.is_main_process:
+        info = publish(settings, write, dest, **record)
+    accelerator.wait_for_everyone()
+    return info
+
+
 def publish_unchanged(settings: Settings, accelerator: Accelerator, source: Path, *, role: str, version: str,
                       dest: Path, phase: int | None, parent_version: str | None,
                       metrics: dict[str, Any]) -> CheckpointInfo | None:
@@ -113,12 +124,8 @@ def publish_unchanged(settings: Settings, accelerator: Accelerator, source: Path
             shutil.copyfile(file, target)
 
     accelerator.wait_for_everyone()
-    info = None
-    if accelerator.is_main_process:
-        info = publish(settings, write, dest, role=role, version=version, phase=phase,
-                       parent_version=parent_version, metrics=metrics, replace=True)
-    accelerator.wait_for_everyone()
-    return info
+    return _publish_on_main(settings, accelerator, write, dest, role=role, version=version, phase=phase,
+                            parent_version=parent_version, metrics=metrics, replace=True)
 
 
 def publish_model(settings: Settings, accelerator: Accelerator, model: Any, tokenizer: Any, *, role: str,
@@ -130,9 +137,5 @@ def publish_model(settings: Settings, accelerator: Accelerator, model: Any, toke
     """
     accelerator.wait_for_everyone()
     write = _writer(accelerator, model, tokenizer, "critic" if role == "critic" else "lm")
-    info = None
-    if accelerator.is_main_process:
-        info = publish(settings, write, dest, role=role, version=version, phase=phase,
-                       parent_version=parent_version, metrics=metrics, replace=replace)
-    accelerator.wait_for_everyone()
-    return info
+    return _publish_on_main(settings, accelerator, write, dest, role=role, version=version, phase=phase,
+                            parent_version=parent_version, metrics=metrics, replace=replace)
