@@ -16,6 +16,10 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
     # the same comparison under another order of the update's batches
     python bench/phase_offline.py run --tasks 165 --seed 1 --output .webrl/bench/phase_offline/seed1 \
         --setting "clip:actor.max_grad_norm=0.01,actor.warmup_steps=3"
+    # the second stored phase (cpu-demo seed 1, phase 1, 2026-11-29: its rollouts solved none of 24, so its 14 steps
+    # with A > 0 are all replayed): the preset's gate keeps the actor; without it the update trains on replay alone
+    python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed1-smollm2 --tasks 165 \
+        --setting "gated:" --setting "replay-only:actor.min_new_positive_steps=0"
     # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
     python bench/phase_offline.py run --smoke
 

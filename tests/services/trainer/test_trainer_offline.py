@@ -122,3 +122,28 @@ def test_the_seed_orders_the_updates_batches_and_changes_nothing_else(settings) 
     assert (other["trained_steps"], other["optimizer_steps"]) == (first["trained_steps"], first["optimizer_steps"])
     assert other["optimizer_steps"] >= 2  # more than one batch, so there is an order to change
     assert any(not bool((a[k] == c[k]).all()) for k in a)  # another order of the same batches: other weights
+
+
+SEED1_FIXTURE = ROOT / "bench" / "fixtures" / "phase1-seed1-smollm2"
+
+
+@pytest.mark.skipif(not (SEED1_FIXTURE / "phase.json").is_file(), reason="the second stored phase is missing")
+def test_the_second_stored_phase_loads_and_the_gate_keeps_its_actor(tmp_path: Path) -> None:
+    """The second shipped phase (cpu-demo seed 1, phase 1: rollouts that solved nothing, so its 14 steps with A > 0
+    are all replayed from phase 0): the preset's gate runs no update on it; without the gate the update trains on the
+    replayed steps alone."""
+    stored = load_phase(SEED1_FIXTURE)
+    positives = [s for s in stored.steps if s.advantage > 0]
+    assert stored.meta["phase"] == 1 and len(stored.steps) == 113
+    assert len(positives) == 14 and all(s.phase == 0 for s in positives)
+    assert stored.hyperparams.actor.min_new_positive_steps == 5
+    env = {**os.environ, "WEBRL_HOME": str(tmp_path / "home")}
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "phase_offline.py"), "run", "--smoke", "--fixture",
+                           str(SEED1_FIXTURE), "--setting", "gated:", "--setting",
+                           "replay-only:actor.min_new_positive_steps=0", "--output", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    gated, replay_only = json.loads((out / "results.json").read_text())["results"]
+    assert (gated["actor_skipped"], gated["trained_steps"], gated["optimizer_steps"]) == (1, 0, 0)
+    assert (replay_only["actor_skipped"], replay_only["trained_steps"], replay_only["optimizer_steps"]) == (0, 2, 1)
