@@ -55,7 +55,7 @@ from webrl.orchestration.pipeline_state import (
     StageReport,
     options_of_run,
 )
-from webrl.orchestration.stored_evaluation import key_for, storable_key, store_if_complete, stored_scores
+from webrl.orchestration.stored_evaluation import storable_key, store_if_complete, stored_scores
 from webrl.policies.actor_service import rollout_policy
 from webrl.prompts.actor import COMPLETION_BUDGET
 from webrl.wire import clients
@@ -188,22 +188,17 @@ class Pipeline:
         return {**metrics, "subset": sampled, "keys": keys, **({"sample": sample} if sample is not None else {})}, state
 
     def _evaluate_actor(self, index: int, keys: list[str], actor: str) -> dict[str, Any]:
-        """The evaluation of ``actor`` on ``keys``, read back when one is stored under its content key, on these tasks
-        or on all the run's test tasks (``stored``: the key's digest, 12 characters): the start actor's, and a phase's
-        whose actor kept the start actor's weights (``actor.min_new_positive_steps``). Else it runs, and phase 0's is
-        stored for the next run (:mod:`webrl.orchestration.stored_evaluation`)."""
-        rollout = self.hp.rollout
-        key = storable_key(self.settings, actor, keys, rollout)
-        if key is not None:
-            scores = stored_scores(self.settings, key, keys)
-            suite = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
-            if scores is None and suite != keys:
-                suite_key = key_for(self.settings, actor, suite, rollout)
-                scores, key = stored_scores(self.settings, suite_key, keys), suite_key
-            if scores is not None:
-                return {**metrics_of_scores(scores), "stored": key.digest()[:12]}
+        """The evaluation of ``actor`` on ``keys``, read back from one stored under its content key on all the run's
+        test tasks (``stored``: the key's digest, 12 characters): the start actor's, and a phase's whose actor kept
+        the start actor's weights (``actor.min_new_positive_steps``), on the tasks it evaluates. Else it runs, and an
+        evaluation of all of them is stored for the next run (:mod:`webrl.orchestration.stored_evaluation`)."""
+        suite = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
+        key = storable_key(self.settings, actor, suite, self.hp.rollout)
+        scores = stored_scores(self.settings, key, keys) if key is not None else None
+        if key is not None and scores is not None:
+            return {**metrics_of_scores(scores), "stored": key.digest()[:12]}
         ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
-        if key is not None and index == 0:
+        if key is not None and keys == suite:
             store_if_complete(self.settings, key, ids)
         return self._evaluation_metrics(ids)
 
