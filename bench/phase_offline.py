@@ -77,28 +77,47 @@ def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
     return name, overrides
 
 
-def sample_keys(settings: Any, n: int) -> list[str]:
-    """A fixed sample of ``n`` test tasks spread over the suite's order (sites and templates in turn)."""
+def sample_keys(settings: Any, n: int, stratified: bool = False) -> tuple[list[str], list[str]]:
+    """(the sample, the suite): a fixed sample of ``n`` test tasks of the suite (every test task, in order): spread
+    over the suite's order, or with ``stratified`` the template-stratified sample of ``make demo``'s run (seed 0:
+    :func:`webrl.store.template_groups.stratified_sample`; with 65, one task of every template, the tasks its
+    middle phase evaluates), the same whatever the update's ``--seed``, so seeds compare on the same tasks."""
     from webrl.db import repository as repo
     from webrl.db.session import session_scope
+    from webrl.store.template_groups import stratified_sample
 
     with session_scope(settings) as s:
-        keys = sorted(t.key for t in repo.tasks_where(s, split="test"))
-    step = max(1, len(keys) // n)
-    return keys[::step][:n]
+        suite = [t.key for t in repo.tasks_where(s, split="test")]
+    if stratified:
+        return stratified_sample(settings, suite, n, seed=0), suite
+    ordered = sorted(suite)
+    step = max(1, len(ordered) // n)
+    return ordered[::step][:n], suite
 
 
-def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int) -> set[str]:
-    """The tasks of ``keys`` the actor at ``actor`` solves greedily (evaluated once per actor state and horizon)."""
+def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int, suite: list[str]) -> tuple[set[str], str]:
+    """(the tasks of ``keys`` the actor at ``actor`` solves greedily, where the result came from): read back from an
+    evaluation of all of ``suite`` stored under the actor's content key (the shipped SFT actor's:
+    :mod:`webrl.store.evaluations`), else evaluated (once per actor state and horizon) and, when ``keys`` is the
+    suite, stored for the next comparison."""
+    from webrl.method.hyperparams import Rollout
     from webrl.orchestration.evaluate import evaluation_attempt, solved_task_keys, trajectory_scores
+    from webrl.orchestration.stored_evaluation import storable_key, store_if_complete, stored_scores
     from webrl.policies.actor_service import rollout_policy
     from webrl.wire.clients import rollout_run
     from webrl.wire.contracts import RolloutRequest
 
+    rollout = Rollout(max_steps=max_steps)  # the request's early stops are the defaults too
+    key = storable_key(settings, actor, suite, rollout)
+    stored = stored_scores(settings, key, keys) if key is not None else None
+    if key is not None and stored is not None:
+        return set(solved_task_keys(stored)), f"stored evaluation {key.digest()[:12]}"
     result = rollout_run(RolloutRequest(task_keys=keys, phase=9999, attempt=evaluation_attempt(actor, max_steps),
                                         purpose="eval", policy=rollout_policy(settings, str(actor.resolve())),
                                         concurrency=8, max_steps=max_steps))
-    return set(solved_task_keys(trajectory_scores(settings, result.trajectory_ids)))
+    if key is not None and sorted(keys) == sorted(suite):
+        store_if_complete(settings, key, result.trajectory_ids)
+    return set(solved_task_keys(trajectory_scores(settings, result.trajectory_ids))), "evaluated"
 
 
 def save_actor(settings: Any, model: Any, tokenizer: Any, folder: Path, name: str) -> Path:
@@ -131,6 +150,9 @@ def run_settings(
     probe: Path = typer.Option(PROBE, help="The flips probe of that actor."),
     setting_args: list[str] = typer.Option(None, "--setting", help="NAME:group.field=value,... (repeat)."),
     tasks: int = typer.Option(0, min=0, help="Also evaluate greedily on a fixed sample of this many test tasks."),
+    stratified: bool = typer.Option(False, help="That sample stratified by template (65: one task of every "
+                                    "template, the middle-phase sample of `make demo`); else spread over the "
+                                    "suite's order."),
     max_steps: int = typer.Option(8, min=1, help="Horizon of that evaluation (the CPU presets': 8)."),
     probe_steps: int = typer.Option(0, min=0, help="Only the first N probe steps per site (0: all)."),
     output: Path = typer.Option(Path(".webrl/bench/phase_offline"), help="Where results.json and the plot go."),
@@ -152,7 +174,7 @@ def run_settings(
     if smoke:
         actor, tasks, max_trained, probe_set = TINY_ACTOR, 0, 2, probe_set[::max(1, len(probe_set) // 4)][:4]
         chosen = {name: {**o, "actor.epochs": 1} for name, o in list(chosen.items())[:2]}
-    keys, baseline = [], set()
+    keys, suite, baseline = [], [], set()
     sandbox, groups = None, None
     if tasks:
         from webrl.db.migrate import upgrade
@@ -163,10 +185,10 @@ def run_settings(
         load_suite(settings, settings.seed)
         sandbox = running_sandbox(settings, sandbox_ports(settings))
         sandbox.__enter__()
-        keys = sample_keys(settings, tasks)
+        keys, suite = sample_keys(settings, tasks, stratified)
         groups = sample_groups(settings, keys)
-        baseline = solved_on(settings, actor, keys, max_steps)
-        console.print(f"start actor: {len(baseline)}/{len(keys)} of the task sample")
+        baseline, source = solved_on(settings, actor, keys, max_steps, suite)
+        console.print(f"start actor: {len(baseline)}/{len(keys)} of the task sample ({source})")
     results = []
     try:
         for name, overrides in chosen.items():
@@ -180,7 +202,7 @@ def run_settings(
                 # inside the artifacts store: the rollout workers load only model folders a request may name
                 folder = save_actor(settings, result.model, result.tokenizer,
                                     settings.artifacts_dir / "bench" / "phase_offline" / name, name)
-                solved = solved_on(settings, folder, keys, max_steps)
+                solved, _ = solved_on(settings, folder, keys, max_steps, suite)
                 row |= {"solved": len(solved), "tasks": len(keys), "gained": sorted(solved - baseline),
                         "lost": sorted(baseline - solved), **against_start(name, keys, groups, baseline, solved)}
             results.append(row)

@@ -59,3 +59,31 @@ def test_the_shipped_clip_result_by_template_group() -> None:
     assert clip["overall"]["macro_difference"] == pytest.approx(0.26076923 - 0.21538462, abs=1e-6)
     versus = record["comparisons"]["clip-0.01+warmup against smooth-l1"]
     assert points(versus["overall"]["interval"]) == [3.8, 38.8] and points(versus["seen"]["interval"]) == [4.9, 24.5]
+
+
+def test_the_offline_bench_reads_the_start_actors_evaluation_back(free_sites) -> None:
+    """The start actor's results on the sample come from its stored evaluation of all the test tasks (the shipped
+    SFT actor's: no episode runs, no browser), and ``--stratified`` samples one task of every template, the tasks
+    of ``make demo``'s middle phase."""
+    from webrl.db.migrate import upgrade
+    from webrl.method.presets import PRESETS
+    from webrl.orchestration.pipeline import Pipeline, PipelineOptions
+    from webrl.orchestration.stored_evaluation import key_for
+    from webrl.sandbox.tasks.suite import load_suite
+    from webrl.store.evaluations import SHIPPED, find
+    from webrl.store.template_groups import template_groups
+
+    settings = free_sites
+    upgrade(settings)
+    load_suite(settings, settings.seed)
+    bench = _bench("phase_offline")
+    keys, suite = bench.sample_keys(settings, 65, stratified=True)
+    groups = template_groups(settings)
+    assert len(suite) == 165 and len({groups.template_of[k] for k in keys}) == 65
+    demo = Pipeline(settings, PipelineOptions(run="cpu-demo", hyperparams=PRESETS["cpu-demo"]))
+    assert keys == demo.fixed_sample()
+
+    solved, source = bench.solved_on(settings, bench.SFT_ACTOR, keys, 8, suite)
+    stored = find(settings, key_for(settings, bench.SFT_ACTOR, suite, PRESETS["cpu-demo"].rollout), folders=(SHIPPED,))
+    assert stored is not None and source == f"stored evaluation {stored.key.digest()[:12]}"
+    assert solved == {k for k in keys if stored.results[k].score >= 1.0} and len(solved) == 14

@@ -58,6 +58,7 @@ from webrl.orchestration.pipeline_state import (
 from webrl.orchestration.stored_evaluation import storable_key, store_if_complete, stored_scores
 from webrl.policies.actor_service import rollout_policy
 from webrl.prompts.actor import COMPLETION_BUDGET
+from webrl.store.template_groups import stratified_sample
 from webrl.wire import clients
 from webrl.wire.contracts import (
     DEMONSTRATION_ATTEMPT,
@@ -239,22 +240,10 @@ class Pipeline:
         return metrics
 
     def _stratified(self, keys: list[str], n: int, split: str = "test") -> list[str]:
-        """A fixed sample of ``n`` of ``keys`` (tasks of ``split``), templates taken in turn (each template's tasks
-        in a seeded order), so every phase that evaluates a subset evaluates the same one and every template is
+        """The run's fixed sample of ``n`` of ``keys`` (:func:`webrl.store.template_groups.stratified_sample` under
+        the run's seed), so every phase that evaluates a subset evaluates the same one and every template is
         represented."""
-        with session_scope(self.settings) as s:
-            template = {t.key: (t.config or {}).get("intent_template_id") for t in repo.tasks_where(s, split=split)}
-        by_template: dict[str, list[str]] = {}
-        for key in keys:
-            by_template.setdefault(str(template.get(key)), []).append(key)
-        rng = random.Random(self.options.seed * 7919 + 17)
-        queues = [rng.sample(group, len(group)) for _, group in sorted(by_template.items())]
-        chosen: list[str] = []
-        while len(chosen) < n:
-            for queue in queues:
-                if queue and len(chosen) < n:
-                    chosen.append(queue.pop())
-        return sorted(chosen, key=keys.index)
+        return stratified_sample(self.settings, keys, n, self.options.seed, split)
 
     def _stage_seed_rollout(self, index: int, state: PhaseState) -> StageOutput:
         """Phase 0: the SFT actor on a sample of seed train tasks; its failures seed the curriculum."""

@@ -8,6 +8,7 @@ held-out otherwise. Tasks without an ``intent_template_id`` (external task files
 
 from __future__ import annotations
 
+import random
 from collections.abc import Collection
 
 from sqlalchemy import select
@@ -50,3 +51,22 @@ def evaluation_solved(settings: Settings, keys: Collection[str], *, phase: int, 
                    m.TrajectoryRow.attempt == attempt, m.TrajectoryRow.run_id == run_id,
                    m.Task.key.in_(list(keys)))).all()
     return {key for key, score in rows if is_success(float(score or 0.0))}
+
+
+def stratified_sample(settings: Settings, keys: list[str], n: int, seed: int, split: str = "test") -> list[str]:
+    """A fixed sample of ``n`` of ``keys`` (tasks of ``split``), templates taken in turn, each template's tasks in an
+    order seeded by ``seed``: one task of every template before a second of any. In the order of ``keys``. The run's
+    fixed evaluation sample (``evaluation.subset``) and the offline bench's ``--stratified`` are this sample."""
+    with session_scope(settings) as s:
+        template = {t.key: (t.config or {}).get("intent_template_id") for t in repo.tasks_where(s, split=split)}
+    by_template: dict[str, list[str]] = {}
+    for key in keys:
+        by_template.setdefault(str(template.get(key)), []).append(key)
+    rng = random.Random(seed * 7919 + 17)
+    queues = [rng.sample(group, len(group)) for _, group in sorted(by_template.items())]
+    chosen: list[str] = []
+    while len(chosen) < min(n, len(keys)):
+        for queue in queues:
+            if queue and len(chosen) < n:
+                chosen.append(queue.pop())
+    return sorted(chosen, key=keys.index)
