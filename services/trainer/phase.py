@@ -53,12 +53,14 @@ from services.trainer.data import (
     window_sampler,
 )
 from services.trainer.losses import actor_loss_mask, critic_loss
+from services.trainer.optimizer_state import load_state, save_state
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model, publish_unchanged
 from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
 from services.trainer.training_loop import (
     LoopConfig,
     Prepared,
     evaluate,
+    launched_with_deepspeed,
     make_accelerator,
     prepare,
     prepared_batches,
@@ -256,6 +258,17 @@ def _record_step_values(settings: Settings, phase: int, critic_version: str, exp
         save_step_values(session, critic_version, phase, rows)
 
 
+def _carried_state(settings: Settings, job: PhaseJob, actor: Prepared) -> bool:
+    """Under ``actor.optimizer_state`` "keep", load the AdamW state stored with the start actor's version into the
+    prepared optimizer (:mod:`services.trainer.optimizer_state`); whether one was loaded (none for the SFT actor)."""
+    if job.hyperparams.actor.optimizer_state != "keep":
+        return False
+    if launched_with_deepspeed():
+        raise ValueError("actor.optimizer_state keep is not supported under DeepSpeed ZeRO (the optimizer's state is "
+                         "partitioned across the processes); use reset")
+    return load_state(settings, actor.optimizer, _version_of(job.actor))
+
+
 def _version_of(path: str | None) -> str | None:
     if path is None:
         return None
@@ -288,6 +301,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     config = actor_loop_config(hp, job.seed, job.max_minutes)
     accelerator = make_accelerator(config)
     actor = prepare(accelerator, model, config)
+    kept_state = _carried_state(settings, job, actor)
     experience, demonstrations, stats = _experience(settings, job, accelerator, actor, tokenizer, max_length)
 
     critic_dest = (confined_path(settings, job.critic_output, "critic_output") if job.critic_output
@@ -335,12 +349,15 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                "actor_skipped": int(gated.skipped),
                "positives_from_failed": positives_from_failed(a, experience, [i for i in range(len(a)) if a[i] > 0]),
                "trained_positives_from_failed": positives_from_failed(a, experience, trained),
-               "demonstration_steps": len(anchor),
+               "demonstration_steps": len(anchor), "optimizer_state_kept": int(kept_state),
                "experience_steps": len(experience), "value_mean": float(torch.tensor(v_s).mean()),
                "critic_loss": (critic_info.metrics or {}).get("critic_loss") if critic_info else None,
                "critic_seconds": (critic_info.metrics or {}).get("seconds") if critic_info else None}
     actor_dest = (confined_path(settings, job.actor_output, "actor_output") if job.actor_output
                   else checkpoint_dir(settings, "actor", version))
+    if hp.actor.optimizer_state == "keep" and accelerator.is_main_process:  # before the actor it belongs to
+        save_state(settings, actor.optimizer, version)
+    accelerator.wait_for_everyone()
     if step_advantage:
         actor_info = publish_model(settings, accelerator, actor.model, tokenizer, role="actor", version=version,
                                    dest=actor_dest, phase=job.phase, parent_version=_version_of(job.actor),

@@ -285,6 +285,9 @@ def register(app: typer.Typer) -> None:
         min_new_positive_steps: int = typer.Option(None, min=0, help="Update the actor only in a phase whose own "
                                                    "rollouts give at least this many steps with A > 0 (fewer: "
                                                    "published unchanged; 0: always). Default: the preset's."),
+        optimizer_state: str = typer.Option(None, help="The actor's AdamW state at a phase's start: reset (fresh, "
+                                            "as the published scripts) or keep (the previous phase's moments and "
+                                            "step count). Default: the preset's (reset)."),
         probe: Path = typer.Option(None, help="A flips probe of the starting actor (`webrl probe build`; the "
                                    "shipped SFT actor's is webrl/assets/probe-smollm2.jsonl.gz): each phase records "
                                    "the share of its steps whose greedy action changed."),
@@ -313,7 +316,7 @@ def register(app: typer.Typer) -> None:
             "replay.enabled": replay, "replay.cap_ratio": replay_cap, "replay.demo_tasks": demo_tasks,
             "actor.kl": kl, "actor.beta": beta, "actor.lr": actor_lr,
             "actor.epochs": actor_epochs, "actor.objective": objective, "actor.failed_positives": failed_positives,
-            "actor.min_new_positive_steps": min_new_positive_steps,
+            "actor.min_new_positive_steps": min_new_positive_steps, "actor.optimizer_state": optimizer_state,
             "critic.train_backbone": critic_backbone, "evaluation.tasks": eval_tasks,
         })
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),

@@ -198,6 +198,9 @@ class ActorLoss:
     ones do not count); with fewer the actor is published unchanged and the critic still trains. 0: always (the
     paper, whose phases hold hundreds). This project's: on the CPU demo an update on 6 replayed positives and none
     of its own lost 15 of the SFT actor's 25 test tasks (docs/measurements.md)."""
+    optimizer_state: Literal["reset", "keep"] = "reset"
+    """AdamW's moments and step count at the start of a phase: ``reset`` (fresh, as the published scripts train each
+    phase) or ``keep`` (the previous phase's, continued: ``services/trainer/optimizer_state.py``). Not under ZeRO."""
     failed_positives: Literal["keep", "confident", "drop"] = "keep"
     """A > 0 steps of reward-0 trajectories: ``keep`` (published code), ``confident`` (only where the clamped A is
     at least ``failed_margin``: the critic is sure the step moved towards success), or ``drop`` (train on

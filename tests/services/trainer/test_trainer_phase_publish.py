@@ -181,3 +181,35 @@ def test_a_phase_with_too_few_positives_publishes_the_actor_unchanged(tiny_dir: 
     at_threshold = with_overrides(DEFAULTS, {**base, "actor.min_new_positive_steps": new})
     again = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=at_threshold, max_length=400))
     assert again.metrics["actor_skipped"] == 0 and again.metrics["actor_steps"] == positives
+
+
+def _steps_of(state_file: Path) -> set[int]:
+    """The AdamW step count of every parameter in a stored optimizer state."""
+    return {int(s["step"]) for s in torch.load(state_file, weights_only=True)["state"].values()}
+
+
+def test_the_actors_optimizer_state_carries_over_phases_when_kept(tiny_dir: Path, store_trajectory, db) -> None:
+    from services.trainer.optimizer_state import load_state, state_path
+
+    _seed_two_phases(store_trajectory)
+    base = {"batching.batch_size": 4, "actor.lr": 1e-3, "critic.lr": 1e-3}
+    keep = with_overrides(DEFAULTS, {**base, "actor.optimizer_state": "keep"})
+    first = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=keep, max_length=400))
+    assert first.metrics["optimizer_state_kept"] == 0  # the SFT actor has none
+    assert _steps_of(state_path(db, first.actor.version)) == {first.metrics["steps"]} and first.metrics["steps"] > 0
+
+    second = run_phase(db, PhaseJob(phase=2, actor=first.actor.path, critic=first.critic.path, hyperparams=keep,
+                                    max_length=400))
+    assert second.metrics["optimizer_state_kept"] == 1
+    # AdamW's step count (and its bias correction) continues from the first phase's
+    assert _steps_of(state_path(db, second.actor.version)) == {first.metrics["steps"] + second.metrics["steps"]}
+
+    reset = run_phase(db, PhaseJob(phase=2, actor=first.actor.path, critic=first.critic.path,
+                                   hyperparams=with_overrides(DEFAULTS, base), max_length=400))
+    assert reset.metrics["optimizer_state_kept"] == 0 and not state_path(db, reset.actor.version).exists()
+
+    # a state saved for other parameters is refused, not loaded into the wrong ones
+    other = torch.optim.AdamW(torch.nn.Linear(3, 2).parameters())
+    with pytest.raises(ValueError, match="other shapes"):
+        load_state(db, other, first.actor.version)
+    assert not load_state(db, other, "no-such-version") and not load_state(db, other, None)
