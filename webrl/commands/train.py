@@ -285,6 +285,11 @@ def register(app: typer.Typer) -> None:
         min_new_positive_steps: int = typer.Option(None, min=0, help="Update the actor only in a phase whose own "
                                                    "rollouts give at least this many steps with A > 0 (fewer: "
                                                    "published unchanged; 0: always). Default: the preset's."),
+        min_solved: int = typer.Option(None, min=0, help="Try a phase's unsolved tasks again (the next attempt) "
+                                       "until this many of its tasks are solved or --max-attempts ran (0: one "
+                                       "attempt, the paper). Default: the preset's."),
+        max_attempts: int = typer.Option(None, min=1, help="At most this many attempts at a task in one phase "
+                                         "(with --min-solved). Default: the preset's."),
         optimizer_state: str = typer.Option(None, help="The actor's AdamW state at a phase's start: reset (fresh, "
                                             "as the published scripts) or keep (the previous phase's moments and "
                                             "step count). Default: the preset's (reset)."),
@@ -313,6 +318,7 @@ def register(app: typer.Typer) -> None:
             "curriculum.phases": phases, "curriculum.enabled": curriculum, "curriculum.fill_filter": fill_filter,
             "curriculum.value_low": value_low, "curriculum.value_high": value_high,
             "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
+            "rollout.min_solved": min_solved, "rollout.max_attempts": max_attempts,
             "replay.enabled": replay, "replay.cap_ratio": replay_cap, "replay.demo_tasks": demo_tasks,
             "actor.kl": kl, "actor.beta": beta, "actor.lr": actor_lr,
             "actor.epochs": actor_epochs, "actor.objective": objective, "actor.failed_positives": failed_positives,

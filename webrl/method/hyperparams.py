@@ -90,6 +90,13 @@ class Rollout:
     the hardware computes it natively). Evaluation always runs in ``models.dtype``: greedy decoding in bf16 can pick
     another token for the same prompt alone than batched with others, so its results would not reproduce
     (execution, not in the paper)."""
+    min_solved: Annotated[int, Field(ge=0)] = 0
+    """A phase's training rollouts try its tasks that no episode has solved again (the next attempt, sampled afresh)
+    until this many of its tasks are solved or ``max_attempts`` attempts have run; 0: one attempt (the paper). This
+    project's: a phase whose rollouts solve nothing gives the actor nothing new to learn from
+    (``actor.min_new_positive_steps``), and on the CPU demo that happens with 24 tasks a phase."""
+    max_attempts: Count = 1
+    """At most this many attempts at a task in one phase (with ``min_solved``)."""
     chunk: Count = 16
     """Tasks per rollout job: the unit of progress and of resumable work (execution, not in the paper)."""
     concurrency: Count = 4

@@ -46,6 +46,7 @@ from webrl.orchestration.pipeline_metrics import (
     failed_task_keys,
     metrics_of_scores,
     orm_agreement,
+    solved_task_keys_of,
 )
 from webrl.orchestration.pipeline_state import (
     PhaseState,
@@ -337,9 +338,30 @@ class Pipeline:
         return dict(zip(keys, values, strict=True)), judge
 
     def _stage_rollout(self, index: int, state: PhaseState) -> StageOutput:
-        ids = self._rollout(state.kept_keys, index, self.actor_for_phase(index), purpose="train",
-                            label=f"phase {index}: rollout", temperature=self.hp.rollout.temperature)
-        return {"rollouts": len(ids), "actor_versions": actor_versions(self.settings, ids)}, state
+        """The actor's sampled episodes on the phase's kept tasks, attempt 0; with ``rollout.min_solved``, further
+        attempts at the tasks no episode has solved yet, each round labelled as it ends (labels are idempotent: the
+        label stage finds them), until that many tasks are solved or ``rollout.max_attempts`` attempts have run.
+        ``solved_by_attempt``: the tasks solved after each attempt."""
+        rollout = self.hp.rollout
+        label = f"phase {index}: rollout"
+        policy = self._policy(self.actor_for_phase(index), rollout.temperature, label)
+        ids: list[int] = []
+        keys, solved_by_attempt = state.kept_keys, []
+        for attempt in range(rollout.max_attempts if rollout.min_solved else 1):
+            shown = label if attempt == 0 else f"{label}, attempt {attempt + 1} ({len(keys)} unsolved)"
+            round_ids = self._rollout_chunks(keys, index, policy, purpose="train", label=shown, attempt=attempt)
+            ids += round_ids
+            if not rollout.min_solved:
+                break
+            self._label(round_ids, f"phase {index}: ORM, attempt {attempt + 1}")
+            solved = set(solved_task_keys_of(self._phase_trajectories(index), self._orm_version()))
+            solved_by_attempt.append(len(solved))
+            keys = [k for k in state.kept_keys if k not in solved]
+            if len(solved) >= rollout.min_solved or not keys:
+                break
+        return ({"rollouts": len(ids), "actor_versions": actor_versions(self.settings, ids),
+                 **({"attempts": len(solved_by_attempt), "solved_by_attempt": solved_by_attempt}
+                    if rollout.min_solved else {})}, state)
 
     def _stage_label(self, index: int, state: PhaseState) -> StageOutput:
         ids = [t.id for t in self._phase_trajectories(index)]

@@ -72,6 +72,13 @@ def attempted_task_keys(trajectories: Sequence[m.TrajectoryRow]) -> list[str]:
     return sorted({t.task.key for t in trajectories})
 
 
+def solved_task_keys_of(trajectories: Sequence[m.TrajectoryRow], orm_version: str) -> list[str]:
+    """Tasks of ``trajectories`` (tasks and labels loaded) with an episode the ORM ``orm_version`` judged a success,
+    sorted."""
+    return sorted({t.task.key for t in trajectories
+                   if (label := repo.label_of(t, orm_version)) is not None and is_success(label.reward)})
+
+
 def failed_task_keys(trajectories: Sequence[m.TrajectoryRow], orm_version: str) -> list[str]:
     """Tasks of ``trajectories`` (tasks and labels loaded) that the ORM ``orm_version`` judged failed, sorted:
     what the next phase's generator evolves. A trajectory it has not judged is neither failed nor solved."""
