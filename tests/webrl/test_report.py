@@ -151,6 +151,9 @@ def test_the_actor_columns_show_the_exact_kl_k1_flips_and_positives_from_failed_
     header, body = phase_table([PHASE_0, skipped, trained, {**PHASE_1, "train.positive_steps": 4}])
     assert [dict(zip(header, row, strict=True))["A > 0 steps"] for row in body] == [
         "-", "6 (6 replayed), actor kept", "19 (8 replayed)", "4"]
+    retried = {**PHASE_1, "rollout.rollouts": 46, "rollout.attempts": 2}
+    header, body = phase_table([{**PHASE_1, "rollout.rollouts": 24, "rollout.attempts": 1}, retried])
+    assert [dict(zip(header, row, strict=True))["rollouts"] for row in body] == ["24", "46 (2 attempts)"]
 
     from webrl.runs.report import flips_table
 

@@ -191,6 +191,14 @@ def log_ratio_k1(row: dict[str, Any]) -> Any:
     return row.get("train.log_ratio_k1", row.get("train.kl"))
 
 
+def rollouts_cell(row: dict[str, Any]) -> str:
+    """The phase's training episodes, with the attempts they took where its unsolved tasks were tried again
+    (``rollout.min_solved``): "46 (2 attempts)"."""
+    cell = _fmt(row.get("rollout.rollouts", row.get("seed-rollout.rollouts")))
+    attempts = row.get("rollout.attempts")
+    return f"{cell} ({attempts} attempts)" if isinstance(attempts, int) and attempts > 1 else cell
+
+
 def positive_steps_cell(row: dict[str, Any]) -> str:
     """The steps with A > 0 the phase's actor update had (``train.positive_steps``) with the replayed ones among them,
     and "actor kept" where the phase's own were fewer than ``actor.min_new_positive_steps`` so the actor was published
@@ -213,9 +221,8 @@ def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     body = []
     for r in rows:
         reward = r.get("label.reward_rate", r.get("seed-rollout.reward_rate"))
-        rollouts = r.get("rollout.rollouts", r.get("seed-rollout.rollouts"))
         body.append([
-            str(r["phase"]), _fmt(r.get("generate.generated")), _fmt(r.get("filter.kept")), _fmt(rollouts),
+            str(r["phase"]), _fmt(r.get("generate.generated")), _fmt(r.get("filter.kept")), rollouts_cell(r),
             orm_accuracy_cell(r), _fmt(reward, pct=True),
             *[_fmt(r.get(f"evaluate.success_{s}"), pct=True) for s in SITES],
             _fmt(r.get("evaluate.success"), pct=True),
