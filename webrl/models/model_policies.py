@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -57,11 +58,23 @@ def shared_backend(path: str | Path, settings: Settings) -> LocalBackend:
         return backend
 
 
+def step_seed(seed: int, request: PolicyRequest) -> int:
+    """The sampling seed of one step: ``seed`` (a rollout's), the task (its id and intent: not its URLs, whose ports
+    are the machine's) and the step's index in the episode, hashed to 63 bits."""
+    task = f"{request.task.task_id}\0{request.intent}"
+    digest = hashlib.sha256(f"{seed}\0{task}\0{len(request.history)}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
 class LocalModelPolicy:
-    """The actor as a checkpoint folder loaded here (``{"kind": "checkpoint", "path": ...}``)."""
+    """The actor as a checkpoint folder loaded here (``{"kind": "checkpoint", "path": ...}``). With a ``seed``, each
+    sampled step draws from a generator seeded by :func:`step_seed`: an episode's actions are then the same whichever
+    episodes share its batches (given batch-invariant logits: fp32), so a run's rollouts repeat."""
 
     def __init__(self, path: str | Path, settings: Settings, *, temperature: float | None = None,
-                 max_new_tokens: int | None = None, backend: LocalBackend | None = None) -> None:
+                 max_new_tokens: int | None = None, backend: LocalBackend | None = None,
+                 seed: int | None = None) -> None:
+        self.seed = seed
         self.settings = settings
         self.backend = backend or shared_backend(path, settings)
         self.temperature = settings.actor.temperature if temperature is None else temperature
@@ -74,8 +87,9 @@ class LocalModelPolicy:
 
     async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
         prompts = [actor_prompt(self.backend.tokenizer, ActItem.of(r), self.budget) for r in requests]
-        futures = [asyncio.wrap_future(self.backend.submit(p, self.max_new_tokens, self.temperature))
-                   for p in prompts]
+        seeds = [step_seed(self.seed, r) if self.seed is not None else None for r in requests]
+        futures = [asyncio.wrap_future(self.backend.submit(p, self.max_new_tokens, self.temperature, seed))
+                   for p, seed in zip(prompts, seeds, strict=True)]
         generations: list[Generation] = await asyncio.gather(*futures)
         return [PolicyResponse(response=g.text, token_ids=g.token_ids, logprobs=g.logprobs, version=self.version)
                 for g in generations]

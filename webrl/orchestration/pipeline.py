@@ -64,6 +64,7 @@ from webrl.wire import clients
 from webrl.wire.contracts import (
     DEMONSTRATION_ATTEMPT,
     DEMONSTRATION_PURPOSE,
+    CheckpointSpec,
     CriticState,
     FilterRequest,
     GenerateRequest,
@@ -85,6 +86,11 @@ __all__ = ["BASELINE_STAGES", "BASELINE_TABLE", "PHASE_TABLE", "STAGES", "PhaseS
 log = logging.getLogger(__name__)
 
 ProgressHook = Callable[[str, int, int], None]  # (label, done, total)
+
+
+def sampling_seed(seed: int, phase: int, attempt: int) -> int:
+    """The seed of a run's sampled rollouts in ``phase``, attempt ``attempt`` (the run's ``seed``)."""
+    return (seed * 1_000_003 + phase) * 1_009 + attempt
 
 
 def nearest_to_band(keys: Sequence[str], values: dict[str, float], low: float, high: float) -> list[str]:
@@ -437,8 +443,13 @@ class Pipeline:
 
     def rollout_request(self, keys: list[str], phase: int, policy: PolicySpec, purpose: str, *,
                         attempt: int = 0) -> RolloutRequest:
-        """The ``rollout.run`` job of ``keys``: the run's rollout knobs (concurrency, horizon, early stops)."""
+        """The ``rollout.run`` job of ``keys``: the run's rollout knobs (concurrency, horizon, early stops). A sampled
+        rollout of a local checkpoint is seeded by the run's seed, the phase and the attempt
+        (:func:`webrl.models.model_policies.step_seed` seeds each step from it), so the same run repeats its
+        episodes."""
         rollout = self.hp.rollout
+        if isinstance(policy, CheckpointSpec) and policy.temperature:
+            policy = policy.model_copy(update={"sampling_seed": sampling_seed(self.options.seed, phase, attempt)})
         return RolloutRequest(task_keys=keys, phase=phase, attempt=attempt, run_id=self.run_id, purpose=purpose,
                               policy=policy, concurrency=rollout.concurrency, max_steps=rollout.max_steps,
                               max_parse_failures=rollout.max_parse_failures,

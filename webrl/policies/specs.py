@@ -50,7 +50,7 @@ def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> P
         from webrl.models.model_policies import LocalModelPolicy
 
         loading = with_dtype(settings, spec.dtype) if spec.dtype is not None else settings
-        return LocalModelPolicy(spec.path, loading, temperature=spec.temperature)
+        return LocalModelPolicy(spec.path, loading, temperature=spec.temperature, seed=spec.sampling_seed)
     from webrl.models.model_policies import ActorEndpointPolicy
 
     return ActorEndpointPolicy(spec.url or settings.actor.url, settings, temperature=spec.temperature)

@@ -74,6 +74,9 @@ class CheckpointSpec(Contract):
     dtype: Literal["float32", "bfloat16", "auto"] | None = Field(
         None, description="The dtype the worker loads the folder in for this rollout; None: WEBRL_MODELS__DTYPE; "
         "auto: bfloat16 where the hardware computes it natively, else float32.")
+    sampling_seed: int | None = Field(None, description="Seeds each sampled step from this, the task and the step's "
+                                      "index (webrl.models.model_policies.step_seed), so an episode samples the same "
+                                      "actions whichever episodes share its batches; None: unseeded.")
 
 
 class EndpointSpec(Contract):

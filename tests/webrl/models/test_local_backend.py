@@ -85,3 +85,14 @@ def test_make_backend_names_the_missing_setting(settings: Settings) -> None:
         make_backend(settings.replace(actor={"model": None}))
     with pytest.raises(BackendConfigError, match="WEBRL_ACTOR__ENDPOINT"):
         make_backend(settings, kind="openai", model="m")
+
+
+def test_a_seeded_row_samples_the_same_whatever_rows_share_its_batch(backend: LocalBackend) -> None:
+    alone = backend.generate_batch([PROMPTS[1]], 8, 1.0, seeds=[5])[0]
+    beside = backend.generate_batch(PROMPTS, 8, 1.0, seeds=[7, 5, None, 9])
+    assert beside[1].token_ids == alone.token_ids
+    assert beside[1].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    other = backend.generate_batch([PROMPTS[1]] * 4, 8, 1.0, seeds=[6, 8, 10, 12])
+    assert any(g.token_ids != alone.token_ids for g in other)  # another seed, another sample
+    with pytest.raises(ValueError, match="2 seeds for 4 prompts"):
+        backend.generate_batch(PROMPTS, 8, 1.0, seeds=[1, 2])

@@ -1,5 +1,6 @@
 """With ``rollout.min_solved``, a phase's rollout stage tries the tasks it has not solved again (the next attempt)
-until enough of its tasks are solved or ``rollout.max_attempts`` attempts ran; without it, one attempt."""
+until enough of its tasks are solved or ``rollout.max_attempts`` attempts ran; without it, one attempt. A run's
+sampled rollouts are seeded: another run with the same seed samples the same episodes."""
 
 from __future__ import annotations
 
@@ -41,6 +42,14 @@ def _solved_before(settings: Settings, run_id: int, key: str) -> None:
         repo.save_label(s, row.id, EVALUATOR_LABELS, p_yes=1.0, threshold=0.5)
 
 
+def _responses(settings: Settings, run_id: int, attempt: int) -> dict[str, list[str]]:
+    """{task key: the responses of its phase-1 training episode of ``attempt``, step by step}."""
+    with session_scope(settings) as s:
+        rows = repo.trajectories_for_phase(s, 1, purpose="train", run_id=run_id)
+        return {row.task.key: [step.response for step in sorted(row.steps, key=lambda st: st.index)]
+                for row in rows if row.attempt == attempt}
+
+
 def test_unsolved_tasks_are_tried_again_until_enough_are_solved(world: Settings, tiny_actor: Path) -> None:
     from webrl.sandbox.server import running_sandbox, sandbox_ports
 
@@ -61,6 +70,11 @@ def test_unsolved_tasks_are_tried_again_until_enough_are_solved(world: Settings,
         metrics, _ = once._stage_rollout(1, state)
         assert _attempts(world, once.run_id) == {k: [0] for k in keys}
         assert metrics["rollouts"] == 3 and "attempts" not in metrics
+        # the same seed, phase and attempt in another run: the same sampled episodes, step for step
+        twice = pipeline("twice", **{"rollout.max_attempts": 3})
+        twice._stage_rollout(1, state)
+        first = _responses(world, once.run_id, 0)
+        assert _responses(world, twice.run_id, 0) == first and sum(map(len, first.values())) >= 3
 
         # one task already solved in this phase (attempt 9): the tiny actor solves none of the others in 2 steps, so
         # with 2 wanted the unsolved two are tried again, up to the third attempt

@@ -85,3 +85,21 @@ def test_training_rollouts_sample_in_the_presets_dtype_and_evaluation_in_the_set
     assert isinstance(sampled, CheckpointSpec) and isinstance(greedy, CheckpointSpec)
     assert (sampled.dtype, sampled.temperature) == ("auto", 0.7)
     assert (greedy.dtype, greedy.temperature) == (None, None)
+
+
+def test_sampled_rollouts_of_a_checkpoint_are_seeded_by_run_phase_and_attempt(settings: Settings) -> None:
+    from webrl.method.presets import PRESETS
+    from webrl.orchestration.pipeline import sampling_seed
+    from webrl.wire.contracts import CheckpointSpec, EndpointSpec
+
+    upgrade(settings)
+    pipeline = Pipeline(settings, PipelineOptions(run="seeded", seed=3, hyperparams=PRESETS["cpu-demo"]))
+    sampled = CheckpointSpec(path="actor", temperature=0.7)
+    seeds = {(phase, attempt): pipeline.rollout_request(["k"], phase, sampled, "train", attempt=attempt).policy
+             .sampling_seed for phase in (1, 2) for attempt in (0, 1)}
+    assert seeds == {(p, a): sampling_seed(3, p, a) for p, a in seeds} and len(set(seeds.values())) == 4
+    assert sampling_seed(4, 1, 0) != sampling_seed(3, 1, 0)
+    greedy = pipeline.rollout_request(["k"], 1, CheckpointSpec(path="actor"), "eval").policy
+    assert greedy.sampling_seed is None  # evaluation is greedy: nothing to seed
+    assert pipeline.rollout_request(["k"], 1, EndpointSpec(temperature=0.7), "train").policy == EndpointSpec(
+        temperature=0.7)  # an actor service samples as it serves

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +57,9 @@ class _Request:
     future: Future = field(default_factory=Future)
 
     @property
-    def key(self) -> tuple[int, float, int | None]:
-        return (self.max_new_tokens, self.temperature, self.seed)
+    def key(self) -> tuple[int, float]:
+        """Requests decoded in one batch share these; each keeps its own seed."""
+        return (self.max_new_tokens, self.temperature)
 
 
 class LocalBackend:
@@ -153,15 +155,16 @@ class LocalBackend:
             groups: dict[tuple, list[_Request]] = {}
             for request in batch:  # one decode per sampling setting
                 groups.setdefault(request.key, []).append(request)
-            for (max_new, temperature, seed), requests in groups.items():
-                self._run(requests, max_new, temperature, seed)
+            for (max_new, temperature), requests in groups.items():
+                self._run(requests, max_new, temperature)
 
-    def _run(self, requests: list[_Request], max_new_tokens: int, temperature: float, seed: int | None) -> None:
+    def _run(self, requests: list[_Request], max_new_tokens: int, temperature: float) -> None:
         live = [r for r in requests if r.future.set_running_or_notify_cancel()]
         if not live:
             return
         try:
-            results = self.generate_batch([r.prompt for r in live], max_new_tokens, temperature, seed=seed)
+            results = self.generate_batch([r.prompt for r in live], max_new_tokens, temperature,
+                                          seeds=[r.seed for r in live])
         except Exception as exc:  # a failed batch fails its callers, never the worker
             log.exception("batch of %d failed", len(live))
             for r in live:
@@ -208,14 +211,20 @@ class LocalBackend:
 
     @torch.no_grad()
     def generate_batch(self, prompts: list[str], max_new_tokens: int, temperature: float, *,
-                       seed: int | None = None) -> list[Generation]:
-        """Decode ``prompts`` as one batch, right now (no queue). Greedy when ``temperature`` is (nearly) 0."""
+                       seed: int | None = None, seeds: Sequence[int | None] | None = None) -> list[Generation]:
+        """Decode ``prompts`` as one batch, right now (no queue). Greedy when ``temperature`` is (nearly) 0. A sampled
+        row with a seed (``seeds``, one per prompt, or ``seed`` for every row) draws its tokens from a generator of
+        its own, so its text depends on its prompt and seed only, not on the rows beside it (given batch-invariant
+        logits: fp32); rows without one draw from torch's global generator."""
         self.batches_run += 1
         rows = self._tokenize(prompts, max_new_tokens)
         prefix_len, prefix_past = self._prefix(rows)
         prefill = self._prefill_rows if self.row_prefill and self._buffer_layers and all(rows) else self._prefill
         past, logits, attention_mask, next_position = prefill(rows, prefix_len, prefix_past, max_new_tokens)
-        return self._decode(past, logits, attention_mask, next_position, max_new_tokens, temperature, seed)
+        row_seeds = list(seeds) if seeds is not None else [seed] * len(prompts)
+        if len(row_seeds) != len(prompts):
+            raise ValueError(f"{len(row_seeds)} seeds for {len(prompts)} prompts")
+        return self._decode(past, logits, attention_mask, next_position, max_new_tokens, temperature, row_seeds)
 
     def _prefill(self, rows: list[list[int]], prefix_len: int, prefix_past: Cache | None, max_new_tokens: int
                  ) -> tuple[Cache, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -248,10 +257,10 @@ class LocalBackend:
         return past, torch.cat(logits), attention_mask, next_position
 
     def _decode(self, past: Cache, logits: torch.Tensor, attention_mask: torch.Tensor, next_position: torch.Tensor,
-                max_new_tokens: int, temperature: float, seed: int | None) -> list[Generation]:
+                max_new_tokens: int, temperature: float, seeds: list[int | None]) -> list[Generation]:
         """Pick a token per row, feed it back, until every row ended its turn or ``max_new_tokens``."""
         device = logits.device
-        generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+        generators = [torch.Generator(device=device).manual_seed(s) if s is not None else None for s in seeds]
         eos = torch.tensor(self.eos_ids, device=device)
         done = torch.zeros(logits.shape[0], dtype=torch.bool, device=device)  # (B,)
         tokens: list[torch.Tensor] = []
@@ -259,8 +268,8 @@ class LocalBackend:
         for _ in range(max_new_tokens):
             logp = torch.log_softmax(logits, dim=-1)  # (B, V) the model's distribution, temperature 1
             if temperature >= MIN_SAMPLING_TEMPERATURE:
-                probs = torch.softmax(logits / temperature, dim=-1)
-                chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+                probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)
+                chosen = self._sample(probs, generators)  # (B,)
             else:
                 chosen = logp.argmax(dim=-1)  # (B,)
             chosen = torch.where(done, torch.full_like(chosen, self.pad_id), chosen)
@@ -274,6 +283,16 @@ class LocalBackend:
             past, logits = self._forward(chosen[:, None], attention_mask, next_position, past)
             next_position = next_position + 1  # (B, 1)
         return self._results(tokens, logps)
+
+    @staticmethod
+    def _sample(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+        """One token per row of ``probs`` ``(B, V)``: each seeded row from its own generator, the rest together from
+        the global one."""
+        if not any(g is not None for g in generators):
+            return torch.multinomial(probs, 1).squeeze(1)  # (B,)
+        shared = torch.multinomial(probs, 1).squeeze(1) if None in generators else None  # (B,)
+        return torch.stack([torch.multinomial(probs[i], 1, generator=g).squeeze(0) if g is not None else shared[i]
+                            for i, g in enumerate(generators)])  # (B,)
 
     # The shared-prefix cache
     def _prefix(self, rows: list[list[int]]) -> tuple[int, Cache | None]:
