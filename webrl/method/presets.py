@@ -52,7 +52,9 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # count), or the actor is kept as it is. Two runs of this preset: seed 0's phase 1 trained on 19 (11 its own) and
     # rose from 14/65 to 19/65 test tasks; seed 1's rollouts solved 0 of 24, so it trained on 6 replayed ones alone,
     # fell to 6/65 and had lost 15 of the SFT actor's 25 tasks on all 165 by the next phase
-    # (docs/runs/2026-11-29-make-demo-seed1).
+    # (docs/runs/2026-11-29-make-demo-seed1). Offline, another such phase (14 replayed positives, none its own)
+    # updated with the gate off lost 5 of the SFT actor's 14 tasks of the 65-task sample and gained none
+    # (docs/runs/2026-11-29-phase-offline-replay-only, measured 2026-11-29, commit 8653b23).
     actor=ActorLoss(lr=1e-4, epochs=3, max_grad_norm=0.01, warmup_steps=3, min_new_positive_steps=5),
     # The critic's heads alone on the frozen backbone, each distinct state encoded once (critic_heads.py): its training
     # took 96 s against the LoRA critic's 394 s (4.2x) on 24 steps, and its values ranked the 165 test start states
