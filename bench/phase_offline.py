@@ -101,23 +101,20 @@ def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int, suite
     :mod:`webrl.store.evaluations`), else evaluated (once per actor state and horizon) and, when ``keys`` is the
     suite, stored for the next comparison."""
     from webrl.method.hyperparams import Rollout
-    from webrl.orchestration.evaluate import evaluation_attempt, solved_task_keys, trajectory_scores
-    from webrl.orchestration.stored_evaluation import storable_key, store_if_complete, stored_scores
+    from webrl.orchestration.evaluate import evaluation_attempt, solved_task_keys
+    from webrl.orchestration.stored_evaluation import greedy_scores
     from webrl.policies.actor_service import rollout_policy
     from webrl.wire.clients import rollout_run
     from webrl.wire.contracts import RolloutRequest
 
-    rollout = Rollout(max_steps=max_steps)  # the request's early stops are the defaults too
-    key = storable_key(settings, actor, suite, rollout)
-    stored = stored_scores(settings, key, keys) if key is not None else None
-    if key is not None and stored is not None:
-        return set(solved_task_keys(stored)), f"stored evaluation {key.digest()[:12]}"
-    result = rollout_run(RolloutRequest(task_keys=keys, phase=9999, attempt=evaluation_attempt(actor, max_steps),
-                                        purpose="eval", policy=rollout_policy(settings, str(actor.resolve())),
-                                        concurrency=8, max_steps=max_steps))
-    if key is not None and sorted(keys) == sorted(suite):
-        store_if_complete(settings, key, result.trajectory_ids)
-    return set(solved_task_keys(trajectory_scores(settings, result.trajectory_ids))), "evaluated"
+    def run() -> list[int]:
+        return rollout_run(RolloutRequest(task_keys=keys, phase=9999, attempt=evaluation_attempt(actor, max_steps),
+                                          purpose="eval", policy=rollout_policy(settings, str(actor.resolve())),
+                                          concurrency=8, max_steps=max_steps)).trajectory_ids
+
+    # the request's early stops are the defaults, as Rollout's
+    scores, stored = greedy_scores(settings, actor, keys, suite, Rollout(max_steps=max_steps), run)
+    return set(solved_task_keys(scores)), f"stored evaluation {stored}" if stored else "evaluated"
 
 
 def save_actor(settings: Any, model: Any, tokenizer: Any, folder: Path, name: str) -> Path:

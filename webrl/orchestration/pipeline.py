@@ -56,7 +56,7 @@ from webrl.orchestration.pipeline_state import (
     StageReport,
     options_of_run,
 )
-from webrl.orchestration.stored_evaluation import storable_key, store_if_complete, stored_scores
+from webrl.orchestration.stored_evaluation import greedy_scores
 from webrl.policies.actor_service import rollout_policy
 from webrl.prompts.actor import COMPLETION_BUDGET
 from webrl.store.template_groups import stratified_sample
@@ -201,14 +201,9 @@ class Pipeline:
         the start actor's weights (``actor.min_new_positive_steps``), on the tasks it evaluates. Else it runs, and an
         evaluation of all of them is stored for the next run (:mod:`webrl.orchestration.stored_evaluation`)."""
         suite = self._task_keys(split="test", origin=None, limit=self.hp.evaluation.tasks)
-        key = storable_key(self.settings, actor, suite, self.hp.rollout)
-        scores = stored_scores(self.settings, key, keys) if key is not None else None
-        if key is not None and scores is not None:
-            return {**metrics_of_scores(scores), "stored": key.digest()[:12]}
-        ids = self._rollout(keys, index, actor, purpose="eval", label=f"phase {index}: evaluate")
-        if key is not None and keys == suite:
-            store_if_complete(self.settings, key, ids)
-        return self._evaluation_metrics(ids)
+        scores, stored = greedy_scores(self.settings, actor, keys, suite, self.hp.rollout, lambda: self._rollout(
+            keys, index, actor, purpose="eval", label=f"phase {index}: evaluate"))
+        return {**metrics_of_scores(scores), **({"stored": stored} if stored else {})}
 
     def fixed_sample(self) -> list[str] | None:
         """The run's fixed stratified sample of ``evaluation.subset`` test tasks (of the first ``evaluation.tasks``),
@@ -353,7 +348,7 @@ class Pipeline:
         policy = self._policy(self.actor_for_phase(index), rollout.temperature, label)
         ids: list[int] = []
         keys, solved_by_attempt = state.kept_keys, []
-        for attempt in range(rollout.max_attempts if rollout.min_solved else 1):
+        for attempt in range(rollout.max_attempts):
             shown = label if attempt == 0 else f"{label}, attempt {attempt + 1} ({len(keys)} unsolved)"
             round_ids = self._rollout_chunks(keys, index, policy, purpose="train", label=shown, attempt=attempt)
             ids += round_ids

@@ -10,6 +10,7 @@ with too few steps with A > 0 to update it) reads the same evaluation back for i
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import select
@@ -19,7 +20,7 @@ from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
 from webrl.method.hyperparams import Rollout
-from webrl.orchestration.evaluate import TaskScore
+from webrl.orchestration.evaluate import TaskScore, trajectory_scores
 from webrl.store.evaluations import EvaluationKey, TaskResult, evaluation_key, find, is_storable, save
 
 log = logging.getLogger(__name__)
@@ -80,3 +81,20 @@ def store_if_complete(settings: Settings, key: EvaluationKey, trajectory_ids: li
     except ValueError as partial:
         log.warning("evaluation not stored: %s", partial)
         return None
+
+
+def greedy_scores(settings: Settings, actor: str | Path, keys: list[str], suite: list[str], rollout: Rollout,
+                  run: Callable[[], list[int]]) -> tuple[list[TaskScore], str | None]:
+    """The per-task scores of the greedy evaluation of ``actor`` on ``keys`` (tasks of ``suite``, the run's test
+    tasks) and, when they were read back, the stored key's digest (12 characters): from an evaluation of all of
+    ``suite`` stored under the actor's content key, else from the episodes ``run()`` evaluates (their trajectory ids),
+    stored for the next time when ``keys`` are the whole suite. The pipeline's evaluate stage and the offline bench
+    both read through here."""
+    key = storable_key(settings, actor, suite, rollout)
+    stored = stored_scores(settings, key, keys) if key is not None else None
+    if key is not None and stored is not None:
+        return stored, key.digest()[:12]
+    ids = run()
+    if key is not None and sorted(keys) == sorted(suite):
+        store_if_complete(settings, key, ids)
+    return trajectory_scores(settings, ids), None
