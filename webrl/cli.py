@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "webrl.commands.bootstrap_models",
     "webrl.commands.serve",
     "webrl.commands.train",
+    "webrl.commands.run_report",
     "webrl.commands.judges",
     "webrl.commands.ui",
     "webrl.commands.pages",
