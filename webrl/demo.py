@@ -12,7 +12,9 @@
    (docs/runs/ has the measured runs).
 
 Rerunning resumes where the last run stopped. ``python -m webrl.demo --seed 1`` runs the same demo under another seed
-(run ``cpu-demo-seed1``), in the same home: the stored SFT evaluation and the converted base are shared.
+(run ``cpu-demo-seed1``), in the same home: the stored SFT evaluation and the converted base are shared. Other flags
+go to ``webrl train``: ``python -m webrl.demo --run cpu-demo-min6 --min-solved 6 --max-attempts 2`` tries a lever on
+the demo as a run of its own.
 """
 
 from __future__ import annotations
@@ -70,16 +72,36 @@ def run_name(seed: int) -> str:
     return RUN if seed == 0 else f"{RUN}-seed{seed}"
 
 
-def main(argv: list[str] | None = None) -> None:
+#: ``webrl train`` flags the demo sets itself: another actor, preset or seed is another command (`webrl train`).
+DEMO_SETS = ("--preset", "--actor", "--probe")
+
+
+def parse_demo_args(argv: list[str] | None) -> tuple[int, str, list[str]]:
+    """The demo's seed, its run's name and the ``webrl train`` flags passed on (a lever tried on the demo:
+    ``--min-solved 6 --run cpu-demo-min6``); a flag the demo sets itself exits with status 2 naming it."""
     import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m webrl.demo", description=__doc__.splitlines()[0],
+                                     epilog="Any other flag goes to `webrl train` (`webrl train --help`); a resumed "
+                                     "run refuses one that asks for another value than it started with.")
+    parser.add_argument("--seed", type=int, default=0, help="the run's seed (its task samples, generated tasks and "
+                        "batch order); each seed is a run of its own, resumed by the same command")
+    parser.add_argument("--run", default=None, help="the run's name (default: cpu-demo, or cpu-demo-seed<N> under "
+                        "another seed); a lever tried on the demo wants a run of its own")
+    args, train_flags = parser.parse_known_args(argv)
+    for flag in train_flags:
+        if flag.split("=")[0] in DEMO_SETS:
+            parser.error(f"{flag.split('=')[0]}: the demo runs the shipped SFT actor under the cpu-demo preset; "
+                         "use `webrl train` for another")
+    return args.seed, args.run or run_name(args.seed), train_flags
+
+
+def main(argv: list[str] | None = None) -> None:
+    import click
 
     from webrl.cli import app
 
-    parser = argparse.ArgumentParser(prog="python -m webrl.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0, help="the run's seed (its task samples, generated tasks and "
-                        "batch order); each seed is a run of its own, resumed by the same command")
-    seed = parser.parse_args(argv).seed
-    run = run_name(seed)
+    seed, run, train_flags = parse_demo_args(argv)
 
     # The policy's intra-op threads are torch's default (every physical core), although the model shares the CPU
     # with Chromium and the sites: on the 2-core machine evaluation runs 1.23x faster with 2 threads than with 1, the
@@ -88,8 +110,12 @@ def main(argv: list[str] | None = None) -> None:
     settings = get_settings()
     console.rule("webrl demo: WebRL on the built-in sandbox sites, SmolLM2-135M + LoRA on the CPU")
     actor = sft_actor(settings)
-    app(["train", "--preset", PRESET, "--run", run, "--seed", str(seed), "--actor", str(actor),
-         "--probe", str(SHIPPED_PROBE)], standalone_mode=False)
+    try:
+        app(["train", "--preset", PRESET, "--run", run, "--seed", str(seed), "--actor", str(actor),
+             "--probe", str(SHIPPED_PROBE), *train_flags], standalone_mode=False)
+    except click.ClickException as refused:  # a flag `webrl train` refuses: its one-line message, status 2
+        refused.show()
+        raise SystemExit(refused.exit_code) from None
     assert settings.artifacts_dir is not None
     console.print(f"done: report at {settings.artifacts_dir / 'reports' / run / 'report.md'}")
 

@@ -17,3 +17,21 @@ def test_a_seed_that_is_not_a_number_names_the_option(capsys: pytest.CaptureFixt
         main(["--seed", "one"])
     assert stopped.value.code == 2
     assert "--seed: invalid int value: 'one'" in capsys.readouterr().err
+
+
+def test_other_flags_go_to_webrl_train_and_a_lever_gets_a_run_of_its_own() -> None:
+    from webrl.demo import parse_demo_args
+
+    assert parse_demo_args([]) == (0, "cpu-demo", [])
+    assert parse_demo_args(["--seed", "1", "--run", "cpu-demo-min6", "--min-solved", "6", "--max-attempts=2"]) == (
+        1, "cpu-demo-min6", ["--min-solved", "6", "--max-attempts=2"])
+
+
+@pytest.mark.parametrize("flag", ["--actor", "--preset=cpu-long", "--probe"])
+def test_a_flag_the_demo_sets_itself_is_refused_naming_it(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from webrl.demo import parse_demo_args
+
+    with pytest.raises(SystemExit) as stopped:
+        parse_demo_args(["--min-solved", "6", flag, "x"] if "=" not in flag else [flag])
+    assert stopped.value.code == 2
+    assert f"{flag.split('=')[0]}: the demo runs the shipped SFT actor" in capsys.readouterr().err

@@ -136,6 +136,26 @@ def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyper
         raise typer.BadParameter(str(exc)) from exc
 
 
+def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict[str, tuple[str, Any]]) -> None:
+    """A resumed run goes on with the options it started with (:func:`webrl.orchestration.pipeline_state.
+    resumed_options`), so a flag that asks for another value would be ignored: a ``typer.BadParameter`` naming each
+    such flag, before anything runs. ``given``: flag -> (hyperparameter, value; None: not given)."""
+    from webrl.orchestration.pipeline_state import changed_on_resume, options_of_run
+    from webrl.wire.contracts import InvalidRequest
+
+    try:
+        stored = options_of_run(settings, run).hyperparams
+    except InvalidRequest:  # a new run
+        return
+    flag_of = {key: flag for flag, (key, _) in given.items()}
+    changed = changed_on_resume(stored, dict(given.values()))
+    if changed:
+        asked = "; ".join(f"{flag_of[key]} asks {new!r}, the run has {key} = {old!r}"
+                          for key, (old, new) in changed.items())
+        raise typer.BadParameter(f"run {run!r} resumes with the options it started with: {asked}. Leave the flag "
+                                 "out to resume it, or start a new --run", param_hint=flag_of[next(iter(changed))])
+
+
 def check_probe(settings: Settings, probe: Path) -> None:
     """A ``typer.BadParameter`` naming --probe unless the trainer may read ``probe`` (``webrl.serving.paths``) and it
     is a probe file (``webrl.models.probe``)."""
@@ -235,10 +255,13 @@ def register(app: typer.Typer) -> None:
         actor: Path = typer.Option(None, help="Starting (SFT) actor folder. Default: artifacts/models/actor-sft."),
         orm: Path = typer.Option(None, help="ORM folder. Default: artifacts/models/orm if present, "
                                             "else rewards come from the sandbox evaluators."),
-        curriculum: bool = typer.Option(True, "--curriculum/--no-curriculum", help="Generate tasks from failures."),
-        replay: bool = typer.Option(True, "--replay/--no-replay", help="Replay earlier phases' successes."),
-        kl: bool = typer.Option(True, "--kl/--no-kl", help="KL-constrained actor objective."),
-        fill_filter: bool = typer.Option(True, "--fill-filter/--strict-filter", help="Top a phase up with the "
+        curriculum: bool = typer.Option(None, "--curriculum/--no-curriculum", help="Generate tasks from "
+                                        "failures. Default: the preset's (on)."),
+        replay: bool = typer.Option(None, "--replay/--no-replay", help="Replay earlier phases' successes. Default: "
+                                    "the preset's (on)."),
+        kl: bool = typer.Option(None, "--kl/--no-kl", help="KL-constrained actor objective. Default: the preset's "
+                                "(on)."),
+        fill_filter: bool = typer.Option(None, "--fill-filter/--strict-filter", help="Top a phase up with the "
                                          "tasks whose value is nearest the filter's band when too few fall in it."),
         seed: int = typer.Option(0, help="Random seed."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
@@ -314,23 +337,30 @@ def register(app: typer.Typer) -> None:
         check_loadable(settings, actor_path, "--actor", configured=settings.actor.model)
         if orm_path is not None:  # the ORM service loads only folders a request may name (webrl.serving.paths)
             check_loadable(settings, orm_path, "--orm", configured=settings.orm.model)
-        hyperparams = hyperparams_for(preset, {
-            "curriculum.phases": phases, "curriculum.enabled": curriculum, "curriculum.fill_filter": fill_filter,
-            "curriculum.value_low": value_low, "curriculum.value_high": value_high,
-            "rollout.temperature": rollout_temperature, "rollout.max_steps": max_steps,
-            "rollout.min_solved": min_solved, "rollout.max_attempts": max_attempts,
-            "replay.enabled": replay, "replay.cap_ratio": replay_cap, "replay.demo_tasks": demo_tasks,
-            "actor.kl": kl, "actor.beta": beta, "actor.lr": actor_lr,
-            "actor.epochs": actor_epochs, "actor.objective": objective, "actor.failed_positives": failed_positives,
-            "actor.min_new_positive_steps": min_new_positive_steps, "actor.optimizer_state": optimizer_state,
-            "critic.train_backbone": critic_backbone, "evaluation.tasks": eval_tasks,
-        })
+        given = {  # flag: (hyperparameter, value; None where the flag was not given)
+            "--phases": ("curriculum.phases", phases), "--curriculum": ("curriculum.enabled", curriculum),
+            "--fill-filter": ("curriculum.fill_filter", fill_filter),
+            "--value-low": ("curriculum.value_low", value_low), "--value-high": ("curriculum.value_high", value_high),
+            "--rollout-temperature": ("rollout.temperature", rollout_temperature),
+            "--max-steps": ("rollout.max_steps", max_steps), "--min-solved": ("rollout.min_solved", min_solved),
+            "--max-attempts": ("rollout.max_attempts", max_attempts), "--replay": ("replay.enabled", replay),
+            "--replay-cap": ("replay.cap_ratio", replay_cap), "--demo-tasks": ("replay.demo_tasks", demo_tasks),
+            "--kl": ("actor.kl", kl), "--beta": ("actor.beta", beta), "--actor-lr": ("actor.lr", actor_lr),
+            "--actor-epochs": ("actor.epochs", actor_epochs), "--objective": ("actor.objective", objective),
+            "--failed-positives": ("actor.failed_positives", failed_positives),
+            "--min-new-positive-steps": ("actor.min_new_positive_steps", min_new_positive_steps),
+            "--optimizer-state": ("actor.optimizer_state", optimizer_state),
+            "--critic-backbone": ("critic.train_backbone", critic_backbone),
+            "--eval-tasks": ("evaluation.tasks", eval_tasks),
+        }
+        hyperparams = hyperparams_for(preset, dict(given.values()))
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
                                   orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams,
                                   screenshots=screenshots, probe=str(probe.resolve()) if probe else "")
         if probe is not None:
             check_probe(settings, probe)
         ensure_ready(settings)
+        refuse_flags_a_resume_would_ignore(settings, run, given)
 
         tracker = Tracker(settings, tracking, "pipeline")
         shown_progress: list[RichProgress] = []  # the display on_stage also feeds (made with the Progress below)

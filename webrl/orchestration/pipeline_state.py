@@ -129,6 +129,19 @@ def resumed_options(options: PipelineOptions, stored_json: dict[str, Any], start
     return replace(stored, hyperparams=with_overrides(stored.hyperparams, {"curriculum.phases": phases}))
 
 
+def changed_on_resume(stored: WebRLHyperparams, given: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The hyperparameters ``given`` (``{"group.field": value}``, None: not given) sets otherwise than the stored
+    run's ``stored`` does, as ``{key: (stored value, given value)}``: a resume would ignore them
+    (:func:`resumed_options`). The phase count is not among them: a resume may grow it or end the run earlier."""
+    record = asdict(stored)
+    changed = {}
+    for key, value in given.items():
+        group, _, name = key.partition(".")
+        if value is not None and key != "curriculum.phases" and record[group][name] != value:
+            changed[key] = (record[group][name], value)
+    return changed
+
+
 class RunStore:
     """The stored progress of one run: its row in ``runs`` and one row in ``phases`` per phase begun."""
 

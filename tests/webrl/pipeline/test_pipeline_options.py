@@ -67,3 +67,27 @@ def test_rollout_jobs_carry_the_records_early_stops(settings: Settings) -> None:
     assert request.stop_rules() == StopRules(max_parse_failures=2, max_repeated_actions=7)
     default = Pipeline(settings, PipelineOptions(run="default")).rollout_request(["k"], 1, OracleSpec(), "train")
     assert default.stop_rules() == StopRules() == StopRules(5, 5)
+
+
+def test_a_flag_a_resume_would_ignore_is_refused_naming_it(settings: Settings) -> None:
+    """``webrl train --run R --actor-lr X`` on a stored run started at another lr: refused before anything runs,
+    naming the flag; the same value, a flag left out, or a new phase count resume."""
+    import typer
+
+    from webrl.commands.train import refuse_flags_a_resume_would_ignore
+    from webrl.orchestration.pipeline_state import changed_on_resume
+
+    upgrade(settings)
+    stored = with_overrides(DEFAULTS, {"actor.lr": 1e-4, "rollout.min_solved": 2})
+    assert changed_on_resume(stored, {"actor.lr": 5e-5, "rollout.min_solved": 2, "actor.beta": None,
+                                      "curriculum.phases": 9}) == {"actor.lr": (1e-4, 5e-5)}
+    given = {"--actor-lr": ("actor.lr", 5e-5), "--min-solved": ("rollout.min_solved", 2),
+             "--beta": ("actor.beta", None), "--phases": ("curriculum.phases", 9)}
+    refuse_flags_a_resume_would_ignore(settings, "r", given)  # no run named r yet: a new run takes any flag
+    Pipeline(settings, PipelineOptions(run="r", hyperparams=stored))
+    with pytest.raises(typer.BadParameter, match=r"--actor-lr asks 5e-05, the run has actor.lr = 0.0001") as refused:
+        refuse_flags_a_resume_would_ignore(settings, "r", given)
+    assert refused.value.param_hint == "--actor-lr"
+    refuse_flags_a_resume_would_ignore(settings, "r", {**given, "--actor-lr": ("actor.lr", 1e-4)})
+    with session_scope(settings) as s:  # the refusal changed nothing stored
+        assert PipelineOptions.from_json(s.scalar(select(m.Run.options))).hyperparams == stored
