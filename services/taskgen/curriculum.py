@@ -66,13 +66,13 @@ def _store(settings: Settings, phase: int, generator: str,
 
 
 def generate_grounded(settings: Settings, phase: int, parent_keys: list[str], n: int,
-                      seed: int) -> GenerationResult:
+                      seed: int, *, instances_only: bool = False) -> GenerationResult:
     parents = _parents(settings, parent_keys)
     dedup = Deduplicator(_existing_intents(settings))
     generator = GroundedGenerator(suite_seed=settings.seed)
     try:
         proposals = generator.propose([(p.key, repo.task_config(p)) for p in parents], n, seed, phase,
-                                      admit=dedup.admit)
+                                      admit=dedup.admit, instances_only=instances_only)
     finally:
         generator.close()
     ids = {p.key: p.id for p in parents}
@@ -159,10 +159,14 @@ def filter_by_value(settings: Settings, task_keys: list[str], values: dict[str, 
 
 # ---- the operations: ``taskgen.generate`` / ``POST /v1/tasks/generate`` and ``taskgen.filter`` / ``.../filter``
 def generate(settings: Settings, request: GenerateRequest) -> GenerateResult:
-    """New tasks from failed ones; idempotent: the same intents map to the same task keys."""
+    """New tasks from the parents (in breadth, or new instances of their templates); idempotent: the same intents
+    map to the same task keys."""
     common = (settings, request.phase, request.parent_keys, request.n, request.seed)
     try:
         if request.generator == "llm":
+            if request.evolve != "breadth":
+                raise InvalidRequest("evolve", "the llm generator evolves tasks in breadth only; new instances of a "
+                                     "template come from the grounded generator")
             endpoint = request.endpoint or settings.llm_judge.endpoint
             model = request.model or settings.llm_judge.model
             if not (endpoint and model):
@@ -171,7 +175,7 @@ def generate(settings: Settings, request: GenerateRequest) -> GenerateResult:
             result = generate_llm(*common, endpoint=endpoint, model=model, mode=request.mode,
                                   feasibility=request.feasibility)
         else:
-            result = generate_grounded(*common)
+            result = generate_grounded(*common, instances_only=request.evolve == "instances")
     except KeyError as exc:
         raise InvalidRequest("parent_keys", str(exc.args[0])) from None
     return GenerateResult(task_keys=result.task_keys, duplicates=result.duplicates,

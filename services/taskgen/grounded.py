@@ -7,6 +7,9 @@ For a failed parent task it proposes, in turn:
    question), preferring templates with at least as many slots (as hard or harder: more constraints),
    filled with the parent's own slot values where the sampler offers them.
 
+With ``instances_only`` it proposes only (1): new instances of a solved parent's template, tasks of a kind the
+actor has solved once, with other entities.
+
 Every task comes with the reference evaluator its template computes from the seed data, so the oracle
 solvers satisfy it. Held-out (test-only) templates and test intents are never generated.
 """
@@ -82,13 +85,15 @@ class GroundedGenerator:
         # the parent's own entities first: "same entities, different question"
         return sorted(pool, key=lambda inst: -sum(inst.get(k) == prefer[k] for k in shared))
 
-    def _candidates(self, parent_key: str, parent: TaskConfig, seed: int) -> Iterator[Proposal]:
+    def _candidates(self, parent_key: str, parent: TaskConfig, seed: int,
+                    instances_only: bool = False) -> Iterator[Proposal]:
         template = self.templates.get(parent.intent_template_id or -1)
         if template is None or template.id in self.held_out:
             return
         rng = _rng(seed, parent_key)
         prefer = dict(parent.instantiation_dict or {})
-        plans = [(template, "instantiation"), *[(t, "related") for t in self.related(template)]]
+        related = [] if instances_only else [(t, "related") for t in self.related(template)]
+        plans = [(template, "instantiation"), *related]
         streams = [iter(self._instantiations(t, rng, prefer)) for t, _ in plans]
         while streams:
             for i, ((tmpl, relation), stream) in enumerate(zip(plans, streams, strict=True)):
@@ -100,9 +105,10 @@ class GroundedGenerator:
                 yield Proposal(tmpl.config("pending", inst, self.data), parent_key, relation)
 
     def propose(self, parents: list[tuple[str, TaskConfig]], n: int, seed: int, phase: int,
-                admit: Any) -> list[Proposal]:
-        """Up to ``n`` proposals, round-robin over parents; ``admit(intent) -> bool`` de-duplicates."""
-        iterators = [self._candidates(key, cfg, seed) for key, cfg in parents]
+                admit: Any, instances_only: bool = False) -> list[Proposal]:
+        """Up to ``n`` proposals, round-robin over parents; ``admit(intent) -> bool`` de-duplicates;
+        ``instances_only``: new instances of each parent's template alone."""
+        iterators = [self._candidates(key, cfg, seed, instances_only) for key, cfg in parents]
         out: list[Proposal] = []
         while iterators and len(out) < n:
             alive = []

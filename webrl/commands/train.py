@@ -263,6 +263,9 @@ def register(app: typer.Typer) -> None:
                                 "(on)."),
         fill_filter: bool = typer.Option(None, "--fill-filter/--strict-filter", help="Top a phase up with the "
                                          "tasks whose value is nearest the filter's band when too few fall in it."),
+        solved_share: float = typer.Option(None, min=0.0, max=1.0, help="Up to this share of a phase's tasks are "
+                                           "new instances of the templates of tasks the run has solved, ahead of "
+                                           "those grown from failures (0: WebRL's). Default: the preset's."),
         seed: int = typer.Option(0, help="Random seed."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
@@ -340,6 +343,7 @@ def register(app: typer.Typer) -> None:
         given = {  # flag: (hyperparameter, value; None where the flag was not given)
             "--phases": ("curriculum.phases", phases), "--curriculum": ("curriculum.enabled", curriculum),
             "--fill-filter": ("curriculum.fill_filter", fill_filter),
+            "--solved-share": ("curriculum.solved_share", solved_share),
             "--value-low": ("curriculum.value_low", value_low), "--value-high": ("curriculum.value_high", value_high),
             "--rollout-temperature": ("rollout.temperature", rollout_temperature),
             "--max-steps": ("rollout.max_steps", max_steps), "--min-solved": ("rollout.min_solved", min_solved),

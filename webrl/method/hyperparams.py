@@ -62,6 +62,11 @@ class Curriculum:
     """... and V(start) <= this: not solved already (paper section 3.2)."""
     fill_filter: bool = True
     """Top a phase up with the tasks nearest the band when too few fall in it (this project's, not in the paper)."""
+    solved_share: Probability = 0.0
+    """Up to this share of a phase's tasks are new instances of the templates of tasks the run has solved so far
+    (``evolve="instances"``), ahead of those grown in breadth from failures, through the same filter (this project's;
+    0: WebRL's, every task from failures). A weak actor fails most tasks grown from its failures, so a phase gets few
+    successes of its own to learn from."""
     judge_before_critic: Literal["templates", "none"] = "templates"
     """Phase 1 without an ORM has no critic to filter with: ``templates`` values a task by its template's success
     in the run's training rollouts so far (``webrl.store.template_prior``; this project's) and keeps the most promising

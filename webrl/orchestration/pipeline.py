@@ -271,19 +271,38 @@ class Pipeline:
         return {"demonstrations": len(ids), "demonstrations_solved": sum(evaluator_labels(self.settings, ids).values())}
 
     def _stage_generate(self, index: int, state: PhaseState) -> StageOutput:
-        """New tasks in breadth from the previous phase's failures (paper, section 3.1)."""
-        if not self.hp.curriculum.enabled:
+        """New tasks in breadth from the previous phase's failures (paper, section 3.1); with
+        ``curriculum.solved_share``, first new instances of the templates of the tasks the run has solved so far."""
+        curriculum = self.hp.curriculum
+        if not curriculum.enabled:
             return {"generated": 0}, state
         previous = self._phase_trajectories(index - 1)
         failed = failed_task_keys(previous, self._orm_version())
         # a phase without failures still evolves: from every task it attempted (published code: any seed set)
         parents = failed or attempted_task_keys(previous)
         result = clients.taskgen_generate(GenerateRequest(
-            phase=index, parent_keys=parents, n=self.hp.curriculum.candidates_per_phase,
-            generator=self.hp.curriculum.generator, seed=self.options.seed * 1000 + index,
+            phase=index, parent_keys=parents, n=curriculum.candidates_per_phase,
+            generator=curriculum.generator, seed=self.options.seed * 1000 + index,
         ))
-        return ({"failed_parents": len(failed), "generated": len(result.task_keys)},
-                state.with_(candidate_keys=result.task_keys))
+        instances = self._solved_template_instances(index)
+        taken = set(instances)
+        candidates = instances + [k for k in result.task_keys if k not in taken]
+        return ({"failed_parents": len(failed), "generated": len(candidates), "solved_instances": len(instances)},
+                state.with_(candidate_keys=candidates))
+
+    def _solved_template_instances(self, index: int) -> list[str]:
+        """``curriculum.solved_share`` of the phase's quota as new instances of the templates of the tasks the run's
+        training rollouts solved in phases before ``index`` (none when it solved none)."""
+        curriculum = self.hp.curriculum
+        n = round(curriculum.solved_share * curriculum.tasks_per_phase)
+        solved = sorted({key for phase in range(index)
+                         for key in solved_task_keys_of(self._phase_trajectories(phase), self._orm_version())})
+        if not n or not solved:
+            return []
+        return clients.taskgen_generate(GenerateRequest(
+            phase=index, parent_keys=solved, n=n, generator="grounded", evolve="instances",
+            seed=self.options.seed * 1000 + index,
+        )).task_keys
 
     def _stage_filter(self, index: int, state: PhaseState) -> StageOutput:
         """Keep tasks the current critic finds neither hopeless nor solved: V(start) in [value_low, value_high].

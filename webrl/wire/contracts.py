@@ -323,12 +323,17 @@ class StartValueResult(Contract):
 
 # ---- taskgen -----------------------------------------------------------------------------------------
 class GenerateRequest(Contract):
-    """``taskgen.generate`` and ``POST /v1/tasks/generate``: new tasks in breadth from failed ones."""
+    """``taskgen.generate`` and ``POST /v1/tasks/generate``: new tasks in breadth from failed ones, or new instances
+    of solved tasks' templates."""
 
     phase: int = Field(ge=1, le=DB_MAX_INT, description="Phase the new tasks belong to.")
-    parent_keys: list[str] = Field(min_length=1, max_length=5000, description="Keys of the failed tasks.")
+    parent_keys: list[str] = Field(min_length=1, max_length=5000, description="Keys of the parent tasks (WebRL: "
+                                   "the failed ones).")
     n: int = Field(ge=1, le=10000, description="How many tasks to generate at most.")
     generator: Literal["grounded", "llm"] = "grounded"
+    evolve: Literal["breadth", "instances"] = Field("breadth", description="breadth: the parent's template anew and "
+                                                    "related templates (WebRL); instances: only new instances of the "
+                                                    "parent's own template (grounded generator).")
     seed: int = 0
     endpoint: str | None = Field(None, description="OpenAI-compatible base URL (llm generator); default "
                                  "WEBRL_LLM_JUDGE__ENDPOINT.")

@@ -59,6 +59,36 @@ def test_grounded_tasks_are_new_valid_and_carry_their_lineage(suite_db: Settings
         assert s.scalar(select(m.Task).where(m.Task.key == first.task_keys[0])).config["task_id"].startswith("gen-p1-")
 
 
+def test_instances_are_new_tasks_of_each_parents_own_template_alone(suite_db: Settings) -> None:
+    """``evolve="instances"`` (``curriculum.solved_share``): new instances of a solved parent's template, never a
+    related template; in breadth the same parents also grow related templates."""
+    parents = _parents(suite_db, 2)[:2]  # shopping: templates over the catalogue, many instances not in the suite
+    instances = generate_grounded(suite_db, phase=1, parent_keys=parents, n=6, seed=3, instances_only=True)
+    breadth = generate_grounded(suite_db, phase=2, parent_keys=parents, n=6, seed=3)
+    with session_scope(suite_db) as s:
+        template_of = {t.key: repo.task_config(t).intent_template_id for t in repo.tasks_by_keys(s, parents)}
+        key_of = {t.id: t.key for t in repo.tasks_by_keys(s, parents)}
+
+        def templates(keys: list[str]) -> list[tuple[int | None, int | None]]:
+            return [(repo.task_config(t).intent_template_id, template_of[key_of[t.parent_id]])
+                    for t in repo.tasks_by_keys(s, keys)]
+
+        made = templates(instances.task_keys)
+        grown = templates(breadth.task_keys)
+    assert len(made) == 6 and all(template == parent for template, parent in made)  # the parents' own templates
+    assert any(template != parent for template, parent in grown)  # breadth: related templates too
+
+
+def test_the_llm_generator_refuses_instances_naming_the_field(suite_db: Settings) -> None:
+    from services.taskgen.curriculum import generate
+    from webrl.wire.contracts import GenerateRequest, InvalidRequest
+
+    with pytest.raises(InvalidRequest) as refused:
+        generate(suite_db, GenerateRequest(phase=1, parent_keys=_parents(suite_db, 1), n=2, generator="llm",
+                                           evolve="instances"))
+    assert refused.value.field == "evolve"
+
+
 @pytest.mark.browser
 def test_the_oracle_solves_generated_tasks(suite_db: Settings) -> None:
     from services.browser_pool.pool import BrowserPool
