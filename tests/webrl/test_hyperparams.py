@@ -130,6 +130,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--value-high", "0.6", "--replay-cap", "3", "--rollout-temperature", "0.3", "--max-steps", "12", "--no-kl",
         "--critic-heads-only", "--eval-tasks", "20", "--actor-lr", "3e-5",
         "--actor-epochs", "2", "--objective", "squared", "--failed-positives", "confident", "--probe", str(probe),
+        "--solved-share", "0.25",
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -141,6 +142,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert hp.critic.train_backbone is False
     assert (hp.evaluation.tasks, hp.actor.lr, hp.actor.epochs) == (20, 3e-5, 2)
     assert (hp.actor.objective, hp.actor.failed_positives) == ("squared", "confident")
+    assert hp.curriculum.solved_share == 0.25 and hp.curriculum.enabled is True  # a flag left out: the preset's
     assert received.probe == str(probe.resolve())
     smoke = PRESETS["smoke"]
     assert (hp.critic.epochs, hp.batching.batch_size, hp.curriculum.phases) == (
