@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
 from webrl.config import Settings
@@ -101,14 +101,26 @@ def stored_options(run: str, stored_json: dict[str, Any]) -> PipelineOptions:
                            f"(an older layout?); start it under a new --run name.\n{exc}") from exc
 
 
+def stored_run_names(settings: Settings) -> list[str]:
+    """The names of the runs stored here, oldest first (an unmigrated database stores none)."""
+    with session_scope(settings) as s:
+        if not inspect(s.get_bind()).has_table(m.Run.__tablename__):
+            return []
+        return list(s.scalars(select(m.Run.name).order_by(m.Run.id)))
+
+
+def unknown_run(run: str, names: list[str]) -> InvalidRequest:
+    """The refusal of a run name that is not stored, listing the ones that are."""
+    return InvalidRequest("run", f"no run named {run!r}; the runs stored here: {', '.join(names) or 'none'}")
+
+
 def options_of_run(settings: Settings, run: str) -> PipelineOptions:
     """The options the stored run ``run`` was started with; ``InvalidRequest`` on "run" when no run has that
     name."""
     with session_scope(settings) as s:
         stored = s.scalar(select(m.Run.options).where(m.Run.name == run))
-        names = list(s.scalars(select(m.Run.name).order_by(m.Run.id)))
     if stored is None:
-        raise InvalidRequest("run", f"no run named {run!r}; the runs stored here: {', '.join(names) or 'none'}")
+        raise unknown_run(run, stored_run_names(settings))
     return stored_options(run, stored)
 
 
