@@ -72,7 +72,7 @@ def run_name(seed: int) -> str:
     return RUN if seed == 0 else f"{RUN}-seed{seed}"
 
 
-#: ``webrl train`` flags the demo sets itself: another actor, preset or seed is another command (`webrl train`).
+#: ``webrl train`` flags the demo sets itself: another actor, preset or probe is another command (`webrl train`).
 DEMO_SETS = ("--preset", "--actor", "--probe")
 
 

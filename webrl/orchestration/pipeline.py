@@ -295,9 +295,11 @@ class Pipeline:
         training rollouts solved in phases before ``index`` (none when it solved none)."""
         curriculum = self.hp.curriculum
         n = round(curriculum.solved_share * curriculum.tasks_per_phase)
+        if not n:  # WebRL's curriculum (the default) reads no earlier phase
+            return []
         solved = sorted({key for phase in range(index)
                          for key in solved_task_keys_of(self._phase_trajectories(phase), self._orm_version())})
-        if not n or not solved:
+        if not solved:
             return []
         return clients.taskgen_generate(GenerateRequest(
             phase=index, parent_keys=solved, n=n, generator="grounded", evolve="instances",
