@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from local_ports import free_port
 
 from webrl.config import Settings
 
@@ -25,12 +26,6 @@ import healthcheck  # noqa: E402
 
 WAIT_S = 30.0
 CELERY_WAIT_S = 120.0  # a worker starting on a loaded 2-core machine
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,7 +54,7 @@ def test_http_check_passes_on_healthz_and_fails_on_errors(service_url: str) -> N
     assert _run("http", f"{service_url}/healthz").returncode == 0
     missing = _run("http", f"{service_url}/nope")
     assert missing.returncode == 1 and "404" in missing.stderr
-    closed = _run("http", f"http://127.0.0.1:{_free_port()}/healthz")
+    closed = _run("http", f"http://127.0.0.1:{free_port()}/healthz")
     assert closed.returncode == 1 and "unreachable" in closed.stderr
 
 
@@ -69,7 +64,7 @@ def test_tcp_check_needs_every_address() -> None:
         listener.listen()
         open_addr = f"127.0.0.1:{listener.getsockname()[1]}"
         assert _run("tcp", open_addr).returncode == 0
-        result = _run("tcp", open_addr, f"127.0.0.1:{_free_port()}")
+        result = _run("tcp", open_addr, f"127.0.0.1:{free_port()}")
         assert result.returncode == 1 and "refused" in result.stderr
 
 

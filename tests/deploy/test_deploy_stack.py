@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from compose_lite import LocalPlan, LocalProcess, load, local_processes
+from local_ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -34,12 +35,6 @@ MAX_STEPS = 3
 BASE_ENV_VARS = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")  # what a container has besides its environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.browser]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _free_offset(ports: list[int]) -> int:
@@ -170,7 +165,7 @@ def stack(postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[S
     redis.Redis.from_url(broker_url).flushdb()  # no queued messages left from an earlier run
     home = tmp_path / "home"
     plan = local_processes(load(), database_url=postgres_url, broker_url=broker_url, home=home,
-                           free_port=_free_port, free_offset=_free_offset)
+                           free_port=free_port, free_offset=_free_offset)
     missing = _missing_entry_points(plan)
     if missing:
         pytest.skip(f"services not landed yet: {missing}")

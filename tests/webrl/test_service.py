@@ -11,6 +11,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from local_ports import free_port
 from pydantic import BaseModel, Field
 
 from webrl.config import Settings
@@ -43,17 +44,11 @@ def _app(settings: Settings) -> FastAPI:
     return app
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def served(settings: Settings) -> Iterator[tuple[str, Settings]]:
     """Serve the app with uvicorn on a free port; yields its base URL."""
     secured = settings.replace(security={"api_key": "s3cret-key"})
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(_app(secured), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

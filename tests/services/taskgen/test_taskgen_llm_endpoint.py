@@ -3,25 +3,19 @@ what the model answers is parsed, and malformed answers are rejected with a reas
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 import uvicorn
+from local_ports import free_port
 
 from services.taskgen.curriculum import generate_llm
 from services.taskgen.llm import OpenAICompatibleLLM
 from webrl.config import Settings, get_settings
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -32,7 +26,7 @@ def actor_endpoint(settings: Settings, tmp_path, monkeypatch: pytest.MonkeyPatch
 
     model = build_tiny_folder(["Find the cheapest red mug", "`List my orders`", "do(action=\"Click\")"] * 10,
                               tmp_path / "model", size="test", vocab_size=300, seed=0)
-    port = _free_port()
+    port = free_port()
     monkeypatch.setenv("WEBRL_ACTOR__MODEL", str(model))
     monkeypatch.setenv("WEBRL_SECURITY__ALLOWED_ENDPOINTS", f"http://127.0.0.1:{port}")  # taskgen sends only there
     get_settings.cache_clear()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from local_ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
@@ -39,17 +39,11 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _running_actor_service(env: dict[str, str], log_path: Path) -> Iterator[str]:
     """``uvicorn services.actor.app:app`` with ``env`` on a free port, until it answers ``GET /v1/model``; yields
     its base URL, stops it afterwards."""
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     log = log_path.open("w")
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", "services.actor.app:app", "--host", "127.0.0.1",
                                "--port", url.rsplit(":", 1)[1], "--log-level", "warning"],

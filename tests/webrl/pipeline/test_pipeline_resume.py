@@ -31,15 +31,17 @@ def _trajectories(settings: Settings) -> int:
         return 0
 
 
-def test_sigkill_during_rollout_then_resume(world: Settings, tiny_actor: Path) -> None:
+def test_sigkill_during_rollout_then_resume(world: Settings, tiny_actor: Path, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "webrl.cli", "train", "--preset", "smoke", "--run", "resume",
            "--actor", str(tiny_actor), "--orm", str(tiny_actor)]
     env = dict(os.environ)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed-run.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     # phase 0 evaluates 8 test tasks in chunks of 4, each trajectory stored as it ends: kill once 4 are, mid-rollout
     deadline = time.monotonic() + KILL_DEADLINE_S
     while _trajectories(world) < 4:
-        assert proc.poll() is None, "train exited before it could be killed"
+        assert proc.poll() is None, "train exited before it could be killed:\n" + log.read_text()[-3000:]
         assert time.monotonic() < deadline, "no trajectory was stored in time"
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)

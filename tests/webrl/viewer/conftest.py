@@ -14,22 +14,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from local_ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT_S = 300.0  # python + FastAPI + SQLAlchemy imports on a busy 2-core machine
 WARM_TIMEOUT_S = 300.0  # the first trajectory page imports torch (returns) and loads the actor's tokenizer
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def viewer_url(smoke_home, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """`webrl ui` serving the smoke home on a free port; its log is under the test's tmp folder."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEBRL_")}
     env.update({**smoke_home.env, "PYTHONPATH": str(REPO)})
     log_path = tmp_path_factory.mktemp("viewer") / "ui.log"
