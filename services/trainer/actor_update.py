@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
+from services.trainer.replay import score_confidence
 from services.trainer.training_loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
 from webrl.method.hyperparams import ActorLoss, Advantage, WebRLHyperparams
 from webrl.method.rewards import is_success
@@ -63,6 +64,22 @@ def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[S
             continue
         out.append(i)
     return out
+
+
+def unknown_positives(accelerator: Any, model: Any, tokenizer: Any, experience: Sequence[StepExample],
+                      a: torch.Tensor, trained: Sequence[int], config: ActorLoss, *, batch_size: int,
+                      max_length: int | None) -> tuple[list[int], int]:
+    """``trained`` less the A > 0 steps ``model`` (the phase's start actor, prepared by ``accelerator``) already takes
+    with confidence c = exp(lp / n) above ``config.max_positive_confidence`` (their brake cannot act: the field's
+    docstring), and how many were left out. With the limit at 1 nothing is scored and every step stays."""
+    if config.max_positive_confidence >= 1.0:
+        return list(trained), 0
+    positives = [i for i in trained if a[i] > 0]
+    with accelerator.autocast():
+        scores = score_confidence(accelerator, model, tokenizer, [experience[i] for i in positives],
+                                  batch_size=batch_size, max_length=max_length)
+    known = {i for i, c in zip(positives, scores, strict=True) if c > config.max_positive_confidence}
+    return [i for i in trained if i not in known], len(known)
 
 
 @dataclass(frozen=True)

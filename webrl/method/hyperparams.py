@@ -213,6 +213,13 @@ class ActorLoss:
     optimizer_state: Literal["reset", "keep"] = "reset"
     """AdamW's moments and step count at the start of a phase: ``reset`` (fresh, as the published scripts train each
     phase) or ``keep`` (the previous phase's, continued: ``services/trainer/optimizer_state.py``). Not under ZeRO."""
+    max_positive_confidence: Probability = 1.0
+    """A > 0 steps the phase's start actor already takes with confidence c = exp(lp / n) above this are left out of
+    its update. Their brake cannot act: it stops a step once beta * r_hat reaches A, which needs a per-token
+    log-ratio r_hat >= A / beta_high = 0.2, i.e. c <= exp(-0.2) = 0.82 at the start, so every epoch pushes such a step
+    towards p = 1 through the adapter all states share. 1.0 keeps every step (published code); the replay buffer's
+    filter (paper section 3.3) drops the same steps of earlier phases at ``replay.confidence_high`` (0.95). This
+    project's."""
     failed_positives: Literal["keep", "confident", "drop"] = "keep"
     """A > 0 steps of reward-0 trajectories: ``keep`` (published code), ``confident`` (only where the clamped A is
     at least ``failed_margin``: the critic is sure the step moved towards success), or ``drop`` (train on

@@ -12,8 +12,10 @@ from services.trainer.actor_update import (
     positives_from_failed,
     reference_pass,
     trained_steps,
+    unknown_positives,
 )
 from services.trainer.data import SequenceItem, StepExample, sequence_collate
+from services.trainer.replay import score_confidence
 from services.trainer.training_loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from webrl.method.hyperparams import ActorLoss
 from webrl.models.examples import encode_example, pad_id_of
@@ -39,6 +41,28 @@ def test_trained_steps_keep_drop_or_trust_the_critic_on_failed_positives() -> No
     assert trained_steps(a, clamped, experience, ActorLoss(objective="squared", failed_positives="drop")) == [0, 3, 4]
     assert positives_from_failed(a, experience, [0, 1, 2]) == pytest.approx(2 / 3)
     assert positives_from_failed(a, experience, [3, 4]) == 0.0
+
+
+def test_positives_the_start_actor_already_takes_are_left_out_above_the_limit(tiny) -> None:
+    """``actor.max_positive_confidence``: the A > 0 steps a real actor takes with c = exp(lp / n) above the limit
+    leave the update, the others and every A < 0 step stay; at 1 nothing is scored and all stay."""
+    model, tokenizer = tiny
+    completions = [CLICK, 'do(action="Type", argument="laptop", element="7")', 'exit(message="done")', CLICK]
+    experience = [StepExample(trajectory_id=1, task_key="t", phase=1, index=i, prompt=PROMPT, next_prompt=PROMPT,
+                              completion=c, completion_ids=(), reward=1.0, done=False, mc_return=1.0)
+                  for i, c in enumerate(completions)]
+    accelerator = make_accelerator(LoopConfig(lr=1e-4, epochs=1, batch_size=2, gradient_checkpointing=False))
+    scores = score_confidence(accelerator, model, tokenizer, experience, batch_size=2, max_length=None)
+    a = torch.tensor([1.0, 1.0, 1.0, -0.6])
+    limit = sorted(scores[:3])[1]  # between the least and the most confident of the three positives
+    kept, left_out = unknown_positives(accelerator, model, tokenizer, experience, a, [0, 1, 2, 3],
+                                       ActorLoss(max_positive_confidence=limit), batch_size=2, max_length=None)
+    above = {i for i in range(3) if scores[i] > limit}
+    assert above and left_out == len(above)
+    assert kept == [i for i in range(4) if i not in above]  # order kept; the A < 0 step stays whatever its c
+    everything = unknown_positives(accelerator, None, tokenizer, experience, a, [0, 1, 2, 3], ActorLoss(),
+                                   batch_size=2, max_length=None)  # limit 1: no model needed, nothing scored
+    assert everything == ([0, 1, 2, 3], 0)
 
 
 def test_exact_kl_by_hand() -> None:
