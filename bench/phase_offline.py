@@ -20,6 +20,10 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
     # with A > 0 are all replayed): the preset's gate keeps the actor; without it the update trains on replay alone
     python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed1-smollm2 --tasks 165 \
         --setting "gated:" --setting "replay-only:actor.min_new_positive_steps=0"
+    # the third (make demo seed 0 with --solved-share 0.5 --rollout-temperature 0.3, phase 1, 2026-11-29: 8 of 24
+    # rollouts solved, 53 steps with A > 0, 40 its own), scored on the 65-task sample its run evaluated
+    python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed0-t03-smollm2 --tasks 65 --stratified \
+        --setting "as-run:" --setting "known-0.95:actor.max_positive_confidence=0.95"
     # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
     python bench/phase_offline.py run --smoke
 

@@ -147,3 +147,19 @@ def test_the_second_stored_phase_loads_and_the_gate_keeps_its_actor(tmp_path: Pa
     gated, replay_only = json.loads((out / "results.json").read_text())["results"]
     assert (gated["actor_skipped"], gated["trained_steps"], gated["optimizer_steps"]) == (1, 0, 0)
     assert (replay_only["actor_skipped"], replay_only["trained_steps"], replay_only["optimizer_steps"]) == (0, 2, 1)
+
+
+T03_FIXTURE = ROOT / "bench" / "fixtures" / "phase1-seed0-t03-smollm2"
+
+
+@pytest.mark.skipif(not (T03_FIXTURE / "phase.json").is_file(), reason="the third stored phase is missing")
+def test_the_third_stored_phase_loads_with_the_options_it_ran_under() -> None:
+    """The third shipped phase (`make demo` seed 0 with `--solved-share 0.5 --rollout-temperature 0.3`, phase 1: 8
+    of 24 rollouts solved): 53 steps with A > 0, 40 of them its own; a field its run predates takes its default."""
+    stored = load_phase(T03_FIXTURE)
+    positives = [s for s in stored.steps if s.advantage > 0]
+    assert stored.meta["phase"] == 1 and len(stored.steps) == 122
+    assert len(positives) == 53 and sum(s.phase == 1 for s in positives) == 40
+    hp = stored.hyperparams
+    assert (hp.curriculum.solved_share, hp.rollout.temperature, hp.actor.max_grad_norm) == (0.5, 0.3, 0.01)
+    assert hp.actor.max_positive_confidence == DEFAULTS.actor.max_positive_confidence == 1.0
