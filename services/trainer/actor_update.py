@@ -66,20 +66,21 @@ def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[S
     return out
 
 
-def unknown_positives(accelerator: Any, model: Any, tokenizer: Any, experience: Sequence[StepExample],
-                      a: torch.Tensor, trained: Sequence[int], config: ActorLoss, *, batch_size: int,
-                      max_length: int | None) -> tuple[list[int], int]:
-    """``trained`` less the A > 0 steps ``model`` (the phase's start actor, prepared by ``accelerator``) already takes
-    with confidence c = exp(lp / n) above ``config.max_positive_confidence`` (their brake cannot act: the field's
-    docstring), and how many were left out. With the limit at 1 nothing is scored and every step stays."""
-    if config.max_positive_confidence >= 1.0:
+def positives_in_confidence_band(accelerator: Any, model: Any, tokenizer: Any, experience: Sequence[StepExample],
+                                  a: torch.Tensor, trained: Sequence[int], config: ActorLoss, *, batch_size: int,
+                                  max_length: int | None) -> tuple[list[int], int]:
+    """``trained`` less the A > 0 steps whose confidence c = exp(lp / n) under ``model`` (the phase's start actor,
+    prepared by ``accelerator``) lies outside (``config.min_positive_confidence``, ``config.max_positive_confidence``]
+    (the fields' docstrings say why), and how many were left out. With the band (0, 1] nothing is scored."""
+    low, high = config.min_positive_confidence, config.max_positive_confidence
+    if low <= 0.0 and high >= 1.0:
         return list(trained), 0
     positives = [i for i in trained if a[i] > 0]
     with accelerator.autocast():
         scores = score_confidence(accelerator, model, tokenizer, [experience[i] for i in positives],
                                   batch_size=batch_size, max_length=max_length)
-    known = {i for i, c in zip(positives, scores, strict=True) if c > config.max_positive_confidence}
-    return [i for i in trained if i not in known], len(known)
+    outside = {i for i, c in zip(positives, scores, strict=True) if not low < c <= high}
+    return [i for i in trained if i not in outside], len(outside)
 
 
 @dataclass(frozen=True)

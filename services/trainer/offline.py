@@ -28,9 +28,9 @@ from services.trainer.actor_update import (
     gate,
     last_epoch,
     positives_from_failed,
+    positives_in_confidence_band,
     step_advantages,
     trained_steps,
-    unknown_positives,
     update_actor,
 )
 from services.trainer.data import StepExample, actor_prompt_fn, trajectory_examples
@@ -192,9 +192,9 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
     examples = [s.example(with_ids=same_tokenizer) for s in stored.steps]
     clamped = torch.tensor([s.advantage for s in stored.steps])  # (N,)
     a = binarise(clamped, hp.advantage)  # (N,)
-    trained, known = unknown_positives(accelerator, prepared.model, tokenizer, examples, a,
-                                       trained_steps(a, clamped, examples, hp.actor), hp.actor,
-                                       batch_size=hp.batching.batch_size, max_length=max_length)
+    trained, outside_band = positives_in_confidence_band(accelerator, prepared.model, tokenizer, examples, a,
+                                                         trained_steps(a, clamped, examples, hp.actor), hp.actor,
+                                                         batch_size=hp.batching.batch_size, max_length=max_length)
     gated = gate(a, trained, examples, stored.meta["phase"], hp.actor)
     chosen = gated.steps[:max_steps]
     summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen],
@@ -202,7 +202,7 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
                            probe=probe, probe_every_epoch=probe_every_epoch)
     metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), "trained_steps": len(chosen),
                "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,
-               "actor_skipped": int(gated.skipped), "known_positives_left_out": known,
+               "actor_skipped": int(gated.skipped), "positives_outside_confidence_band": outside_band,
                "positives_from_failed": positives_from_failed(a, examples, chosen),
                "train_seconds": round(summary.seconds, 1)}
     model = accelerator.unwrap_model(prepared.model) if keep_model else None

@@ -37,9 +37,9 @@ from services.trainer.actor_update import (
     gate,
     last_epoch,
     positives_from_failed,
+    positives_in_confidence_band,
     step_advantages,
     trained_steps,
-    unknown_positives,
     update_actor,
 )
 from services.trainer.critic_heads import train_heads
@@ -316,8 +316,9 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     if critic_info is not None:  # the main process records what the phase made of each step (the viewer shows it)
         _record_step_values(settings, job.phase, critic_info.version, experience, v_s, v_next, clamped, a)
     trained = trained_steps(a, clamped, experience, hp.actor)  # the steps actor_loss does not multiply by 0
-    trained, known = unknown_positives(accelerator, actor.model, tokenizer, experience, a, trained, hp.actor,
-                                       batch_size=hp.batching.batch_size, max_length=max_length)
+    trained, outside_band = positives_in_confidence_band(accelerator, actor.model, tokenizer, experience, a, trained,
+                                                         hp.actor, batch_size=hp.batching.batch_size,
+                                                         max_length=max_length)
     gated = gate(a, trained, experience, job.phase, hp.actor)
     if gated.skipped:
         log.info("phase %d: %d steps with A > 0 of its own rollouts, fewer than actor.min_new_positive_steps = %d; "
@@ -349,7 +350,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                **last_epoch(summary.epochs, DRIFT_METRICS),
                "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(step_advantage),
                "positive_steps": gated.positives, "replayed_positive_steps": gated.replayed_positives,
-               "known_positives_left_out": known,
+               "positives_outside_confidence_band": outside_band,
                "actor_skipped": int(gated.skipped),
                "positives_from_failed": positives_from_failed(a, experience, [i for i in range(len(a)) if a[i] > 0]),
                "trained_positives_from_failed": positives_from_failed(a, experience, trained),

@@ -130,7 +130,8 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--value-high", "0.6", "--replay-cap", "3", "--rollout-temperature", "0.3", "--max-steps", "12", "--no-kl",
         "--critic-heads-only", "--eval-tasks", "20", "--actor-lr", "3e-5",
         "--actor-epochs", "2", "--objective", "squared", "--failed-positives", "confident", "--probe", str(probe),
-        "--solved-share", "0.25", "--max-positive-confidence", "0.95",
+        "--solved-share", "0.25", "--min-positive-confidence", "0.5",
+        "--max-positive-confidence", "0.95",
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -142,7 +143,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert hp.critic.train_backbone is False
     assert (hp.evaluation.tasks, hp.actor.lr, hp.actor.epochs) == (20, 3e-5, 2)
     assert (hp.actor.objective, hp.actor.failed_positives) == ("squared", "confident")
-    assert hp.actor.max_positive_confidence == 0.95
+    assert (hp.actor.min_positive_confidence, hp.actor.max_positive_confidence) == (0.5, 0.95)
     assert hp.curriculum.solved_share == 0.25 and hp.curriculum.enabled is True  # a flag left out: the preset's
     assert received.probe == str(probe.resolve())
     smoke = PRESETS["smoke"]
@@ -156,7 +157,7 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
     result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "200"})
     for flag in ("--beta", "--value-low", "--value-high", "--replay-cap", "--rollout-temperature", "--max-steps",
                  "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs", "--objective",
-                 "--failed-positives", "--max-positive-confidence", "--probe"):
+                 "--failed-positives", "--min-positive-confidence", "--max-positive-confidence", "--probe"):
         assert flag in result.output, flag
 
 

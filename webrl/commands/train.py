@@ -311,10 +311,12 @@ def register(app: typer.Typer) -> None:
         min_new_positive_steps: int = typer.Option(None, min=0, help="Update the actor only in a phase whose own "
                                                    "rollouts give at least this many steps with A > 0 (fewer: "
                                                    "published unchanged; 0: always). Default: the preset's."),
-        max_positive_confidence: float = typer.Option(None, min=0.0, max=1.0, help="Leave out of the actor's update "
-                                                      "the A > 0 steps the phase's start actor already takes with "
-                                                      "confidence exp(lp / n) above this (1: keep all). Default: "
-                                                      "the preset's."),
+        min_positive_confidence: float = typer.Option(None, min=0.0, max=1.0, help="Leave out of the actor's update "
+                                                      "the A > 0 steps the phase's start actor takes with confidence "
+                                                      "exp(lp / n) at or below this (0: keep all). Default: the "
+                                                      "preset's."),
+        max_positive_confidence: float = typer.Option(None, min=0.0, max=1.0, help="... and those above this (1: "
+                                                      "keep all). Default: the preset's."),
         min_solved: int = typer.Option(None, min=0, help="Try a phase's unsolved tasks again (the next attempt) "
                                        "until this many of its tasks are solved or --max-attempts ran (0: one "
                                        "attempt, the paper). Default: the preset's."),
@@ -357,6 +359,7 @@ def register(app: typer.Typer) -> None:
             "--actor-epochs": ("actor.epochs", actor_epochs), "--objective": ("actor.objective", objective),
             "--failed-positives": ("actor.failed_positives", failed_positives),
             "--min-new-positive-steps": ("actor.min_new_positive_steps", min_new_positive_steps),
+            "--min-positive-confidence": ("actor.min_positive_confidence", min_positive_confidence),
             "--max-positive-confidence": ("actor.max_positive_confidence", max_positive_confidence),
             "--optimizer-state": ("actor.optimizer_state", optimizer_state),
             "--critic-backbone": ("critic.train_backbone", critic_backbone),

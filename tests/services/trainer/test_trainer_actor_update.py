@@ -10,9 +10,9 @@ from services.trainer.actor_update import (
     actor_loss_fn,
     exact_kl,
     positives_from_failed,
+    positives_in_confidence_band,
     reference_pass,
     trained_steps,
-    unknown_positives,
 )
 from services.trainer.data import SequenceItem, StepExample, sequence_collate
 from services.trainer.replay import score_confidence
@@ -43,9 +43,9 @@ def test_trained_steps_keep_drop_or_trust_the_critic_on_failed_positives() -> No
     assert positives_from_failed(a, experience, [3, 4]) == 0.0
 
 
-def test_positives_the_start_actor_already_takes_are_left_out_above_the_limit(tiny) -> None:
-    """``actor.max_positive_confidence``: the A > 0 steps a real actor takes with c = exp(lp / n) above the limit
-    leave the update, the others and every A < 0 step stay; at 1 nothing is scored and all stay."""
+def test_positives_outside_the_start_actors_confidence_band_are_left_out(tiny) -> None:
+    """``actor.min/max_positive_confidence``: the A > 0 steps a real actor takes with c = exp(lp / n) outside (min,
+    max] leave the update, the others and every A < 0 step stay; with the band (0, 1] nothing is scored."""
     model, tokenizer = tiny
     completions = [CLICK, 'do(action="Type", argument="laptop", element="7")', 'exit(message="done")', CLICK]
     experience = [StepExample(trajectory_id=1, task_key="t", phase=1, index=i, prompt=PROMPT, next_prompt=PROMPT,
@@ -54,15 +54,22 @@ def test_positives_the_start_actor_already_takes_are_left_out_above_the_limit(ti
     accelerator = make_accelerator(LoopConfig(lr=1e-4, epochs=1, batch_size=2, gradient_checkpointing=False))
     scores = score_confidence(accelerator, model, tokenizer, experience, batch_size=2, max_length=None)
     a = torch.tensor([1.0, 1.0, 1.0, -0.6])
-    limit = sorted(scores[:3])[1]  # between the least and the most confident of the three positives
-    kept, left_out = unknown_positives(accelerator, model, tokenizer, experience, a, [0, 1, 2, 3],
-                                       ActorLoss(max_positive_confidence=limit), batch_size=2, max_length=None)
-    above = {i for i in range(3) if scores[i] > limit}
-    assert above and left_out == len(above)
-    assert kept == [i for i in range(4) if i not in above]  # order kept; the A < 0 step stays whatever its c
-    everything = unknown_positives(accelerator, None, tokenizer, experience, a, [0, 1, 2, 3], ActorLoss(),
-                                   batch_size=2, max_length=None)  # limit 1: no model needed, nothing scored
+    ranked = sorted(range(3), key=lambda i: scores[i])  # the three positives, least confident first
+    assert scores[ranked[0]] < scores[ranked[1]] < scores[ranked[2]]
+
+    def kept(**band: float) -> tuple[list[int], int]:
+        return positives_in_confidence_band(accelerator, model, tokenizer, experience, a, [0, 1, 2, 3],
+                                            ActorLoss(**band), batch_size=2, max_length=None)
+
+    above = kept(max_positive_confidence=scores[ranked[1]])  # the middle one's c is inside (c <= max)
+    assert above == ([i for i in range(4) if i != ranked[2]], 1)  # order kept; the A < 0 step stays
+    below = kept(min_positive_confidence=scores[ranked[1]])  # ... and outside (c <= min)
+    assert below == ([i for i in range(4) if i not in ranked[:2]], 2)
+    everything = positives_in_confidence_band(accelerator, None, tokenizer, experience, a, [0, 1, 2, 3], ActorLoss(),
+                                              batch_size=2, max_length=None)  # (0, 1]: no model needed
     assert everything == ([0, 1, 2, 3], 0)
+    with pytest.raises(ValueError, match="min_positive_confidence"):
+        ActorLoss(min_positive_confidence=0.9, max_positive_confidence=0.5)
 
 
 def test_exact_kl_by_hand() -> None:
