@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
-from services.trainer.replay import score_confidence
+from services.trainer.replay import in_confidence_band, score_confidence
 from services.trainer.training_loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
 from webrl.method.hyperparams import ActorLoss, Advantage, WebRLHyperparams
 from webrl.method.rewards import is_success
@@ -79,7 +79,7 @@ def positives_in_confidence_band(accelerator: Any, model: Any, tokenizer: Any, e
     with accelerator.autocast():
         scores = score_confidence(accelerator, model, tokenizer, [experience[i] for i in positives],
                                   batch_size=batch_size, max_length=max_length)
-    outside = {i for i, c in zip(positives, scores, strict=True) if not low < c <= high}
+    outside = {i for i, inside in zip(positives, in_confidence_band(scores, low, high), strict=True) if not inside}
     return [i for i in trained if i not in outside], len(outside)
 
 

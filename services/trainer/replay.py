@@ -24,10 +24,15 @@ from webrl.models.examples import pad_id_of
 from webrl.models.logprobs import confidence, sequence_logprobs
 
 
+def in_confidence_band(scores: Sequence[float], low: float, high: float) -> list[bool]:
+    """keep_i = low < c_i <= high (the replay filter's band; the actor's positives use it too)."""
+    return [low < c <= high for c in scores]
+
+
 def keep_confident(scores: Sequence[float], replay: Replay = DEFAULTS.replay) -> list[bool]:
     """keep_i = confidence_low < c_i <= confidence_high: neither too unfamiliar to learn from safely nor
     already known."""
-    return [replay.confidence_low < c <= replay.confidence_high for c in scores]
+    return in_confidence_band(scores, replay.confidence_low, replay.confidence_high)
 
 
 def select_replay(candidates: Sequence[StepExample], scores: Sequence[float], n_current: int, *, seed: int = 0,

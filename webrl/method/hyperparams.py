@@ -225,7 +225,8 @@ class ActorLoss:
     beta_high = 0.2, i.e. c <= exp(-0.2) = 0.82 at the start, so every epoch pushes such a step towards p = 1 through
     the adapter all states share. 1.0 keeps every step (published code); the replay buffer drops such steps of earlier
     phases at ``replay.confidence_high`` (0.95). This project's. Measured (docs/measurements.md): at 0.95 one stored
-    phase's update left out 20 of its 37 positives and lost 5 of the SFT actor's 25 test tasks, gaining none."""
+    phase's update left out 20 of its 37 positives and lost 5 of the SFT actor's 25 test tasks, gaining none; on
+    another it left out 29 of 53 and gained 1, lost 4 (the full update: 6 and 7). The gains come from these steps."""
     failed_positives: Literal["keep", "confident", "drop"] = "keep"
     """A > 0 steps of reward-0 trajectories: ``keep`` (published code), ``confident`` (only where the clamped A is
     at least ``failed_margin``: the critic is sure the step moved towards success), or ``drop`` (train on
