@@ -48,6 +48,7 @@ from webrl.models.probe import load_probe
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "bench" / "fixtures" / "phase1-smollm2"
 PROBE = ROOT / "webrl" / "assets" / "probe-smollm2.jsonl.gz"
+ANCHORS = ROOT / "webrl" / "assets" / "anchors-smollm2.jsonl.gz"
 SFT_ACTOR = ROOT / "webrl" / "assets" / "actor-sft-smollm2"
 TINY_ACTOR = ROOT / "webrl" / "assets" / "actor-sft"
 #: The comparison run when no --setting is given: the preset's update as it now is, the paper's objective, and the two
@@ -149,6 +150,8 @@ def run_settings(
     fixture: Path = typer.Option(FIXTURE, help="A stored phase (export)."),
     actor: Path = typer.Option(SFT_ACTOR, help="The phase's start actor."),
     probe: Path = typer.Option(PROBE, help="The flips probe of that actor."),
+    anchors: Path = typer.Option(ANCHORS, help="Anchor steps for settings with actor.anchor_kl > 0 "
+                                 "(`webrl probe anchors`)."),
     setting_args: list[str] = typer.Option(None, "--setting", help="NAME:group.field=value,... (repeat)."),
     tasks: int = typer.Option(0, min=0, help="Also evaluate greedily on a fixed sample of this many test tasks."),
     stratified: bool = typer.Option(False, help="That sample stratified by template (65: one task of every "
@@ -196,7 +199,8 @@ def run_settings(
             hp = setting(stored.hyperparams, overrides)
             console.rule(f"{name}: {overrides or 'the stored phase as it ran'}")
             result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
-                                  keep_model=bool(tasks), probe_every_epoch=probe_every_epoch, seed=seed)
+                                  keep_model=bool(tasks), probe_every_epoch=probe_every_epoch, seed=seed,
+                                  anchors=load_probe(anchors) if hp.actor.anchor_kl > 0 else None)
             row = {"setting": name, "overrides": overrides, "seed": seed, **result.metrics,
                    "minutes": round(result.seconds / 60, 2), "epochs": result.epochs}
             if tasks:

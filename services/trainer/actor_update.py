@@ -11,11 +11,15 @@ Measured beside the loss, because the loss alone hides drift:
   estimate, which is not a KL (the samples are not pi's) and goes negative when the update lowers its own targets.
 - ``flips`` / ``flips_<site>``: after each epoch, the share of the probe's steps (``webrl.models.probe``) whose
   greedy action changed.
+- ``anchor_kl``: with ``actor.anchor_kl`` > 0, the exact KL at the action tokens of the anchor steps appended to each
+  batch (:func:`with_anchors`), which the loss adds as lambda * KL (:func:`actor_loss_fn`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +33,7 @@ from services.trainer.replay import in_confidence_band, score_confidence
 from services.trainer.training_loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
 from webrl.method.hyperparams import ActorLoss, Advantage, WebRLHyperparams
 from webrl.method.rewards import is_success
-from webrl.models.examples import pad_id_of
+from webrl.models.examples import encode_example, pad_id_of
 from webrl.models.logprobs import target_logits
 from webrl.models.probe import ProbeStep, encode_probe, flips, probe_matches
 from webrl.runs.tracking import Tracker
@@ -120,8 +124,8 @@ def step_advantages(a: torch.Tensor, chosen: Sequence[int], anchors: int, advant
 
 @dataclass
 class Reference:
-    """The reference pass: lp_ref of every item, and (when within budget) pi_ref's log-distribution at each item's
-    action tokens, (n_i, V) fp16, keyed by the item's index."""
+    """The reference pass: lp_ref of every item (in the items' order), and (when within budget) pi_ref's
+    log-distribution at each item's action tokens, (n_i, V) fp16, keyed by the item's index."""
 
     lp: list[float]
     distributions: dict[int, torch.Tensor]
@@ -141,7 +145,8 @@ def reference_pass(model: Any, items: Sequence[SequenceItem], pad_id: int, batch
         log.info("kl_exact not measured: %d positions x %d vocabulary exceed the budget", positions, vocab)
     was_training = model.training
     model.eval()
-    lp = [0.0] * len(items)
+    lp = [0.0] * len(items)  # in the order of ``items``; the distributions are keyed by each item's index
+    position = {it.index: k for k, it in enumerate(items)}
     distributions: dict[int, torch.Tensor] = {}
     loader = DataLoader(list(items), batch_size=batch_size, shuffle=False, collate_fn=sequence_collate(pad_id))
     for batch in loader:
@@ -150,7 +155,7 @@ def reference_pass(model: Any, items: Sequence[SequenceItem], pad_id: int, batch
         log_p = torch.log_softmax(logits, dim=-1)  # (B, T', V)
         picked = torch.gather(log_p, -1, ids.unsqueeze(-1)).squeeze(-1) * mask  # (B, T')
         for row, index in enumerate(batch["index"].tolist()):
-            lp[index] = float(picked[row].sum())
+            lp[position[index]] = float(picked[row].sum())
             if keep:
                 distributions[index] = log_p[row][mask[row]].to(torch.float16).cpu()  # (n_i, V)
     model.train(was_training)
@@ -167,22 +172,71 @@ def actor_loss_fn(config: ActorLoss, reference: dict[int, torch.Tensor] | None =
                   ) -> Callable[[Any, dict], tuple[torch.Tensor, Metrics]]:
     """The actor objective on one batch: lp under the actor, lp_ref and A from the batch -> ``losses.actor_loss``,
     with the policy's entropy and, where ``reference`` has the batch's distributions, the exact KL at its action
-    tokens (both reported only)."""
+    tokens (both reported only). Rows marked ``anchor`` (:func:`with_anchors`) are left out of the objective and
+    add the anchor term instead, from the same forward:
+        loss = actor_loss(trained rows) + lambda * mean_{anchor action tokens} KL(pi_ref || pi_theta),
+    lambda = ``config.anchor_kl``."""
 
     def fn(model: Any, batch: dict) -> tuple[torch.Tensor, Metrics]:
         logits, ids, mask = target_logits(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
         log_p = torch.log_softmax(logits, dim=-1)  # (B, T', V)
-        lp = (torch.gather(log_p, -1, ids.unsqueeze(-1)).squeeze(-1) * mask).sum(1)  # (B,)
-        n_tokens = mask.sum(1).to(lp.dtype)  # (B,)
-        loss, stats = actor_loss(lp, batch["lp_ref"], n_tokens, batch["advantage"], config)
+        anchored = batch["anchor"] > 0 if "anchor" in batch else torch.zeros(len(mask), dtype=torch.bool,
+                                                                              device=mask.device)  # (B,)
+        rows = ~anchored
+        lp = (torch.gather(log_p[rows], -1, ids[rows].unsqueeze(-1)).squeeze(-1) * mask[rows]).sum(1)  # (B_t,)
+        n_tokens = mask[rows].sum(1).to(lp.dtype)  # (B_t,)
+        loss, stats = actor_loss(lp, batch["lp_ref"][rows], n_tokens, batch["advantage"][rows], config)
+        if bool(anchored.any()):
+            kl = exact_kl(_reference_rows(reference, batch["index"][anchored].tolist(), log_p.device),
+                          log_p[anchored][mask[anchored]]).mean()
+            loss = loss + config.anchor_kl * kl
+            stats["anchor_kl"] = float(kl.detach())
         with torch.no_grad():
-            current = log_p.detach()[mask]  # (sum n_i, V), rows in batch order
+            current = log_p.detach()[rows][mask[rows]]  # (sum n_i, V), rows in batch order
             stats["entropy"] = float(-(current.exp() * current).sum(-1).mean()) if len(current) else 0.0
-            indices = batch["index"].tolist()
+            indices = batch["index"][rows].tolist()
             if reference and all(i in reference for i in indices):
-                ref = torch.cat([reference[i] for i in indices]).to(current.device)
-                stats["kl_exact"] = float(exact_kl(ref, current).mean())
+                stats["kl_exact"] = float(exact_kl(_reference_rows(reference, indices, current.device),
+                                                   current).mean())
         return loss, stats
+
+    return fn
+
+
+def _reference_rows(reference: dict[int, torch.Tensor] | None, indices: Sequence[int], device: Any) -> torch.Tensor:
+    """pi_ref's log-distributions of ``indices``, concatenated in order: (sum n_i, V)."""
+    missing = [i for i in indices if not reference or i not in reference]
+    if missing:
+        raise ValueError(f"the reference pass kept no distribution for items {missing}")
+    return torch.cat([reference[i] for i in indices]).to(device)
+
+
+def anchor_items(tokenizer: Any, anchors: Sequence[ProbeStep], n: int, *, first_index: int, seed: int,
+                 max_length: int | None) -> list[SequenceItem]:
+    """A seeded sample of ``n`` anchor steps (all when there are fewer) as items marked ``anchor``, indexed from
+    ``first_index`` on (after the trained steps' indices); lp_ref is filled by the reference pass."""
+    chosen = random.Random(seed + 3).sample(list(anchors), min(n, len(anchors)))
+    return [SequenceItem(first_index + k, encode_example(tokenizer, step.prompt, step.completion,
+                                                         max_length=max_length),
+                         {"lp_ref": 0.0, "advantage": 0.0, "anchor": 1.0})
+            for k, step in enumerate(chosen)]
+
+
+def with_anchors(collate: Callable[[list[SequenceItem]], dict], anchors: Sequence[SequenceItem], per_batch: int,
+                 seed: int) -> Callable[[list[SequenceItem]], dict]:
+    """``collate`` with ``per_batch`` anchor items appended to every batch, drawn in turn from ``anchors`` (a fresh
+    seeded order each time all have been drawn). The trained batches are the same as without the anchor, so the
+    number of optimizer steps does not change."""
+    rng = random.Random(seed)
+    queue: list[SequenceItem] = []
+
+    def fn(items: list[SequenceItem]) -> dict:
+        drawn = []
+        for _ in range(min(per_batch, len(anchors))):
+            if not queue:
+                queue.extend(rng.sample(list(anchors), len(anchors)))
+            drawn.append(queue.pop())
+        return collate([*items, *drawn])
 
     return fn
 
@@ -215,23 +269,43 @@ def last_epoch(epochs: Sequence[Metrics], keys: Sequence[str]) -> dict[str, Any]
 def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Sequence[StepExample],
                  step_advantage: Sequence[float], objective: ActorLoss, config: LoopConfig, *, max_length: int,
                  probe: Sequence[ProbeStep] | None = None, tracker: Tracker | None = None,
-                 reference_model: Any = None, probe_every_epoch: bool = True) -> TrainSummary:
+                 reference_model: Any = None, probe_every_epoch: bool = True,
+                 anchors: Sequence[ProbeStep] | None = None) -> TrainSummary:
     """Train the prepared actor on ``examples`` (each with its binarised A): the reference pass (lp_ref and pi_ref's
     distributions, under ``reference_model`` or else the actor as it is now), then ``config.epochs`` epochs of
     ``objective``, with the exact KL measured in every batch and, given a ``probe``, the flips after every epoch (or
-    after the last only, ``probe_every_epoch`` False). The tracker, when there is one, gets every optimizer step and
-    epoch."""
+    after the last only, ``probe_every_epoch`` False). With ``objective.anchor_kl`` > 0, ``anchors`` (required then)
+    join every batch (:func:`with_anchors`): one epoch's worth is sampled and their reference distributions kept.
+    The tracker, when there is one, gets every optimizer step and epoch."""
     if not examples:
         return TrainSummary()
+    if objective.anchor_kl > 0 and not anchors:
+        raise ValueError("actor.anchor_kl > 0 needs anchor steps (a phase job's `anchors` file)")
     pad_id = pad_id_of(tokenizer)
     items = [SequenceItem(i, encode_action(tokenizer, ex, max_length), {}) for i, ex in enumerate(examples)]
     model = actor.model  # prepared (wrapped under DDP / DeepSpeed): its forward gathers sharded weights
+    reference_with = reference_model if reference_model is not None else model
     with accelerator.autocast():
-        reference = reference_pass(reference_model if reference_model is not None else model, items, pad_id,
-                                   config.batch_size, accelerator.device)
-    items = [SequenceItem(it.index, it.encoded, {"lp_ref": reference.lp[k], "advantage": float(step_advantage[k])})
+        reference = reference_pass(reference_with, items, pad_id, config.batch_size, accelerator.device)
+    anchor = ({"anchor": 0.0} if objective.anchor_kl > 0 else {})
+    items = [SequenceItem(it.index, it.encoded, {"lp_ref": reference.lp[k], "advantage": float(step_advantage[k]),
+                                                 **anchor})
              for k, it in enumerate(items)]
-    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items], sequence_collate(pad_id),
+    collate = sequence_collate(pad_id)
+    if objective.anchor_kl > 0:
+        per_epoch = objective.anchor_per_batch * math.ceil(len(items) / config.batch_size)
+        held = anchor_items(tokenizer, anchors or [], per_epoch, first_index=len(items), seed=config.seed,
+                            max_length=max_length)
+        with accelerator.autocast():
+            anchored = reference_pass(reference_with, held, pad_id, config.batch_size, accelerator.device)
+        if len(anchored.distributions) < len(held):
+            raise ValueError(f"{len(held)} anchor steps' reference distributions exceed the exact-KL budget; "
+                             "lower actor.anchor_per_batch")
+        reference.distributions.update(anchored.distributions)
+        collate = with_anchors(collate, held, objective.anchor_per_batch, config.seed)
+        log.info("anchor: %d steps, %d per batch, lambda %s", len(held), objective.anchor_per_batch,
+                 objective.anchor_kl)
+    loader = prepared_loader(accelerator, items, [len(it.encoded) for it in items], collate,
                              config.batch_size, shuffle=True, seed=config.seed)
     measure = probe_hook(model, tokenizer, probe, max_length, config.batch_size) if probe else None
 

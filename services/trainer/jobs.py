@@ -62,6 +62,8 @@ def check_paths(settings: Settings, job: TrainJob) -> None:
         requested_model_folder(settings, value, name, configured=configured)
     if isinstance(job, PhaseJob) and job.probe is not None:
         requested_model_file(settings, job.probe, "probe")
+    if isinstance(job, PhaseJob) and job.anchors is not None:
+        requested_model_file(settings, job.anchors, "anchors")
 
 
 @contextmanager

@@ -84,8 +84,8 @@ from webrl.wire.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
 log = logging.getLogger("webrl.trainer.phase")
 
 #: The actor's drift measurements a phase records after its last epoch (and by epoch): ``actor_update``.
-DRIFT_METRICS = ("kl_exact", "log_ratio_k1", "flips", "flips_shopping", "flips_shopping_admin", "flips_reddit",
-                 "flips_gitlab")
+DRIFT_METRICS = ("kl_exact", "log_ratio_k1", "anchor_kl", "flips", "flips_shopping", "flips_shopping_admin",
+                 "flips_reddit", "flips_gitlab")
 
 
 @dataclass
@@ -339,7 +339,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
         summary = update_actor(accelerator, actor, tokenizer, [experience[i] for i in trained] + anchor,
                                step_advantage, hp.actor, config, max_length=max_length,
                                probe=load_probe(job.probe) if job.probe else None, tracker=tracker,
-                               reference_model=reference_model, probe_every_epoch=False)
+                               reference_model=reference_model, probe_every_epoch=False,
+                               anchors=load_probe(job.anchors) if job.anchors and hp.actor.anchor_kl > 0 else None)
     finally:
         if tracker is not None:
             tracker.close()

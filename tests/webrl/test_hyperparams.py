@@ -131,7 +131,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--critic-heads-only", "--eval-tasks", "20", "--actor-lr", "3e-5",
         "--actor-epochs", "2", "--objective", "squared", "--failed-positives", "confident", "--probe", str(probe),
         "--solved-share", "0.25", "--min-positive-confidence", "0.5",
-        "--max-positive-confidence", "0.95",
+        "--max-positive-confidence", "0.95", "--anchor-kl", "3", "--anchors", str(probe),
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -146,6 +146,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert (hp.actor.min_positive_confidence, hp.actor.max_positive_confidence) == (0.5, 0.95)
     assert hp.curriculum.solved_share == 0.25 and hp.curriculum.enabled is True  # a flag left out: the preset's
     assert received.probe == str(probe.resolve())
+    assert (hp.actor.anchor_kl, received.anchors) == (3.0, str(probe.resolve()))
     smoke = PRESETS["smoke"]
     assert (hp.critic.epochs, hp.batching.batch_size, hp.curriculum.phases) == (
         smoke.critic.epochs, smoke.batching.batch_size, smoke.curriculum.phases)  # what no flag names: the preset's
@@ -157,7 +158,8 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
     result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "200"})
     for flag in ("--beta", "--value-low", "--value-high", "--replay-cap", "--rollout-temperature", "--max-steps",
                  "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs", "--objective",
-                 "--failed-positives", "--min-positive-confidence", "--max-positive-confidence", "--probe"):
+                 "--failed-positives", "--min-positive-confidence", "--max-positive-confidence", "--probe",
+                 "--anchor-kl", "--anchors"):
         assert flag in result.output, flag
 
 
@@ -170,6 +172,24 @@ def test_a_value_the_record_refuses_names_its_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--actor-lr", "0"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "actor.lr: Input should be greater than 0" in result.output, result.output
+
+
+def test_an_anchor_without_its_steps_is_refused_naming_the_flag(settings: Settings, tmp_path: Path) -> None:
+    from webrl.cli import app
+
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}")
+    result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--anchor-kl", "3"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "--anchors" in result.output and "webrl probe anchors" in result.output, (
+        result.output)
+    settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
+    bad = settings.artifacts_dir / "anchors.jsonl.gz"
+    bad.write_text("not gzip")
+    result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--anchor-kl", "3", "--anchors", str(bad)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "--anchors" in result.output and "is not a probe file" in result.output, (
+        result.output)
 
 
 def test_a_probe_that_is_no_probe_file_is_refused_in_one_line(settings: Settings, tmp_path: Path) -> None:

@@ -156,20 +156,20 @@ def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict
                                  "out to resume it, or start a new --run", param_hint=flag_of[next(iter(changed))])
 
 
-def check_probe(settings: Settings, probe: Path) -> None:
-    """A ``typer.BadParameter`` naming --probe unless the trainer may read ``probe`` (``webrl.serving.paths``) and it
-    is a probe file (``webrl.models.probe``)."""
+def check_probe(settings: Settings, probe: Path, flag: str = "--probe") -> None:
+    """A ``typer.BadParameter`` naming ``flag`` unless the trainer may read ``probe`` (``webrl.serving.paths``) and
+    it is a probe-format file (``webrl.models.probe``: a flips probe, or anchor steps)."""
     from webrl.models.probe import load_probe
     from webrl.serving.paths import requested_model_file
     from webrl.wire.contracts import InvalidRequest
 
     try:
-        requested_model_file(settings, str(probe), "--probe")
+        requested_model_file(settings, str(probe), flag)
         load_probe(probe)
     except InvalidRequest as refused:
-        raise typer.BadParameter(str(refused).removeprefix("--probe: "), param_hint="--probe") from None
+        raise typer.BadParameter(str(refused).removeprefix(f"{flag}: "), param_hint=flag) from None
     except (OSError, ValueError) as exc:
-        raise typer.BadParameter(f"{probe} is not a probe file ({exc})", param_hint="--probe") from None
+        raise typer.BadParameter(f"{probe} is not a probe file ({exc})", param_hint=flag) from None
 
 
 def tracking_for(run: str, log_with: str) -> TrackingSpec:
@@ -328,6 +328,12 @@ def register(app: typer.Typer) -> None:
         probe: Path = typer.Option(None, help="A flips probe of the starting actor (`webrl probe build`; the "
                                    "shipped SFT actor's is webrl/assets/probe-smollm2.jsonl.gz): each phase records "
                                    "the share of its steps whose greedy action changed."),
+        anchor_kl: float = typer.Option(None, min=0.0, help="lambda of the anchor (not in the paper): each actor "
+                                        "batch adds lambda * the exact KL to the phase's start actor on --anchors "
+                                        "steps, holding the policy on templates the phase does not train (0: "
+                                        "none). Default: the preset's."),
+        anchors: Path = typer.Option(None, help="Anchor steps for --anchor-kl (`webrl probe anchors`; the "
+                                     "shipped SFT actor's are webrl/assets/anchors-smollm2.jsonl.gz)."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
@@ -362,15 +368,22 @@ def register(app: typer.Typer) -> None:
             "--min-positive-confidence": ("actor.min_positive_confidence", min_positive_confidence),
             "--max-positive-confidence": ("actor.max_positive_confidence", max_positive_confidence),
             "--optimizer-state": ("actor.optimizer_state", optimizer_state),
+            "--anchor-kl": ("actor.anchor_kl", anchor_kl),
             "--critic-backbone": ("critic.train_backbone", critic_backbone),
             "--eval-tasks": ("evaluation.tasks", eval_tasks),
         }
         hyperparams = hyperparams_for(preset, dict(given.values()))
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
                                   orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams,
-                                  screenshots=screenshots, probe=str(probe.resolve()) if probe else "")
+                                  screenshots=screenshots, probe=str(probe.resolve()) if probe else "",
+                                  anchors=str(anchors.resolve()) if anchors else "")
         if probe is not None:
             check_probe(settings, probe)
+        if anchors is not None:
+            check_probe(settings, anchors, "--anchors")
+        elif hyperparams.actor.anchor_kl > 0:
+            raise typer.BadParameter(f"actor.anchor_kl is {hyperparams.actor.anchor_kl}: name the anchor steps it "
+                                     "holds the policy on (`webrl probe anchors`)", param_hint="--anchors")
         ensure_ready(settings)
         refuse_flags_a_resume_would_ignore(settings, run, given)
 

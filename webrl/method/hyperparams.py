@@ -234,6 +234,15 @@ class ActorLoss:
     failed_margin: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
     """The clamped A a reward-0 step needs to stay a positive under ``failed_positives="confident"``: with r = G = 0
     it is V(s') - V(s) - 0.05, so 0.3 asks the critic for a rise of 0.35 in P(success)."""
+    anchor_kl: Annotated[float, Field(ge=0.0)] = 0.0
+    """lambda of the anchor term added to each batch's actor loss: lambda * the mean exact KL(pi_ref || pi_theta) over
+    the action tokens of anchor steps, states the phase does not train on (the job's ``anchors``: oracle steps of
+    train tasks of every template, ``webrl probe anchors``). The update still moves the policy where its steps ask;
+    the anchor holds it in place on the templates they do not cover, which an adapter shared by all states otherwise
+    moves too (the flips probe: ~20% of its steps change per phase). 0: no anchor (the paper). This project's."""
+    anchor_per_batch: Annotated[int, Field(ge=1)] = 2
+    """Anchor steps appended to every training batch when ``anchor_kl`` > 0: a seeded sample of one epoch's worth
+    (this many per batch), the same steps each epoch in a fresh order."""
 
     def __post_init__(self) -> None:
         if self.min_positive_confidence >= self.max_positive_confidence:

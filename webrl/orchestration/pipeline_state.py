@@ -42,6 +42,8 @@ class PipelineOptions:
     """Store a screenshot of every rollout step (``webrl.store.screenshots``) for the viewer; costs browser time."""
     probe: str = ""
     """A flips probe of the starting actor (``webrl probe build``); "" = flips not measured."""
+    anchors: str = ""
+    """Anchor steps for ``actor.anchor_kl`` (``webrl probe anchors``); "" = none (the anchor needs them)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

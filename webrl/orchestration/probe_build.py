@@ -7,11 +7,16 @@
 3. the actor, teacher-forced, keeps the steps whose every action token it picks greedily, up to ``per_site`` per
    site, spread over the tasks (one step per task first, then a second, ...);
 4. the steps are written to a ``*.jsonl.gz`` file that a phase job names as its ``probe``.
+
+``webrl probe anchors`` runs stages 1 and 2 only and writes every step, in the same format: the anchor steps
+``actor.anchor_kl`` holds the policy on (a job's ``anchors``), from tasks other than the probe's so that the
+flips probe still measures states the update was not held on.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,12 +78,14 @@ def spread_over_tasks(steps: list[ProbeStep], seed: int) -> list[ProbeStep]:
     return out
 
 
-def build_probe(settings: Settings, actor: Path, output: Path, *, per_site: int = 24, per_template: int = 1,
-                seed: int = 1, concurrency: int = 4, batch_size: int = 4) -> ProbeBuild:
-    """Run stages 1-4 of the module docstring and return what was written."""
+def oracle_steps(settings: Settings, tokenizer: object, *, per_template: int, seed: int, concurrency: int,
+                 exclude_tasks: frozenset[str] = frozenset(), max_tasks: int | None = None
+                 ) -> tuple[list[ProbeStep], int]:
+    """Stages 1-2: the oracle's successful demonstrations of ``per_template`` train tasks per template (less
+    ``exclude_tasks``; the first ``max_tasks`` of them when given), every step as (actor prompt rendered with
+    ``tokenizer``, oracle response); and the number of tasks demonstrated."""
     from webrl.db.migrate import upgrade
-    from webrl.models.loading import load_causal_lm
-    from webrl.orchestration.bootstrap import COMPLETION_BUDGET, demo_tasks
+    from webrl.orchestration.bootstrap import demo_tasks
     from webrl.sandbox.server import running_sandbox, sandbox_ports
     from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
     from webrl.wire.clients import rollout_run
@@ -88,7 +95,7 @@ def build_probe(settings: Settings, actor: Path, output: Path, *, per_site: int 
     upgrade(settings)
     load_suite(settings, settings.seed)
     tasks = demo_tasks(build_suite(settings.seed)["train"], per_template, seed)
-    keys = [task_key("train", t) for t in tasks]
+    keys = [key for key in (task_key("train", t) for t in tasks) if key not in exclude_tasks][:max_tasks]
     trajectory_ids: list[int] = []
     with running_sandbox(settings, sandbox_ports(settings)):
         for start in track(range(0, len(keys), DEMO_CHUNK), description="oracle demonstrations"):
@@ -96,8 +103,35 @@ def build_probe(settings: Settings, actor: Path, output: Path, *, per_site: int 
                 task_keys=keys[start:start + DEMO_CHUNK], phase=0, attempt=seed, purpose=DEMONSTRATION_PURPOSE,
                 policy=OracleSpec(corrupt=0.0, seed=seed), concurrency=concurrency))
             trajectory_ids.extend(rollout.trajectory_ids)
+    return _candidate_steps(settings, trajectory_ids, tokenizer), len(keys)
+
+
+def build_anchors(settings: Settings, actor: Path, output: Path, *, per_template: int = 1, seed: int = 2,
+                  exclude: Sequence[ProbeStep] = (), concurrency: int = 4, max_tasks: int | None = None) -> ProbeBuild:
+    """Stages 1-2 and every step written: the anchor steps of ``actor`` (its tokenizer renders the prompts), from
+    train tasks none of ``exclude`` (the flips probe) comes from."""
+    from webrl.models.loading import load_tokenizer
+
+    steps, tasks = oracle_steps(settings, load_tokenizer(actor, settings), per_template=per_template, seed=seed,
+                                concurrency=concurrency, exclude_tasks=frozenset(s.task_key for s in exclude),
+                                max_tasks=max_tasks)
+    steps.sort(key=lambda s: (s.site, s.task_key, s.index))
+    counts: dict[str, int] = {}
+    for step in steps:
+        counts[step.site] = counts.get(step.site, 0) + 1
+    return ProbeBuild(path=save_probe(steps, output), kept=dict(sorted(counts.items())), candidates=len(steps),
+                      tasks=tasks)
+
+
+def build_probe(settings: Settings, actor: Path, output: Path, *, per_site: int = 24, per_template: int = 1,
+                seed: int = 1, concurrency: int = 4, batch_size: int = 4) -> ProbeBuild:
+    """Run stages 1-4 of the module docstring and return what was written."""
+    from webrl.models.loading import load_causal_lm
+    from webrl.orchestration.bootstrap import COMPLETION_BUDGET
+
     model, tokenizer = load_causal_lm(actor, settings)
-    candidates = spread_over_tasks(_candidate_steps(settings, trajectory_ids, tokenizer), seed)
+    found, tasks = oracle_steps(settings, tokenizer, per_template=per_template, seed=seed, concurrency=concurrency)
+    candidates = spread_over_tasks(found, seed)
     kept: list[ProbeStep] = []
     counts: dict[str, int] = {}
     for start in track(range(0, len(candidates), batch_size), description="teacher-forced greedy check"):
@@ -111,4 +145,4 @@ def build_probe(settings: Settings, actor: Path, output: Path, *, per_site: int 
                 counts[step.site] = counts.get(step.site, 0) + 1
     kept.sort(key=lambda s: (s.site, s.task_key, s.index))
     return ProbeBuild(path=save_probe(kept, output), kept=dict(sorted(counts.items())), candidates=len(candidates),
-                      tasks=len(keys))
+                      tasks=tasks)

@@ -411,6 +411,8 @@ class PhaseJob(Contract):
     reference: str | None = Field(None, description="Frozen reference; default the actor at the phase start.")
     orm_version: str | None = Field(None, max_length=200, description="The run's ORM version: a trajectory's reward "
                                     "is that ORM's label (another ORM's never stands in); None: its latest label.")
+    anchors: str | None = Field(None, description="Anchor steps (``webrl probe anchors``, ``*.jsonl.gz``) that "
+                                "``actor.anchor_kl`` holds the policy on; needed when it is > 0, unread otherwise.")
     probe: str | None = Field(None, description="A flips probe (``webrl probe build``, ``*.jsonl.gz``): after every "
                               "actor epoch, the share of its steps whose greedy action changed; None: not measured.")
     hyperparams: WebRLHyperparams = Field(default_factory=WebRLHyperparams,

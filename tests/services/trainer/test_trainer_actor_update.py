@@ -8,11 +8,14 @@ import torch
 
 from services.trainer.actor_update import (
     actor_loss_fn,
+    anchor_items,
     exact_kl,
     positives_from_failed,
     positives_in_confidence_band,
     reference_pass,
     trained_steps,
+    update_actor,
+    with_anchors,
 )
 from services.trainer.data import SequenceItem, StepExample, sequence_collate
 from services.trainer.replay import score_confidence
@@ -203,3 +206,65 @@ def _fresh(tiny):
         return fresh, tokenizer
 
     return make
+
+
+ANCHORS = [ProbeStep("train/1", "shopping", 0, "Search for a laptop",
+                     'do(action="Type", argument="laptop", element="7")'),
+           ProbeStep("train/2", "reddit", 0, "Show me Books", 'do(action="Click", element="5")'),
+           ProbeStep("train/3", "gitlab", 1, "Show me the Electronics", 'do(action="Scroll Down")')]
+
+
+def test_every_batch_gets_its_anchors_drawn_in_turn(tiny) -> None:
+    """Each batch keeps its own rows first and gains ``per_batch`` anchor rows; every anchor is drawn once before
+    any is drawn again."""
+    _, tokenizer = tiny
+    held = anchor_items(tokenizer, ANCHORS, 10, first_index=5, seed=0, max_length=None)
+    assert sorted(it.index for it in held) == [5, 6, 7]  # all three: fewer than asked
+    assert all(it.scalars["anchor"] == 1.0 for it in held)
+    trained = [SequenceItem(0, encode_example(tokenizer, PROMPT, CLICK), {"lp_ref": 0.0, "advantage": 1.0,
+                                                                         "anchor": 0.0})]
+    collate = with_anchors(sequence_collate(pad_id_of(tokenizer)), held, 2, seed=0)
+    drawn = []
+    for _ in range(3):
+        batch = collate(trained)
+        assert batch["index"][0] == 0 and batch["anchor"].tolist() == [0.0, 1.0, 1.0]
+        drawn += batch["index"][1:].tolist()
+    assert sorted(drawn[:3]) == [5, 6, 7] and sorted(drawn[3:]) == [5, 6, 7]
+
+
+def test_the_anchor_holds_the_policy_on_its_steps_while_the_trained_action_rises(tiny) -> None:
+    """The same unbounded push on one action, with and without the anchor: the pushed action's log-ratio rises in
+    both, and the exact KL at the anchor steps (never trained on) stays a fraction of the unanchored update's."""
+    def run(anchor_kl: float) -> tuple[float, float, dict]:
+        model, tokenizer = tiny_copy()
+        probe_items = [SequenceItem(i, encode_example(tokenizer, s.prompt, s.completion), {})
+                       for i, s in enumerate(ANCHORS)]
+        before = reference_pass(model, probe_items, pad_id_of(tokenizer), 4, torch.device("cpu"))
+        loop = LoopConfig(lr=3e-3, epochs=15, batch_size=2, gradient_checkpointing=False)
+        accelerator = make_accelerator(loop)
+        prepared = prepare(accelerator, model, loop)
+        summary = update_actor(accelerator, prepared, tokenizer, [_step(1.0)] * 4, [1.0] * 4,
+                               ActorLoss(kl=False, anchor_kl=anchor_kl), loop, max_length=256,
+                               anchors=ANCHORS if anchor_kl else None)
+        scored = [SequenceItem(it.index, it.encoded, {"lp_ref": before.lp[it.index], "advantage": 1.0})
+                  for it in probe_items]
+        _, after = actor_loss_fn(ActorLoss(), before.distributions)(prepared.model,
+                                                                    sequence_collate(pad_id_of(tokenizer))(scored))
+        return after["kl_exact"], summary.epochs[-1]["log_ratio_k1"], summary.epochs[-1]
+
+    tiny_copy = _fresh(tiny)
+    free_kl, free_push, _ = run(0.0)
+    held_kl, held_push, last = run(30.0)
+    assert free_push > 0.5 and held_push > 0.5  # the trained action rose either way
+    assert free_kl > 0.05
+    assert held_kl < 0.3 * free_kl, (held_kl, free_kl)
+    assert "anchor_kl" in last
+
+
+def test_an_anchor_without_anchor_steps_is_refused(tiny) -> None:
+    model, tokenizer = tiny
+    loop = LoopConfig(lr=1e-3, epochs=1, batch_size=2, gradient_checkpointing=False)
+    accelerator = make_accelerator(loop)
+    with pytest.raises(ValueError, match="anchor"):
+        update_actor(accelerator, prepare(accelerator, model, loop), tokenizer, [_step(1.0)], [1.0],
+                     ActorLoss(anchor_kl=1.0), loop, max_length=256)

@@ -19,7 +19,7 @@ from webrl.db.repository import save_label
 from webrl.db.session import session_scope
 from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.method.rewards import EVALUATOR_LABELS
-from webrl.models.probe import ProbeStep
+from webrl.models.probe import ProbeStep, save_probe
 from webrl.orchestration.pipeline import PipelineOptions
 from webrl.wire.contracts import PhaseJob
 
@@ -75,6 +75,13 @@ def test_a_phase_exports_and_its_update_reruns_under_another_setting(tiny_dir: P
     published = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.failed_positives": "drop"}))
     assert published.metrics["positives_from_failed"] == 0.0
     assert 0 < published.metrics["trained_steps"] < len(stored.steps)
+    anchored = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.anchor_kl": 5.0}), anchors=probe)
+    assert anchored.metrics["anchor_kl"] >= 0.0 and anchored.metrics["optimizer_steps"] > 0
+    anchors_file = save_probe(probe, db.artifacts_dir / "anchors.jsonl.gz")
+    phase_anchored = run_phase(db, PhaseJob(phase=2, run_id=run_id, actor=str(tiny_dir), max_length=400,
+                                            hyperparams=setting(hp, {"actor.anchor_kl": 5.0}),
+                                            anchors=str(anchors_file), orm_version=EVALUATOR_LABELS))
+    assert "anchor_kl" in phase_anchored.metrics and phase_anchored.actor.version != result.actor.version
     gated = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.min_new_positive_steps": len(stored.steps) + 1}))
     assert gated.metrics["actor_skipped"] == 1 and gated.metrics["trained_steps"] == 0  # too few A > 0: no update
     assert gated.metrics["optimizer_steps"] == 0 and published.metrics["actor_skipped"] == 0

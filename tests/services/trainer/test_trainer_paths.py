@@ -132,14 +132,15 @@ def test_the_store_the_shipped_models_and_the_configured_actor_may_be_loaded(db,
         check_paths(configured, PhaseJob(phase=1, actor=str(tiny_dir)))  # model_dirs emptied
 
 
-def test_a_phase_job_reads_a_probe_file_only_inside_the_model_roots(db, tiny_dir: Path) -> None:
-    """The flips probe is read by the trainer like a model folder: outside the roots (an existing file or not) is the
-    same refusal naming ``probe``; a folder where a file should be is refused too."""
+@pytest.mark.parametrize("field", ["probe", "anchors"])
+def test_a_phase_job_reads_a_probe_file_only_inside_the_model_roots(db, tiny_dir: Path, field: str) -> None:
+    """The flips probe and the anchor steps are read by the trainer like a model folder: outside the roots (an
+    existing file or not) is the same refusal naming the field; a file that is not there is refused too."""
     from webrl.wire.queue import configure, dispatch
 
     configure(db)
     for value in ("/etc/passwd", "/nonexistent-webrl.jsonl.gz"):
-        with pytest.raises(InvalidRequest, match=r"^probe: .*outside the artifacts store"):
-            dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), "probe": value})
-    with pytest.raises(InvalidRequest, match=r"^probe: no file at"):
-        dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), "probe": str(db.artifacts_dir)+"/x.jsonl.gz"})
+        with pytest.raises(InvalidRequest, match=rf"^{field}: .*outside the artifacts store"):
+            dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), field: value})
+    with pytest.raises(InvalidRequest, match=rf"^{field}: no file at"):
+        dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), field: str(db.artifacts_dir)+"/x.jsonl.gz"})
