@@ -32,6 +32,8 @@ SHIPPED_ACTOR = Path(__file__).parent / "assets" / "actor-sft-smollm2"
 #: The shipped actor's flips probe (``webrl probe build``; webrl/assets/PROVENANCE.md): every phase records how many
 #: of its steps the update changed.
 SHIPPED_PROBE = Path(__file__).parent / "assets" / "probe-smollm2.jsonl.gz"
+#: Its anchor steps (``webrl probe anchors``), which ``--anchor-kl`` holds the policy on; unread without it.
+SHIPPED_ANCHORS = Path(__file__).parent / "assets" / "anchors-smollm2.jsonl.gz"
 PRESET = RUN = "cpu-demo"
 
 
@@ -72,8 +74,9 @@ def run_name(seed: int) -> str:
     return RUN if seed == 0 else f"{RUN}-seed{seed}"
 
 
-#: ``webrl train`` flags the demo sets itself: another actor, preset or probe is another command (`webrl train`).
-DEMO_SETS = ("--preset", "--actor", "--probe")
+#: ``webrl train`` flags the demo sets itself: another actor, preset, probe or anchor set is another command
+#: (`webrl train`).
+DEMO_SETS = ("--preset", "--actor", "--probe", "--anchors")
 
 
 def parse_demo_args(argv: list[str] | None) -> tuple[int, str, list[str]]:
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     actor = sft_actor(settings)
     try:
         app(["train", "--preset", PRESET, "--run", run, "--seed", str(seed), "--actor", str(actor),
-             "--probe", str(SHIPPED_PROBE), *train_flags], standalone_mode=False)
+             "--probe", str(SHIPPED_PROBE), "--anchors", str(SHIPPED_ANCHORS), *train_flags], standalone_mode=False)
     except click.ClickException as refused:  # a flag `webrl train` refuses: its one-line message, status 2
         refused.show()
         raise SystemExit(refused.exit_code) from None

@@ -87,3 +87,49 @@ def test_the_offline_bench_reads_the_start_actors_evaluation_back(free_sites) ->
     stored = find(settings, key_for(settings, bench.SFT_ACTOR, suite, PRESETS["cpu-demo"].rollout), folders=(SHIPPED,))
     assert stored is not None and source == f"stored evaluation {stored.key.digest()[:12]}"
     assert solved == {k for k in keys if stored.results[k].score >= 1.0} and len(solved) == 14
+
+
+@pytest.fixture
+def tiny_model(tmp_path: Path):
+    """A 1-layer Llama on a tiny BPE vocabulary (``webrl.models.tiny``), every weight trainable."""
+    from webrl.models.tiny import build_tiny_llama, build_tokenizer
+
+    tokenizer = build_tokenizer(["Show me item 1", "Show me item 22", 'do(action="Click", element="3")'] * 8,
+                                tmp_path, vocab_size=300)
+    return build_tiny_llama(tokenizer, "test", seed=0)
+
+
+def test_the_perturbation_null_scales_noise_to_each_tensor_and_finds_the_flips_it_is_asked_for(tiny_model) -> None:
+    """``bench/perturbation_null.py``: sigma 0 gives back the start weights; the noise of a tensor is sigma times its
+    own RMS (seeded); bisection on sigma reaches a target share of flipped probe steps."""
+    import torch
+
+
+    bench = _bench("perturbation_null")
+    model = tiny_model
+    weights = bench.lora_weights(model)
+    original = {name: p.detach().clone() for name, p in weights.items()}
+    bench.perturb(model, original, 0.0, seed=0)
+    assert all(torch.equal(p, original[n]) for n, p in bench.lora_weights(model).items())
+    bench.perturb(model, original, 0.1, seed=0)
+    name, p = next(iter(bench.lora_weights(model).items()))
+    p = p.detach().clone()
+    ratio = float((p - original[name]).pow(2).mean().sqrt() / original[name].pow(2).mean().sqrt())
+    assert ratio == pytest.approx(0.1, rel=0.2)
+    assert torch.equal(bench.lora_weights(model)[name], p)
+    bench.perturb(model, original, 0.1, seed=0)  # the same seed, the same noise
+    assert torch.equal(bench.lora_weights(model)[name], p)
+    prompts = torch.randint(6, 300, (60, 8), generator=torch.Generator().manual_seed(0))  # 60 token sequences
+
+    def next_tokens() -> torch.Tensor:
+        with torch.no_grad():
+            return model(input_ids=prompts).logits[:, -1].argmax(-1)
+
+    bench.perturb(model, original, 0.0, seed=0)
+    start = next_tokens()
+
+    def changed() -> float:  # the share of prompts whose greedy next token moved: the probe's flips in small
+        return float((next_tokens() != start).float().mean())
+
+    sigma, measured = bench.calibrate(model, original, changed, 0.5, seed=0, tries=14, tolerance=0.15)
+    assert sigma > 0 and abs(measured - 0.5) <= 0.15

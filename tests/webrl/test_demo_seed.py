@@ -27,7 +27,7 @@ def test_other_flags_go_to_webrl_train_and_a_lever_gets_a_run_of_its_own() -> No
         1, "cpu-demo-min6", ["--min-solved", "6", "--max-attempts=2"])
 
 
-@pytest.mark.parametrize("flag", ["--actor", "--preset=cpu-long", "--probe"])
+@pytest.mark.parametrize("flag", ["--actor", "--preset=cpu-long", "--probe", "--anchors"])
 def test_a_flag_the_demo_sets_itself_is_refused_naming_it(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     from webrl.demo import parse_demo_args
 
