@@ -180,19 +180,18 @@ def actor_loss_fn(config: ActorLoss, reference: dict[int, torch.Tensor] | None =
     def fn(model: Any, batch: dict) -> tuple[torch.Tensor, Metrics]:
         logits, ids, mask = target_logits(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
         log_p = torch.log_softmax(logits, dim=-1)  # (B, T', V)
-        anchored = batch["anchor"] > 0 if "anchor" in batch else torch.zeros(len(mask), dtype=torch.bool,
-                                                                              device=mask.device)  # (B,)
+        anchored = batch["anchor"] > 0 if "anchor" in batch else torch.zeros_like(mask[:, 0])  # (B,)
         rows = ~anchored
-        lp = (torch.gather(log_p[rows], -1, ids[rows].unsqueeze(-1)).squeeze(-1) * mask[rows]).sum(1)  # (B_t,)
-        n_tokens = mask[rows].sum(1).to(lp.dtype)  # (B_t,)
+        lp = (torch.gather(log_p, -1, ids.unsqueeze(-1)).squeeze(-1) * mask).sum(1)[rows]  # (B_t,)
+        n_tokens = mask.sum(1)[rows].to(lp.dtype)  # (B_t,)
         loss, stats = actor_loss(lp, batch["lp_ref"][rows], n_tokens, batch["advantage"][rows], config)
         if bool(anchored.any()):
             kl = exact_kl(_reference_rows(reference, batch["index"][anchored].tolist(), log_p.device),
-                          log_p[anchored][mask[anchored]]).mean()
+                          log_p[mask & anchored[:, None]]).mean()  # (sum n_i, V) of the anchor rows, in order
             loss = loss + config.anchor_kl * kl
             stats["anchor_kl"] = float(kl.detach())
         with torch.no_grad():
-            current = log_p.detach()[rows][mask[rows]]  # (sum n_i, V), rows in batch order
+            current = log_p.detach()[mask & rows[:, None]]  # (sum n_i, V), rows in batch order
             stats["entropy"] = float(-(current.exp() * current).sum(-1).mean()) if len(current) else 0.0
             indices = batch["index"][rows].tolist()
             if reference and all(i in reference for i in indices):

@@ -60,10 +60,10 @@ def check_paths(settings: Settings, job: TrainJob) -> None:
     configured = (settings.actor.model, settings.critic.model, settings.orm.model)
     for name, value in input_fields(job).items():
         requested_model_folder(settings, value, name, configured=configured)
-    if isinstance(job, PhaseJob) and job.probe is not None:
-        requested_model_file(settings, job.probe, "probe")
-    if isinstance(job, PhaseJob) and job.anchors is not None:
-        requested_model_file(settings, job.anchors, "anchors")
+    if isinstance(job, PhaseJob):
+        for name, value in (("probe", job.probe), ("anchors", job.anchors)):
+            if value is not None:
+                requested_model_file(settings, value, name)
 
 
 @contextmanager
