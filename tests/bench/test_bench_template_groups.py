@@ -104,7 +104,6 @@ def test_the_perturbation_null_scales_noise_to_each_tensor_and_finds_the_flips_i
     own RMS (seeded); bisection on sigma reaches a target share of flipped probe steps."""
     import torch
 
-
     bench = _bench("perturbation_null")
     model = tiny_model
     weights = bench.lora_weights(model)
@@ -116,7 +115,6 @@ def test_the_perturbation_null_scales_noise_to_each_tensor_and_finds_the_flips_i
     p = p.detach().clone()
     ratio = float((p - original[name]).pow(2).mean().sqrt() / original[name].pow(2).mean().sqrt())
     assert ratio == pytest.approx(0.1, rel=0.2)
-    assert torch.equal(bench.lora_weights(model)[name], p)
     bench.perturb(model, original, 0.1, seed=0)  # the same seed, the same noise
     assert torch.equal(bench.lora_weights(model)[name], p)
     prompts = torch.randint(6, 300, (60, 8), generator=torch.Generator().manual_seed(0))  # 60 token sequences

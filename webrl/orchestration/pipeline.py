@@ -412,8 +412,9 @@ class Pipeline:
         return PhaseJob(phase=index, run_id=self.run_id, actor=self.actor_for_phase(index),
                         critic=self.critic_for_phase(index), critic_base=self.options.actor, seed=self.options.seed,
                         max_length=self._train_max_length(), hyperparams=self.hp, tracking=self.tracking,
-                        probe=self.options.probe or None,
-                        anchors=self.options.anchors or None, orm_version=self._orm_version())
+                        probe=self.options.probe or None, orm_version=self._orm_version(),
+                        # only where the anchor reads them: a job without it keeps the version it had
+                        anchors=(self.options.anchors or None) if self.hp.actor.anchor_kl > 0 else None)
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _task_keys(self, *, split: str, origin: str | None, limit: int | None = None) -> list[str]:
