@@ -41,6 +41,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from services.trainer.intent_contrast import sandbox_train_intents
 from services.trainer.offline import export_phase, load_phase, rerun_update, setting
 from webrl.config import get_settings
 from webrl.models.probe import load_probe
@@ -200,7 +201,8 @@ def run_settings(
             console.rule(f"{name}: {overrides or 'the stored phase as it ran'}")
             result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
                                   keep_model=bool(tasks), probe_every_epoch=probe_every_epoch, seed=seed,
-                                  anchors=load_probe(anchors) if hp.actor.anchor_kl > 0 else None)
+                                  anchors=load_probe(anchors) if hp.actor.anchor_kl > 0 else None,
+                                  contrast=sandbox_train_intents(settings) if hp.actor.intent_contrast > 0 else None)
             row = {"setting": name, "overrides": overrides, "seed": seed, **result.metrics,
                    "minutes": round(result.seconds / 60, 2), "epochs": result.epochs}
             if tasks:

@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
+from services.trainer.intent_contrast import ContrastIntent, contrast_term, twin_items, with_twins
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
 from services.trainer.replay import in_confidence_band, score_confidence
 from services.trainer.training_loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
@@ -175,21 +176,28 @@ def actor_loss_fn(config: ActorLoss, reference: dict[int, torch.Tensor] | None =
     tokens (both reported only). Rows marked ``anchor`` (:func:`with_anchors`) are left out of the objective and
     add the anchor term instead, from the same forward:
         loss = actor_loss(trained rows) + lambda * mean_{anchor action tokens} KL(pi_ref || pi_theta),
-    lambda = ``config.anchor_kl``."""
+    lambda = ``config.anchor_kl``. Rows marked ``contrast`` (``intent_contrast.with_twins``) are left out too and
+    add lambda_c * mean relu(r_hat) over them, lambda_c = ``config.intent_contrast``."""
 
     def fn(model: Any, batch: dict) -> tuple[torch.Tensor, Metrics]:
         logits, ids, mask = target_logits(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
         log_p = torch.log_softmax(logits, dim=-1)  # (B, T', V)
-        anchored = batch["anchor"] > 0 if "anchor" in batch else torch.zeros_like(mask[:, 0])  # (B,)
-        rows = ~anchored
-        lp = (torch.gather(log_p, -1, ids.unsqueeze(-1)).squeeze(-1) * mask).sum(1)[rows]  # (B_t,)
-        n_tokens = mask.sum(1)[rows].to(lp.dtype)  # (B_t,)
-        loss, stats = actor_loss(lp, batch["lp_ref"][rows], n_tokens, batch["advantage"][rows], config)
+        no = torch.zeros_like(mask[:, 0])  # (B,) bool
+        anchored = batch["anchor"] > 0 if "anchor" in batch else no  # (B,)
+        twins = batch["contrast"] > 0 if "contrast" in batch else no  # (B,)
+        rows = ~(anchored | twins)
+        lp_all = (torch.gather(log_p, -1, ids.unsqueeze(-1)).squeeze(-1) * mask).sum(1)  # (B,)
+        n_all = mask.sum(1).to(lp_all.dtype)  # (B,)
+        loss, stats = actor_loss(lp_all[rows], batch["lp_ref"][rows], n_all[rows], batch["advantage"][rows], config)
         if bool(anchored.any()):
             kl = exact_kl(_reference_rows(reference, batch["index"][anchored].tolist(), log_p.device),
                           log_p[mask & anchored[:, None]]).mean()  # (sum n_i, V) of the anchor rows, in order
             loss = loss + config.anchor_kl * kl
             stats["anchor_kl"] = float(kl.detach())
+        if bool(twins.any()):
+            term, ratio = contrast_term(lp_all[twins], batch["lp_ref"][twins], n_all[twins])
+            loss = loss + config.intent_contrast * term
+            stats["contrast_log_ratio"] = float(ratio)
         with torch.no_grad():
             current = log_p.detach()[mask & rows[:, None]]  # (sum n_i, V), rows in batch order
             stats["entropy"] = float(-(current.exp() * current).sum(-1).mean()) if len(current) else 0.0
@@ -210,14 +218,21 @@ def _reference_rows(reference: dict[int, torch.Tensor] | None, indices: Sequence
     return torch.cat([reference[i] for i in indices]).to(device)
 
 
+def role_flags(objective: ActorLoss) -> dict[str, float]:
+    """The flags every item of an update carries, 0 on the trained steps: ``anchor`` with the anchor on, ``contrast``
+    with the intent contrast on (a batch's items must share their scalars)."""
+    return {**({"anchor": 0.0} if objective.anchor_kl > 0 else {}),
+            **({"contrast": 0.0} if objective.intent_contrast > 0 else {})}
+
+
 def anchor_items(tokenizer: Any, anchors: Sequence[ProbeStep], n: int, *, first_index: int, seed: int,
-                 max_length: int | None) -> list[SequenceItem]:
+                 max_length: int | None, flags: dict[str, float] | None = None) -> list[SequenceItem]:
     """A seeded sample of ``n`` anchor steps (all when there are fewer) as items marked ``anchor``, indexed from
     ``first_index`` on (after the trained steps' indices); lp_ref is filled by the reference pass."""
     chosen = random.Random(seed + 3).sample(list(anchors), min(n, len(anchors)))
     return [SequenceItem(first_index + k, encode_example(tokenizer, step.prompt, step.completion,
                                                          max_length=max_length),
-                         {"lp_ref": 0.0, "advantage": 0.0, "anchor": 1.0})
+                         {"lp_ref": 0.0, "advantage": 0.0, **(flags or {}), "anchor": 1.0})
             for k, step in enumerate(chosen)]
 
 
@@ -269,32 +284,51 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
                  step_advantage: Sequence[float], objective: ActorLoss, config: LoopConfig, *, max_length: int,
                  probe: Sequence[ProbeStep] | None = None, tracker: Tracker | None = None,
                  reference_model: Any = None, probe_every_epoch: bool = True,
-                 anchors: Sequence[ProbeStep] | None = None) -> TrainSummary:
+                 anchors: Sequence[ProbeStep] | None = None,
+                 contrast: Sequence[ContrastIntent] | None = None) -> TrainSummary:
     """Train the prepared actor on ``examples`` (each with its binarised A): the reference pass (lp_ref and pi_ref's
     distributions, under ``reference_model`` or else the actor as it is now), then ``config.epochs`` epochs of
     ``objective``, with the exact KL measured in every batch and, given a ``probe``, the flips after every epoch (or
     after the last only, ``probe_every_epoch`` False). With ``objective.anchor_kl`` > 0, ``anchors`` (required then)
     join every batch (:func:`with_anchors`): one epoch's worth is sampled and their reference distributions kept.
+    With ``objective.intent_contrast`` > 0, each A > 0 example's twin under an intent of ``contrast`` (required then)
+    joins its batch (``intent_contrast``).
     The tracker, when there is one, gets every optimizer step and epoch."""
     if not examples:
         return TrainSummary()
     if objective.anchor_kl > 0 and not anchors:
         raise ValueError("actor.anchor_kl > 0 needs anchor steps (a phase job's `anchors` file)")
+    if objective.intent_contrast > 0 and not contrast:
+        raise ValueError("actor.intent_contrast > 0 needs the intents of train tasks with their templates")
     pad_id = pad_id_of(tokenizer)
     items = [SequenceItem(i, encode_action(tokenizer, ex, max_length), {}) for i, ex in enumerate(examples)]
     model = actor.model  # prepared (wrapped under DDP / DeepSpeed): its forward gathers sharded weights
     reference_with = reference_model if reference_model is not None else model
     with accelerator.autocast():
         reference = reference_pass(reference_with, items, pad_id, config.batch_size, accelerator.device)
-    anchor = ({"anchor": 0.0} if objective.anchor_kl > 0 else {})
+    flags = role_flags(objective)
     items = [SequenceItem(it.index, it.encoded, {"lp_ref": reference.lp[k], "advantage": float(step_advantage[k]),
-                                                 **anchor})
+                                                 **flags})
              for k, it in enumerate(items)]
     collate = sequence_collate(pad_id)
+    next_index = len(items)  # the twins' and anchors' indices follow the trained steps'
+    if objective.intent_contrast > 0:
+        twins = twin_items(tokenizer, examples, [k for k in range(len(items)) if step_advantage[k] > 0],
+                           contrast or [], first_index=next_index, seed=config.seed, max_length=max_length,
+                           flags=flags)
+        next_index += len(twins)
+        with accelerator.autocast():
+            twin_ref = reference_pass(reference_with, list(twins.values()), pad_id, config.batch_size,
+                                      accelerator.device, keep_distributions=False)
+        twins = {i: SequenceItem(it.index, it.encoded, {**it.scalars, "lp_ref": twin_ref.lp[k]})
+                 for k, (i, it) in enumerate(twins.items())}
+        collate = with_twins(collate, twins)
+        log.info("intent contrast: %d of %d positives have a twin, lambda_c %s", len(twins),
+                 sum(a > 0 for a in step_advantage), objective.intent_contrast)
     if objective.anchor_kl > 0:
         per_epoch = objective.anchor_per_batch * math.ceil(len(items) / config.batch_size)
-        held = anchor_items(tokenizer, anchors or [], per_epoch, first_index=len(items), seed=config.seed,
-                            max_length=max_length)
+        held = anchor_items(tokenizer, anchors or [], per_epoch, first_index=next_index, seed=config.seed,
+                            max_length=max_length, flags=flags)
         with accelerator.autocast():
             anchored = reference_pass(reference_with, held, pad_id, config.batch_size, accelerator.device)
         if len(anchored.distributions) < len(held):

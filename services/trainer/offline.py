@@ -34,6 +34,7 @@ from services.trainer.actor_update import (
     update_actor,
 )
 from services.trainer.data import StepExample, actor_prompt_fn, trajectory_examples
+from services.trainer.intent_contrast import ContrastIntent
 from services.trainer.sft import COMPLETION_BUDGET, load_for_training
 from services.trainer.training_loop import make_accelerator, prepare
 from webrl.config import Settings
@@ -48,8 +49,9 @@ from webrl.orchestration.pipeline_state import PipelineOptions
 STEPS_FILE = "steps.jsonl.gz"
 META_FILE = "phase.json"
 #: What a re-run reports about the policy after its last epoch (and by epoch).
-DRIFT_KEYS = ("kl_exact", "log_ratio_k1", "anchor_kl", "flips", "flips_shopping", "flips_shopping_admin",
-              "flips_reddit", "flips_gitlab", "beta_r_hat_mean", "braked_fraction", "actor_loss")
+DRIFT_KEYS = ("kl_exact", "log_ratio_k1", "anchor_kl", "contrast_log_ratio", "flips", "flips_shopping",
+              "flips_shopping_admin", "flips_reddit", "flips_gitlab", "beta_r_hat_mean", "braked_fraction",
+              "actor_loss")
 
 
 @dataclass(frozen=True)
@@ -178,11 +180,13 @@ class UpdateResult:
 def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp: WebRLHyperparams, *,
                  probe: list[ProbeStep] | None = None, max_steps: int | None = None, seed: int = 0,
                  keep_model: bool = False, probe_every_epoch: bool = False,
-                 anchors: list[ProbeStep] | None = None) -> UpdateResult:
+                 anchors: list[ProbeStep] | None = None,
+                 contrast: list[ContrastIntent] | None = None) -> UpdateResult:
     """Train ``actor`` on ``stored``'s experience under ``hp`` (its objective, positives filter, optimisation and
     batching) and measure the update: the exact KL in every batch, the probe's flips after the last epoch (or every
     one). ``max_steps``: only the first that many trained steps (smoke runs). ``anchors``: the anchor steps
-    ``actor.anchor_kl`` holds the policy on."""
+    ``actor.anchor_kl`` holds the policy on; ``contrast``: the train intents ``actor.intent_contrast`` draws twins
+    from."""
     started = time.perf_counter()
     model, tokenizer = load_for_training(str(actor), settings)
     context = int(getattr(model.config, "max_position_embeddings", 2048))
@@ -201,7 +205,7 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
     chosen = gated.steps[:max_steps]
     summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen],
                            step_advantages(a, chosen, 0, hp.advantage), hp.actor, config, max_length=max_length,
-                           probe=probe, probe_every_epoch=probe_every_epoch, anchors=anchors)
+                           probe=probe, probe_every_epoch=probe_every_epoch, anchors=anchors, contrast=contrast)
     metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), "trained_steps": len(chosen),
                "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,
                "actor_skipped": int(gated.skipped), "positives_outside_confidence_band": outside_band,

@@ -53,6 +53,7 @@ from services.trainer.data import (
     state_pair_items,
     window_sampler,
 )
+from services.trainer.intent_contrast import ContrastIntent, contrast_pool
 from services.trainer.losses import actor_loss_mask, critic_loss
 from services.trainer.optimizer_state import load_state, save_state
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model, publish_unchanged
@@ -68,8 +69,9 @@ from services.trainer.training_loop import (
     train,
     whole_models,
 )
+from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
-from webrl.db.repository import StepValues, save_step_values
+from webrl.db.repository import StepValues, save_step_values, tasks_where
 from webrl.db.session import session_scope
 from webrl.method.returns import advantages, binarise
 from webrl.models.critic import critic_value
@@ -84,8 +86,8 @@ from webrl.wire.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
 log = logging.getLogger("webrl.trainer.phase")
 
 #: The actor's drift measurements a phase records after its last epoch (and by epoch): ``actor_update``.
-DRIFT_METRICS = ("kl_exact", "log_ratio_k1", "anchor_kl", "flips", "flips_shopping", "flips_shopping_admin",
-                 "flips_reddit", "flips_gitlab")
+DRIFT_METRICS = ("kl_exact", "log_ratio_k1", "anchor_kl", "contrast_log_ratio", "flips", "flips_shopping",
+                 "flips_shopping_admin", "flips_reddit", "flips_gitlab")
 
 
 @dataclass
@@ -159,6 +161,12 @@ def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prep
              "demonstration_pool": len(demonstrations)}
     log.info("phase %d experience: %s", job.phase, stats)
     return experience, demonstrations, stats
+
+
+def _train_intents(settings: Settings) -> list[ContrastIntent]:
+    """The intent contrast's pool: the stored train tasks (seed and generated) that name their template."""
+    with session_scope(settings) as session:
+        return contrast_pool(TaskConfig.from_json(t.config) for t in tasks_where(session, split="train"))
 
 
 def _load_critic(settings: Settings, job: PhaseJob) -> Any:
@@ -340,7 +348,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                                step_advantage, hp.actor, config, max_length=max_length,
                                probe=load_probe(job.probe) if job.probe else None, tracker=tracker,
                                reference_model=reference_model, probe_every_epoch=False,
-                               anchors=load_probe(job.anchors) if job.anchors and hp.actor.anchor_kl > 0 else None)
+                               anchors=load_probe(job.anchors) if job.anchors and hp.actor.anchor_kl > 0 else None,
+                               contrast=_train_intents(settings) if hp.actor.intent_contrast > 0 else None)
     finally:
         if tracker is not None:
             tracker.close()

@@ -334,6 +334,10 @@ def register(app: typer.Typer) -> None:
                                         "none). Default: the preset's."),
         anchors: Path = typer.Option(None, help="Anchor steps for --anchor-kl (`webrl probe anchors`; the "
                                      "shipped SFT actor's are webrl/assets/anchors-smollm2.jsonl.gz)."),
+        intent_contrast: float = typer.Option(None, min=0.0, help="lambda_c of the intent contrast (not in the "
+                                              "paper): each positive step's action, under the intent of a train "
+                                              "task of another template, may not become more likely than under the "
+                                              "phase's start actor (0: off). Default: the preset's."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
@@ -369,6 +373,7 @@ def register(app: typer.Typer) -> None:
             "--max-positive-confidence": ("actor.max_positive_confidence", max_positive_confidence),
             "--optimizer-state": ("actor.optimizer_state", optimizer_state),
             "--anchor-kl": ("actor.anchor_kl", anchor_kl),
+            "--intent-contrast": ("actor.intent_contrast", intent_contrast),
             "--critic-backbone": ("critic.train_backbone", critic_backbone),
             "--eval-tasks": ("evaluation.tasks", eval_tasks),
         }

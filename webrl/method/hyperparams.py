@@ -245,6 +245,12 @@ class ActorLoss:
     anchor_per_batch: Annotated[int, Field(ge=1)] = 2
     """Anchor steps appended to every training batch when ``anchor_kl`` > 0: a seeded sample of one epoch's worth
     (this many per batch), the same steps each epoch in a fresh order."""
+    intent_contrast: Annotated[float, Field(ge=0.0)] = 0.0
+    """lambda_c of the intent contrast: each trained A > 0 step gets a twin, its state and action under the intent of a
+    train task of another template of its site, and the loss adds lambda_c * mean relu(r_hat) over the twins (r_hat
+    the twin's per-token log-ratio to the reference): an action may become more likely for the intent that asks
+    for it, not for the page (``services/trainer/intent_contrast.py``). Needs the tasks' templates (the phase reads
+    the run's train tasks; the offline bench the sandbox's). 0: off (the paper). This project's."""
 
     def __post_init__(self) -> None:
         if self.min_positive_confidence >= self.max_positive_confidence:

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from services.trainer.intent_contrast import ContrastIntent
 from services.trainer.offline import export_phase, load_phase, rerun_update, setting
 from services.trainer.phase import run_phase
+from webrl.agent.schemas import TaskConfig
 from webrl.db import models as m
-from webrl.db.repository import save_label
+from webrl.db.repository import save_label, upsert_task
 from webrl.db.session import session_scope
 from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.method.rewards import EVALUATOR_LABELS
@@ -82,6 +84,19 @@ def test_a_phase_exports_and_its_update_reruns_under_another_setting(tiny_dir: P
                                             hyperparams=setting(hp, {"actor.anchor_kl": 5.0}),
                                             anchors=str(anchors_file), orm_version=EVALUATOR_LABELS))
     assert "anchor_kl" in phase_anchored.metrics and phase_anchored.actor.version != result.actor.version
+    with session_scope(db) as s:  # train tasks of two templates: "Show me a" instantiates the first
+        for i, (intent, template) in enumerate([("Show me the cart", "Show me {{page}}"),
+                                                ("Open the Books page", "Open the {{page}} page")]):
+            upsert_task(s, f"templated/{i}", TaskConfig(task_id=i, sites=["shopping"], intent=intent, start_url="/",
+                                                        intent_template=template), origin="seed", split="train")
+    contrasted = run_phase(db, PhaseJob(phase=2, run_id=run_id, actor=str(tiny_dir), max_length=400,
+                                        hyperparams=setting(hp, {"actor.intent_contrast": 1.0}),
+                                        orm_version=EVALUATOR_LABELS))
+    assert "contrast_log_ratio" in contrasted.metrics and contrasted.actor.version != result.actor.version
+    twins = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.intent_contrast": 1.0}),
+                         contrast=[ContrastIntent("shopping", "Open the {{page}} page", "Open the Books page"),
+                                   ContrastIntent("shopping", "Show me {{page}}", "Show me the cart")])
+    assert "contrast_log_ratio" in twins.metrics
     gated = rerun_update(db, stored, tiny_dir, setting(hp, {"actor.min_new_positive_steps": len(stored.steps) + 1}))
     assert gated.metrics["actor_skipped"] == 1 and gated.metrics["trained_steps"] == 0  # too few A > 0: no update
     assert gated.metrics["optimizer_steps"] == 0 and published.metrics["actor_skipped"] == 0
