@@ -31,9 +31,27 @@ from services.trainer.data import SequenceItem, StepExample
 from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
 from webrl.models.examples import encode_example, encode_example_ids
-from webrl.prompts.actor import intent_of, with_intent
 
 _SLOT = re.compile(r"\{\{\w+\}\}")
+#: The line that carries the intent in both renderings of the actor prompt (``webrl.prompts.actor``).
+_INTENT_LINE = re.compile(r"Task Instruction: (.*)\n")
+
+
+def intent_of(prompt: str) -> str:
+    """The intent of a rendered actor prompt (its ``Task Instruction:`` line); ValueError when it has none."""
+    found = _INTENT_LINE.search(prompt)
+    if found is None:
+        raise ValueError("the prompt has no 'Task Instruction:' line")
+    return found.group(1)
+
+
+def with_intent(prompt: str, intent: str, other: str) -> str:
+    """``prompt`` asking ``other`` instead of ``intent``: every occurrence of the intent's text replaced (the task line
+    and round 0's turn; the page, the history's responses and the layout stay). ValueError when ``prompt`` does not
+    ask ``intent``."""
+    if f"Task Instruction: {intent}\n" not in prompt:
+        raise ValueError(f"the prompt does not ask {intent!r}")
+    return prompt.replace(intent, other)
 
 
 @dataclass(frozen=True)

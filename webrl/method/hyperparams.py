@@ -250,7 +250,9 @@ class ActorLoss:
     train task of another template of its site, and the loss adds lambda_c * mean relu(r_hat) over the twins (r_hat
     the twin's per-token log-ratio to the reference): an action may become more likely for the intent that asks
     for it, not for the page (``services/trainer/intent_contrast.py``). Needs the tasks' templates (the phase reads
-    the run's train tasks; the offline bench the sandbox's). 0: off (the paper). This project's."""
+    the run's train tasks; the offline bench the sandbox's). 0: off (the paper). This project's. Measured
+    (docs/measurements.md): at 1 on a stored phase the twins' log-ratio fell to -0.21 and the update changed 7 of its
+    65 tasks instead of 10-13 (3 gained, 4 lost: 14 -> 13); one seed."""
 
     def __post_init__(self) -> None:
         if self.min_positive_confidence >= self.max_positive_confidence:

@@ -13,7 +13,6 @@ The prompt holds the intent, one round per earlier step (its observation elided 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -134,27 +133,6 @@ def _user_turn(intent: str, index: int, body: str) -> str:
     if index == 0:
         return f"Task Instruction: {intent}\n\nRound 0\n{body}"
     return f"Round {index}\n{body}"
-
-
-#: The line that carries the intent in both renderings (:func:`build_actor_messages`, :func:`render_llama3_webrl`).
-_INTENT_LINE = re.compile(r"Task Instruction: (.*)\n")
-
-
-def intent_of(prompt: str) -> str:
-    """The intent of a rendered actor prompt (its ``Task Instruction:`` line); ValueError when it has none."""
-    found = _INTENT_LINE.search(prompt)
-    if found is None:
-        raise ValueError("the prompt has no 'Task Instruction:' line")
-    return found.group(1)
-
-
-def with_intent(prompt: str, intent: str, other: str) -> str:
-    """``prompt`` asking ``other`` instead of ``intent``: every occurrence of the intent's text replaced (the task line
-    and round 0's turn; the page, the history's responses and the layout stay). ValueError when ``prompt`` does not
-    ask ``intent``."""
-    if f"Task Instruction: {intent}\n" not in prompt:
-        raise ValueError(f"the prompt does not ask {intent!r}")
-    return prompt.replace(intent, other)
 
 
 def _apply_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:

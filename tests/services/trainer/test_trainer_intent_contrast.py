@@ -17,15 +17,17 @@ from services.trainer.intent_contrast import (
     TwinIntents,
     contrast_pool,
     contrast_term,
+    intent_of,
     template_pattern,
     twin_items,
+    with_intent,
     with_twins,
 )
 from services.trainer.training_loop import LoopConfig, make_accelerator, prepare
 from webrl.agent.schemas import TaskConfig
 from webrl.method.hyperparams import ActorLoss
 from webrl.models.examples import encode_example, pad_id_of
-from webrl.prompts.actor import render_actor_prompt
+from webrl.prompts.actor import render_actor_prompt, render_llama3_webrl
 
 CART = "Add {{product}} to my shopping cart"
 WISH = "Add {{product}} to my wish list"
@@ -144,3 +146,19 @@ def test_the_contrast_without_train_intents_is_refused(tiny) -> None:
         update_actor(accelerator, prepare(accelerator, model, loop), tokenizer,
                      [_example(tokenizer, "Add A to my shopping cart")], [1.0], ActorLoss(intent_contrast=1.0), loop,
                      max_length=256)
+
+
+@pytest.mark.parametrize("history", [[], ['do(action="Scroll Down")']])
+def test_the_intent_is_read_and_swapped_in_both_renderings(tiny, history: list[str]) -> None:
+    """``with_intent`` gives the prompt the other intent would have rendered: the same page, history and layout."""
+    _, tokenizer = tiny
+    intent, other = "Add Linea Notebook, Red to my shopping cart", "Add Velo Bike Light, Blue to my wish list"
+    for render in (lambda i: render_actor_prompt(tokenizer, i, history, PAGE),
+                   lambda i: render_llama3_webrl(i, history, PAGE)):
+        prompt = render(intent)
+        assert intent_of(prompt) == intent
+        assert with_intent(prompt, intent, other) == render(other)
+    with pytest.raises(ValueError, match="Task Instruction"):
+        intent_of(PAGE)
+    with pytest.raises(ValueError, match="does not ask"):
+        with_intent(render_llama3_webrl(intent, [], PAGE), other, intent)

@@ -12,10 +12,8 @@ from webrl.prompts.actor import (
     ELIDED_HTML,
     WEBRL_SYSTEM_PROMPT,
     build_actor_messages,
-    intent_of,
     render_actor_prompt,
     render_llama3_webrl,
-    with_intent,
 )
 
 INTENT = "Show me the products in the Electronics category"
@@ -177,22 +175,3 @@ def test_a_huge_page_is_not_tokenised_whole(tokenizer) -> None:
     cut = render_actor_prompt(counting, INTENT, HISTORY, huge, max_tokens=300)
     assert len(tokenizer(cut, add_special_tokens=False)["input_ids"]) <= 300 and HTML in cut
     assert counting.chars < len(huge) / 20, counting.chars
-
-
-@pytest.mark.parametrize("history", [[], HISTORY])
-def test_the_intent_is_read_and_swapped_in_both_renderings(tokenizer, history: list[str]) -> None:
-    """``with_intent`` gives the prompt the other intent would have rendered: the same page, history and layout."""
-    other = "Add the Linea notebook to my wish list"
-    for render in (lambda i: render_actor_prompt(tokenizer, i, history, HTML),
-                   lambda i: render_llama3_webrl(i, history, HTML)):
-        prompt = render(INTENT)
-        assert intent_of(prompt) == INTENT
-        assert with_intent(prompt, INTENT, other) == render(other)
-        assert intent_of(with_intent(prompt, INTENT, other)) == other
-
-
-def test_a_prompt_without_the_intent_is_refused() -> None:
-    with pytest.raises(ValueError, match="Task Instruction"):
-        intent_of(HTML)
-    with pytest.raises(ValueError, match="does not ask"):
-        with_intent(render_llama3_webrl(INTENT, [], HTML), "Show me the Books", "anything")
