@@ -366,3 +366,39 @@ def test_the_report_reads_templates_from_the_task_table(settings, tmp_path, caps
     shown = " ".join(capsys.readouterr().out.split())
     assert "success by template group" in shown and "4/4 = 100.0%" in shown  # rich wraps the other cells
     assert "Held-out templates (4 tasks of 1 template): solved 0 -> 4" in shown
+
+
+def test_the_lineage_lists_the_run_s_own_checkpoints_with_paths_inside_the_artifacts_store(settings, tmp_path) -> None:
+    """Two runs in one home: each report names only the checkpoints its phases published and their ancestors, by
+    paths relative to the artifacts store (a committed report reads the same on any machine)."""
+    from webrl.db import models as m
+    from webrl.db.migrate import upgrade
+    from webrl.db.session import session_scope
+    from webrl.runs.report import write_report
+
+    upgrade(settings)
+    store = settings.artifacts_dir
+    with session_scope(settings) as s:
+        for name, versions in (("seed0", ("a1", "a2")), ("seed1", ("b1",))):
+            run = m.Run(name=name, options={})
+            s.add(run)
+            s.flush()
+            for index, version in enumerate(versions, start=1):
+                metrics = {**PHASE_1, "train.actor_version": version, "train.critic_version": version}
+                s.add(m.Phase(run_id=run.id, index=index, status="done", metrics=metrics))
+                for role in ("actor", "critic"):
+                    parent = versions[index - 2] if index > 1 else ("sft" if role == "actor" else None)
+                    s.add(m.Checkpoint(role=role, version=version, parent_version=parent, phase=index, sha256="f" * 64,
+                                       path=str(store / "models" / role / version)))
+        s.add(m.Checkpoint(role="actor", version="sft", path="/elsewhere/actor-sft", sha256="e" * 64))
+
+    def lineage_rows(run: str) -> list[list[str]]:
+        text = write_report(settings, run, tmp_path / run).read_text()
+        table = text.split("## Checkpoint lineage")[1].strip().splitlines()[2:]
+        return [[cell.strip() for cell in line.strip("|").split("|")] for line in table]
+
+    seed0 = lineage_rows("seed0")
+    assert [(r[0], r[1]) for r in seed0] == [("actor", "a1"), ("critic", "a1"), ("actor", "a2"), ("critic", "a2"),
+                                           ("actor", "sft")]
+    assert seed0[0][5] == "models/actor/a1" and seed0[4][5] == "/elsewhere/actor-sft"  # outside the store: as stored
+    assert {r[1] for r in lineage_rows("seed1")} == {"b1", "sft"}

@@ -413,11 +413,39 @@ def task_intents(settings: Settings, keys: set[str]) -> dict[str, str]:
         return dict(s.execute(select(m.Task.key, m.Task.intent).where(m.Task.key.in_(sorted(keys)))).all())
 
 
-def lineage(settings: Settings) -> list[list[str]]:
+#: The phase metrics that name the checkpoints a phase's train stage published.
+PUBLISHED_KEYS = ("train.actor_version", "train.critic_version")
+
+
+def run_versions(rows: list[dict[str, Any]]) -> set[str]:
+    """The checkpoint versions the run's own phases published (a home holds every run's checkpoints)."""
+    return {str(row[key]) for row in rows for key in PUBLISHED_KEYS if row.get(key)}
+
+
+def shown_path(settings: Settings, path: str) -> str:
+    """``path`` relative to the artifacts store when it lies inside it, so a report reads the same on any machine."""
+    if settings.artifacts_dir is None:
+        return path
+    with contextlib.suppress(ValueError):
+        return Path(path).resolve().relative_to(settings.artifacts_dir.resolve()).as_posix()
+    return path
+
+
+def lineage(settings: Settings, versions: set[str]) -> list[list[str]]:
+    """The checkpoints of ``versions`` and their ancestors, oldest first: role, version, parent, phase, sha256, path."""
     with session_scope(settings) as s:
         rows = s.scalars(select(m.Checkpoint).order_by(m.Checkpoint.id)).all()
-        return [[c.role, c.version, c.parent_version or "-", str(c.phase if c.phase is not None else "-"),
-                 c.sha256[:12], c.path] for c in rows]
+    by_version = {(c.role, c.version): c for c in rows}
+    wanted = {key for key in by_version if key[1] in versions}
+    frontier = list(wanted)
+    while frontier:
+        role, version = frontier.pop()
+        parent = by_version[(role, version)].parent_version
+        if parent and (role, parent) in by_version and (role, parent) not in wanted:
+            wanted.add((role, parent))
+            frontier.append((role, parent))
+    return [[c.role, c.version, c.parent_version or "-", str(c.phase if c.phase is not None else "-"),
+             c.sha256[:12], shown_path(settings, c.path)] for c in rows if (c.role, c.version) in wanted]
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
@@ -642,7 +670,8 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     if calibration_png is not None:
         parts += ["## ORM calibration", "", f"![ORM calibration]({calibration_png.name})", ""]
     parts += ["## Checkpoint lineage", "",
-              markdown_table(["role", "version", "parent", "phase", "sha256", "path"], lineage(settings)), ""]
+              markdown_table(["role", "version", "parent", "phase", "sha256", "path"],
+                             lineage(settings, run_versions(rows))), ""]
     report = out_dir / "report.md"
     report.write_text("\n".join(parts))
     return report
