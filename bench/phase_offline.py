@@ -24,6 +24,10 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
     # rollouts solved, 53 steps with A > 0, 40 its own), scored on the 65-task sample its run evaluated
     python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed0-t03-smollm2 --tasks 65 --stratified \
         --setting "as-run:" --setting "known-0.95:actor.max_positive_confidence=0.95"
+    # the fourth (make demo seed 1 at the final preset, phase 1, 2026-12-02: 2 of 24 rollouts solved, 11 steps with
+    # A > 0, 9 its own, past the gate; its run's actor fell from 14 to 5 of its 65): an update on few positives
+    python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed1-gated-smollm2 --tasks 65 --stratified \
+        --setting "as-run:" --setting "contrast:actor.intent_contrast=1"
     # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
     python bench/phase_offline.py run --smoke
 

@@ -185,3 +185,19 @@ def test_the_third_stored_phase_loads_with_the_options_it_ran_under() -> None:
     hp = stored.hyperparams
     assert (hp.curriculum.solved_share, hp.rollout.temperature, hp.actor.max_grad_norm) == (0.5, 0.3, 0.01)
     assert hp.actor.max_positive_confidence == DEFAULTS.actor.max_positive_confidence == 1.0
+
+
+GATED_FIXTURE = ROOT / "bench" / "fixtures" / "phase1-seed1-gated-smollm2"
+
+
+@pytest.mark.skipif(not (GATED_FIXTURE / "phase.json").is_file(), reason="the fourth stored phase is missing")
+def test_the_fourth_stored_phase_is_an_update_on_few_positives_of_its_own_that_passed_the_gate() -> None:
+    """The fourth shipped phase (`make demo` seed 1 at the final preset, phase 1: 2 of 24 rollouts solved): 11 steps
+    with A > 0, 9 of them its own, so the gate (5) let the update run; its actor fell from 14 to 5 of the 65."""
+    stored = load_phase(GATED_FIXTURE)
+    positives = [s for s in stored.steps if s.advantage > 0]
+    assert stored.meta["run"] == "cpu-demo-seed1" and stored.meta["phase"] == 1 and len(stored.steps) == 98
+    assert len(positives) == 11 and sum(s.phase == 1 for s in positives) == 9
+    hp = stored.hyperparams
+    assert hp.actor.min_new_positive_steps == 5 and (hp.actor.max_grad_norm, hp.actor.epochs) == (0.01, 3)
+    assert (hp.actor.intent_contrast, hp.actor.anchor_kl, hp.curriculum.solved_share) == (0.0, 0.0, 0.0)
