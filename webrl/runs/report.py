@@ -33,6 +33,7 @@ from webrl.method.template_split import (
     group_comparison,
     group_success,
 )
+from webrl.store.checkpoints import list_checkpoints
 from webrl.store.template_groups import template_groups_in
 
 SITES = ("shopping", "shopping_admin", "reddit", "gitlab")
@@ -434,7 +435,7 @@ def shown_path(settings: Settings, path: str) -> str:
 def lineage(settings: Settings, versions: set[str]) -> list[list[str]]:
     """The checkpoints of ``versions`` and their ancestors, oldest first: role, version, parent, phase, sha256, path."""
     with session_scope(settings) as s:
-        rows = s.scalars(select(m.Checkpoint).order_by(m.Checkpoint.id)).all()
+        rows = list_checkpoints(s)
     by_version = {(c.role, c.version): c for c in rows}
     wanted = {key for key in by_version if key[1] in versions}
     frontier = list(wanted)
