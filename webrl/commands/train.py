@@ -433,7 +433,7 @@ def register(app: typer.Typer) -> None:
         phase: int = typer.Option(None, min=0, help="With --run: the phase (default: the last that evaluated)."),
         stratified: int = typer.Option(None, min=1, help="With --run: only the run's fixed stratified sample of N "
                                        "test tasks (the sample its middle phases evaluate when N is the preset's "
-                                       "evaluation subset, 65 for cpu-demo)."),
+                                       "evaluation subset, 40 for cpu-demo)."),
         split: str = typer.Option("test", help="Task split of the built-in suite."),
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),

@@ -118,6 +118,9 @@ class Evaluation:
     """Test tasks evaluated after each phase (paper section 4.1: WebArena-Lite's 165)."""
     subset: Count | None = None
     """Phases between the first and the last evaluate a fixed stratified sample of this many (None: all)."""
+    concurrency: Count | None = None
+    """Evaluation episodes at once (None: ``rollout.concurrency``). Greedy decoding has no sampling stream for the
+    batching to reorder, so it changes the evaluation's time, not what the actor does."""
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,15 @@ from webrl.method.hyperparams import (
 
 #: The pretrained small actor (SmolLM2-135M + LoRA adapters) on a 2-core CPU. Every policy step costs ~1-2 s and
 #: every trained step ~3-4 s (vs milliseconds for the tiny model), so a phase is smaller: two phases, whose first
-#: evaluates one test task of each of the 65 templates (the run's fixed sample) and whose last evaluates all 165. The
-#: SFT actor's evaluation (phase 0) is read back from the one stored under its content key
-#: (``webrl.store.evaluations``: webrl/assets/evaluations for the shipped actor).
+#: evaluates the run's fixed sample of 40 test tasks (one of each of the 4 held-out templates and of 36 seen ones)
+#: and whose last evaluates all 165. The SFT actor's evaluation (phase 0) is read back from the one stored under its
+#: content key (``webrl.store.evaluations``: webrl/assets/evaluations for the shipped actor).
 _PRETRAINED_CPU = WebRLHyperparams(
     curriculum=Curriculum(phases=2, tasks_per_phase=24, candidates_per_phase=48, seed_tasks=24),
-    evaluation=Evaluation(tasks=165, subset=65),
+    # Evaluation is the run's largest cost (37 of seed 0's 65.0 min, 2026-12-02) and its time follows its steps:
+    # the middle phase's 40 tasks instead of one of each of the 65 templates save ~3.5 min of the 8.9, and 16
+    # greedy episodes at once instead of 8 ran the same 80 steps 1.09x faster (docs/measurements.md).
+    evaluation=Evaluation(tasks=165, subset=40, concurrency=16),
     # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
     # training rollouts sample, evaluation is greedy
     # training rollouts sample in bf16 where the CPU computes it natively: batches of 8 prompts of ~1,000 tokens
@@ -71,7 +74,7 @@ PRESETS: dict[str, WebRLHyperparams] = {
     "cpu-long": replace(
         _PRETRAINED_CPU,
         curriculum=Curriculum(phases=6, tasks_per_phase=48, candidates_per_phase=96, seed_tasks=48),
-        evaluation=Evaluation(tasks=165, subset=65),
+        evaluation=Evaluation(tasks=165, subset=65, concurrency=16),
     ),
     # The tiny from-scratch actor (webrl/assets/actor-sft, 0.9M parameters): 3 phases in ~30 minutes.
     "tiny-demo": WebRLHyperparams(

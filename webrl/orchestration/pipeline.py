@@ -461,15 +461,19 @@ class Pipeline:
 
     def rollout_request(self, keys: list[str], phase: int, policy: PolicySpec, purpose: str, *,
                         attempt: int = 0) -> RolloutRequest:
-        """The ``rollout.run`` job of ``keys``: the run's rollout knobs (concurrency, horizon, early stops). A sampled
+        """The ``rollout.run`` job of ``keys``: the run's rollout knobs (concurrency, horizon, early stops; an
+        evaluation's concurrency is ``evaluation.concurrency`` when set). A sampled
         rollout of a local checkpoint is seeded by the run's seed, the phase and the attempt
         (:func:`webrl.models.model_policies.step_seed` seeds each step from it), so the same run repeats its
         episodes."""
         rollout = self.hp.rollout
+        concurrency = rollout.concurrency
+        if purpose == "eval" and self.hp.evaluation.concurrency is not None:
+            concurrency = self.hp.evaluation.concurrency
         if isinstance(policy, CheckpointSpec) and policy.temperature:
             policy = policy.model_copy(update={"sampling_seed": sampling_seed(self.options.seed, phase, attempt)})
         return RolloutRequest(task_keys=keys, phase=phase, attempt=attempt, run_id=self.run_id, purpose=purpose,
-                              policy=policy, concurrency=rollout.concurrency, max_steps=rollout.max_steps,
+                              policy=policy, concurrency=concurrency, max_steps=rollout.max_steps,
                               max_parse_failures=rollout.max_parse_failures,
                               max_repeated_actions=rollout.max_repeated_actions,
                               screenshots=self.options.screenshots)

@@ -12,6 +12,7 @@ from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions
 from webrl.runs.report import phase_rows, subset_keys
 from webrl.sandbox.tasks.suite import load_suite
+from webrl.store.template_groups import template_groups
 
 
 def test_the_subset_is_fixed_and_covers_the_templates(settings: Settings) -> None:
@@ -28,6 +29,13 @@ def test_the_subset_is_fixed_and_covers_the_templates(settings: Settings) -> Non
     assert subset == sorted(subset, key=keys.index)
     covered = {template[k] for k in subset}
     assert len(covered) == min(40, len(set(template.values())))  # one per template before any second one
+    groups = template_groups(settings)
+    held_out = {groups.template_of[k] for k in keys if groups.template_of[k] not in groups.seen}
+    assert held_out and held_out <= {groups.template_of[k] for k in subset}  # every held-out template, first
+    assert pipeline._stratified(keys, 4) == sorted((k for k in subset if groups.template_of[k] in held_out),
+                                                    key=keys.index)
+    one_each = pipeline._stratified(keys, len(set(template.values())))
+    assert set(subset) - set(one_each) == set()  # a smaller sample's tasks are the per-template sample's
 
 
 def test_every_phase_records_the_tasks_it_evaluated_and_the_fixed_sample(settings: Settings,

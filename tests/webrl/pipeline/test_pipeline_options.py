@@ -69,6 +69,17 @@ def test_rollout_jobs_carry_the_records_early_stops(settings: Settings) -> None:
     assert default.stop_rules() == StopRules() == StopRules(5, 5)
 
 
+def test_evaluations_run_at_the_evaluation_concurrency_and_rollouts_at_their_own(settings: Settings) -> None:
+    upgrade(settings)
+    record = with_overrides(DEFAULTS, {"rollout.concurrency": 8, "evaluation.concurrency": 16})
+    pipeline = Pipeline(settings, PipelineOptions(run="eval-concurrency", hyperparams=record))
+    assert pipeline.rollout_request(["k"], 1, OracleSpec(), "eval").concurrency == 16
+    assert pipeline.rollout_request(["k"], 1, OracleSpec(), "train").concurrency == 8
+    unset = Pipeline(settings, PipelineOptions(run="unset", hyperparams=with_overrides(DEFAULTS, {
+        "rollout.concurrency": 3})))
+    assert unset.rollout_request(["k"], 1, OracleSpec(), "eval").concurrency == 3
+
+
 def test_a_flag_a_resume_would_ignore_is_refused_naming_it(settings: Settings) -> None:
     """``webrl train --run R --actor-lr X`` on a stored run started at another lr: refused before anything runs,
     naming the flag; the same value, a flag left out, or a new phase count resume."""
