@@ -31,6 +31,7 @@ from services.trainer.data import SequenceItem, StepExample, encode_action, sequ
 from services.trainer.intent_contrast import ContrastIntent, contrast_term, twin_items, with_twins
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
 from services.trainer.replay import in_confidence_band, score_confidence
+from services.trainer.stop_contrast import stop_twin_items
 from services.trainer.training_loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
 from webrl.method.hyperparams import ActorLoss, Advantage, WebRLHyperparams
 from webrl.method.rewards import is_success
@@ -177,7 +178,8 @@ def actor_loss_fn(config: ActorLoss, reference: dict[int, torch.Tensor] | None =
     add the anchor term instead, from the same forward:
         loss = actor_loss(trained rows) + lambda * mean_{anchor action tokens} KL(pi_ref || pi_theta),
     lambda = ``config.anchor_kl``. Rows marked ``contrast`` (``intent_contrast.with_twins``) are left out too and
-    add lambda_c * mean relu(r_hat) over them, lambda_c = ``config.intent_contrast``."""
+    add lambda_c * mean relu(r_hat) over them, lambda_c = ``config.intent_contrast``; rows marked ``stop_twin``
+    (``stop_contrast``) add lambda_s * mean relu(r_hat) over them, lambda_s = ``config.stop_contrast``."""
 
     def fn(model: Any, batch: dict) -> tuple[torch.Tensor, Metrics]:
         logits, ids, mask = target_logits(model, batch["input_ids"], batch["attention_mask"], batch["target_mask"])
@@ -185,7 +187,8 @@ def actor_loss_fn(config: ActorLoss, reference: dict[int, torch.Tensor] | None =
         no = torch.zeros_like(mask[:, 0])  # (B,) bool
         anchored = batch["anchor"] > 0 if "anchor" in batch else no  # (B,)
         twins = batch["contrast"] > 0 if "contrast" in batch else no  # (B,)
-        rows = ~(anchored | twins)
+        stops = batch["stop_twin"] > 0 if "stop_twin" in batch else no  # (B,)
+        rows = ~(anchored | twins | stops)
         lp_all = (torch.gather(log_p, -1, ids.unsqueeze(-1)).squeeze(-1) * mask).sum(1)  # (B,)
         n_all = mask.sum(1).to(lp_all.dtype)  # (B,)
         loss, stats = actor_loss(lp_all[rows], batch["lp_ref"][rows], n_all[rows], batch["advantage"][rows], config)
@@ -198,6 +201,10 @@ def actor_loss_fn(config: ActorLoss, reference: dict[int, torch.Tensor] | None =
             term, ratio = contrast_term(lp_all[twins], batch["lp_ref"][twins], n_all[twins])
             loss = loss + config.intent_contrast * term
             stats["contrast_log_ratio"] = float(ratio)
+        if bool(stops.any()):
+            term, ratio = contrast_term(lp_all[stops], batch["lp_ref"][stops], n_all[stops])
+            loss = loss + config.stop_contrast * term
+            stats["stop_log_ratio"] = float(ratio)
         with torch.no_grad():
             current = log_p.detach()[mask & rows[:, None]]  # (sum n_i, V), rows in batch order
             stats["entropy"] = float(-(current.exp() * current).sum(-1).mean()) if len(current) else 0.0
@@ -220,9 +227,11 @@ def _reference_rows(reference: dict[int, torch.Tensor] | None, indices: Sequence
 
 def role_flags(objective: ActorLoss) -> dict[str, float]:
     """The flags every item of an update carries, 0 on the trained steps: ``anchor`` with the anchor on, ``contrast``
-    with the intent contrast on (a batch's items must share their scalars)."""
+    with the intent contrast on, ``stop_twin`` with the stop contrast on (a batch's items must share their
+    scalars)."""
     return {**({"anchor": 0.0} if objective.anchor_kl > 0 else {}),
-            **({"contrast": 0.0} if objective.intent_contrast > 0 else {})}
+            **({"contrast": 0.0} if objective.intent_contrast > 0 else {}),
+            **({"stop_twin": 0.0} if objective.stop_contrast > 0 else {})}
 
 
 def anchor_items(tokenizer: Any, anchors: Sequence[ProbeStep], n: int, *, first_index: int, seed: int,
@@ -285,14 +294,17 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
                  probe: Sequence[ProbeStep] | None = None, tracker: Tracker | None = None,
                  reference_model: Any = None, probe_every_epoch: bool = True,
                  anchors: Sequence[ProbeStep] | None = None,
-                 contrast: Sequence[ContrastIntent] | None = None) -> TrainSummary:
+                 contrast: Sequence[ContrastIntent] | None = None,
+                 experience: Sequence[StepExample] | None = None) -> TrainSummary:
     """Train the prepared actor on ``examples`` (each with its binarised A): the reference pass (lp_ref and pi_ref's
     distributions, under ``reference_model`` or else the actor as it is now), then ``config.epochs`` epochs of
     ``objective``, with the exact KL measured in every batch and, given a ``probe``, the flips after every epoch (or
     after the last only, ``probe_every_epoch`` False). With ``objective.anchor_kl`` > 0, ``anchors`` (required then)
     join every batch (:func:`with_anchors`): one epoch's worth is sampled and their reference distributions kept.
     With ``objective.intent_contrast`` > 0, each A > 0 example's twin under an intent of ``contrast`` (required then)
-    joins its batch (``intent_contrast``).
+    joins its batch (``intent_contrast``). With ``objective.stop_contrast`` > 0, each A > 0 stop step's twins at the
+    earlier states of its trajectory in ``experience`` (every step the phase has; default ``examples``) join its
+    batch (``stop_contrast``).
     The tracker, when there is one, gets every optimizer step and epoch."""
     if not examples:
         return TrainSummary()
@@ -312,6 +324,7 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
              for k, it in enumerate(items)]
     collate = sequence_collate(pad_id)
     next_index = len(items)  # the twins' and anchors' indices follow the trained steps'
+    all_twins: dict[int, list[SequenceItem]] = {}
     if objective.intent_contrast > 0:
         twins = twin_items(tokenizer, examples, [k for k in range(len(items)) if step_advantage[k] > 0],
                            contrast or [], first_index=next_index, seed=config.seed, max_length=max_length,
@@ -322,9 +335,29 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
                                       accelerator.device, keep_distributions=False)
         twins = {i: SequenceItem(it.index, it.encoded, {**it.scalars, "lp_ref": twin_ref.lp[k]})
                  for k, (i, it) in enumerate(twins.items())}
-        collate = with_twins(collate, twins)
+        all_twins = {i: [it] for i, it in twins.items()}
         log.info("intent contrast: %d of %d positives have a twin, lambda_c %s", len(twins),
                  sum(a > 0 for a in step_advantage), objective.intent_contrast)
+    if objective.stop_contrast > 0:
+        stop_twins = stop_twin_items(tokenizer, examples, [k for k in range(len(items)) if step_advantage[k] > 0],
+                                     experience if experience is not None else examples, first_index=next_index,
+                                     max_length=max_length, flags=flags)
+        held_twins = [twin for group in stop_twins.values() for twin in group]
+        next_index += len(held_twins)
+        lp_ref: dict[int, float] = {}
+        if held_twins:
+            with accelerator.autocast():
+                stop_ref = reference_pass(reference_with, held_twins, pad_id, config.batch_size, accelerator.device,
+                                          keep_distributions=False)
+            lp_ref = {it.index: stop_ref.lp[k] for k, it in enumerate(held_twins)}
+        for i, group in stop_twins.items():
+            all_twins.setdefault(i, []).extend(SequenceItem(it.index, it.encoded, {**it.scalars,
+                                                                                    "lp_ref": lp_ref[it.index]})
+                                               for it in group)
+        log.info("stop contrast: %d stop positives, %d earlier states, lambda_s %s", len(stop_twins),
+                 len(held_twins), objective.stop_contrast)
+    if all_twins:
+        collate = with_twins(collate, all_twins)
     if objective.anchor_kl > 0:
         per_epoch = objective.anchor_per_batch * math.ceil(len(items) / config.batch_size)
         held = anchor_items(tokenizer, anchors or [], per_epoch, first_index=next_index, seed=config.seed,

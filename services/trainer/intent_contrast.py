@@ -137,13 +137,13 @@ def twin_items(tokenizer: Any, examples: Sequence[StepExample], positives: Seque
     return out
 
 
-def with_twins(collate: Callable[[list[SequenceItem]], dict], twins: dict[int, SequenceItem]
+def with_twins(collate: Callable[[list[SequenceItem]], dict], twins: dict[int, Sequence[SequenceItem]]
                ) -> Callable[[list[SequenceItem]], dict]:
-    """``collate`` with the twin of each of the batch's items that has one appended: a positive and its twin share a
-    batch, so one optimizer step sees both. The trained batches are unchanged."""
+    """``collate`` with the twins of each of the batch's items that has some appended: a positive and its twins share
+    a batch, so one optimizer step sees them all. The trained batches are unchanged."""
 
     def fn(items: list[SequenceItem]) -> dict:
-        return collate([*items, *(twins[it.index] for it in items if it.index in twins)])
+        return collate([*items, *(twin for it in items for twin in twins.get(it.index, ()))])
 
     return fn
 

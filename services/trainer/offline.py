@@ -49,9 +49,9 @@ from webrl.orchestration.pipeline_state import PipelineOptions
 STEPS_FILE = "steps.jsonl.gz"
 META_FILE = "phase.json"
 #: What a re-run reports about the policy after its last epoch (and by epoch).
-DRIFT_KEYS = ("kl_exact", "log_ratio_k1", "anchor_kl", "contrast_log_ratio", "flips", "flips_shopping",
-              "flips_shopping_admin", "flips_reddit", "flips_gitlab", "beta_r_hat_mean", "braked_fraction",
-              "actor_loss")
+DRIFT_KEYS = ("kl_exact", "log_ratio_k1", "anchor_kl", "contrast_log_ratio", "stop_log_ratio", "flips",
+              "flips_shopping", "flips_shopping_admin", "flips_reddit", "flips_gitlab", "beta_r_hat_mean",
+              "braked_fraction", "actor_loss")
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,8 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
     chosen = gated.steps[:max_steps]
     summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen],
                            step_advantages(a, chosen, 0, hp.advantage), hp.actor, config, max_length=max_length,
-                           probe=probe, probe_every_epoch=probe_every_epoch, anchors=anchors, contrast=contrast)
+                           probe=probe, probe_every_epoch=probe_every_epoch, anchors=anchors, contrast=contrast,
+                           experience=examples)
     metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), "trained_steps": len(chosen),
                "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,
                "actor_skipped": int(gated.skipped), "positives_outside_confidence_band": outside_band,

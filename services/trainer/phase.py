@@ -86,8 +86,8 @@ from webrl.wire.contracts import PhaseJob, PhaseResult, PublishedCheckpoint
 log = logging.getLogger("webrl.trainer.phase")
 
 #: The actor's drift measurements a phase records after its last epoch (and by epoch): ``actor_update``.
-DRIFT_METRICS = ("kl_exact", "log_ratio_k1", "anchor_kl", "contrast_log_ratio", "flips", "flips_shopping",
-                 "flips_shopping_admin", "flips_reddit", "flips_gitlab")
+DRIFT_METRICS = ("kl_exact", "log_ratio_k1", "anchor_kl", "contrast_log_ratio", "stop_log_ratio", "flips",
+                 "flips_shopping", "flips_shopping_admin", "flips_reddit", "flips_gitlab")
 
 
 @dataclass
@@ -349,7 +349,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                                probe=load_probe(job.probe) if job.probe else None, tracker=tracker,
                                reference_model=reference_model, probe_every_epoch=False,
                                anchors=load_probe(job.anchors) if job.anchors and hp.actor.anchor_kl > 0 else None,
-                               contrast=_train_intents(settings) if hp.actor.intent_contrast > 0 else None)
+                               contrast=_train_intents(settings) if hp.actor.intent_contrast > 0 else None,
+                               experience=experience)
     finally:
         if tracker is not None:
             tracker.close()

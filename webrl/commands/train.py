@@ -338,6 +338,10 @@ def register(app: typer.Typer) -> None:
                                               "paper): each positive step's action, under the intent of a train "
                                               "task of another template, may not become more likely than under the "
                                               "phase's start actor (0: off). Default: the preset's."),
+        stop_contrast: float = typer.Option(None, min=0.0, help="lambda_s of the stop contrast (not in the paper): "
+                                            "a positive step that ends its episode may not make that action more "
+                                            "likely at the earlier states of its own trajectory than the phase's "
+                                            "start actor was (0: off). Default: the preset's."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
@@ -374,6 +378,7 @@ def register(app: typer.Typer) -> None:
             "--optimizer-state": ("actor.optimizer_state", optimizer_state),
             "--anchor-kl": ("actor.anchor_kl", anchor_kl),
             "--intent-contrast": ("actor.intent_contrast", intent_contrast),
+            "--stop-contrast": ("actor.stop_contrast", stop_contrast),
             "--critic-backbone": ("critic.train_backbone", critic_backbone),
             "--eval-tasks": ("evaluation.tasks", eval_tasks),
         }

@@ -256,6 +256,11 @@ class ActorLoss:
     the run's train tasks; the offline bench the sandbox's). 0: off (the paper). This project's. Measured
     (docs/measurements.md): at 1 on a stored phase the twins' log-ratio fell to -0.21 and the update changed 7 of its
     65 tasks instead of 10-13 (3 gained, 4 lost: 14 -> 13); one seed."""
+    stop_contrast: Annotated[float, Field(ge=0.0)] = 0.0
+    """lambda_s of the stop contrast: each trained A > 0 step whose action ends the episode (``exit``) gets twins, the
+    same action at the earlier states of its own trajectory (where the successful episode went on), and the loss adds
+    lambda_s * mean relu(r_hat) over the twins: stopping may become likelier where the episode stopped, not on the
+    pages before it (``services/trainer/stop_contrast.py``). 0: off (the paper). This project's."""
 
     def __post_init__(self) -> None:
         if self.min_positive_confidence >= self.max_positive_confidence:

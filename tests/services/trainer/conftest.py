@@ -39,6 +39,37 @@ def tiny(tiny_dir: Path):
 
 
 @pytest.fixture
+def push(tiny):
+    """``push(examples, objective, probe, **update_actor_kwargs) -> (the change of each probe item's log-prob, the
+    last epoch's record)``: an unbounded push of every example's action (A = 1, lr 3e-3, 15 epochs, batches of 2)
+    on a fresh copy of :func:`tiny`'s model, so levers compare on the same start."""
+    import copy
+
+    import torch
+
+    from services.trainer.actor_update import reference_pass, update_actor
+    from services.trainer.training_loop import LoopConfig, make_accelerator, prepare
+    from webrl.models.examples import pad_id_of
+
+    model, tokenizer = tiny
+    state = copy.deepcopy(model.state_dict())
+
+    def run(examples, objective, probe, **kwargs) -> tuple[list[float], dict]:
+        fresh = copy.deepcopy(model)
+        fresh.load_state_dict(state)
+        before = reference_pass(fresh, probe, pad_id_of(tokenizer), 2, torch.device("cpu")).lp
+        loop = LoopConfig(lr=3e-3, epochs=15, batch_size=2, gradient_checkpointing=False)
+        accelerator = make_accelerator(loop)
+        prepared = prepare(accelerator, fresh, loop)
+        summary = update_actor(accelerator, prepared, tokenizer, examples, [1.0] * len(examples), objective, loop,
+                               max_length=256, **kwargs)
+        after = reference_pass(prepared.model, probe, pad_id_of(tokenizer), 2, torch.device("cpu")).lp
+        return [a - b for a, b in zip(after, before, strict=True)], summary.epochs[-1]
+
+    return run
+
+
+@pytest.fixture
 def db(settings: Settings) -> Iterator[Settings]:
     """Settings whose SQLite database has the schema."""
     from webrl.db.migrate import upgrade

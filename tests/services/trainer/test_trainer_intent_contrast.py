@@ -4,13 +4,12 @@ not under another's."""
 
 from __future__ import annotations
 
-import copy
 import random
 
 import pytest
 import torch
 
-from services.trainer.actor_update import reference_pass, update_actor
+from services.trainer.actor_update import update_actor
 from services.trainer.data import SequenceItem, StepExample, sequence_collate
 from services.trainer.intent_contrast import (
     ContrastIntent,
@@ -101,36 +100,22 @@ def test_each_positive_brings_its_twin_into_its_batch(tiny) -> None:
     assert "Add Copper Kettle" not in tokenizer.decode(twins[0].encoded.input_ids)
     items = [SequenceItem(i, encode_example(tokenizer, ex.prompt, ex.completion),
                           {"lp_ref": 0.0, "advantage": 1.0, "contrast": 0.0}) for i, ex in enumerate(examples)]
-    batch = with_twins(sequence_collate(pad_id_of(tokenizer)), twins)(items[:2])
+    batch = with_twins(sequence_collate(pad_id_of(tokenizer)), {i: [t] for i, t in twins.items()})(items[:2])
     assert batch["index"].tolist() == [0, 1, 3] and batch["contrast"].tolist() == [0.0, 0.0, 1.0]
 
 
-def test_the_contrast_keeps_the_push_to_its_own_intent(tiny) -> None:
+def test_the_contrast_keeps_the_push_to_its_own_intent(tiny, push) -> None:
     """The same unbounded push on one action under one intent: it rises under that intent either way; under another
     template's intent it rises as much without the contrast (measured: +77 nats both), and a fraction with it."""
-    model, tokenizer = tiny
-    state = copy.deepcopy(model.state_dict())
+    _, tokenizer = tiny
     examples = [_example(tokenizer, "Add Copper Kettle Olive Oil, Navy to my shopping cart", i) for i in range(4)]
     others = [ContrastIntent("shopping", WISH, "Add Velo Bike Light, Blue to my wish list")]
     held_out = _example(tokenizer, "Add Velo Bike Light, Blue to my wish list")  # the twin's intent
     probe = [SequenceItem(0, encode_example(tokenizer, examples[0].prompt, CLICK), {}),
              SequenceItem(1, encode_example(tokenizer, held_out.prompt, CLICK), {})]
-
-    def run(weight: float) -> tuple[float, float, dict]:
-        fresh = copy.deepcopy(model)
-        fresh.load_state_dict(state)
-        before = reference_pass(fresh, probe, pad_id_of(tokenizer), 2, torch.device("cpu")).lp
-        loop = LoopConfig(lr=3e-3, epochs=15, batch_size=2, gradient_checkpointing=False)
-        accelerator = make_accelerator(loop)
-        prepared = prepare(accelerator, fresh, loop)
-        summary = update_actor(accelerator, prepared, tokenizer, examples, [1.0] * 4,
-                               ActorLoss(kl=False, intent_contrast=weight), loop, max_length=256,
-                               contrast=POOL[:1] + others if weight else None)
-        after = reference_pass(prepared.model, probe, pad_id_of(tokenizer), 2, torch.device("cpu")).lp
-        return after[0] - before[0], after[1] - before[1], summary.epochs[-1]
-
-    own_free, other_free, _ = run(0.0)
-    own_held, other_held, last = run(30.0)
+    (own_free, other_free), _ = push(examples, ActorLoss(kl=False), probe)
+    (own_held, other_held), last = push(examples, ActorLoss(kl=False, intent_contrast=30.0), probe,
+                                        contrast=POOL[:1] + others)
     assert own_free > 1.0 and own_held > 1.0  # the pushed action rose under its own intent either way
     assert other_free > 0.9 * own_free  # without the contrast the page alone carried it
     assert other_held < 0.2 * other_free, (other_held, other_free)

@@ -201,3 +201,20 @@ def test_the_fourth_stored_phase_is_an_update_on_few_positives_of_its_own_that_p
     hp = stored.hyperparams
     assert hp.actor.min_new_positive_steps == 5 and (hp.actor.max_grad_norm, hp.actor.epochs) == (0.01, 3)
     assert (hp.actor.intent_contrast, hp.actor.anchor_kl, hp.curriculum.solved_share) == (0.0, 0.0, 0.0)
+
+
+def test_the_fourth_stored_phases_stops_get_the_states_their_episodes_went_on_from(tiny) -> None:
+    """Its positives end four episodes on ``exit``: the two of its own rollouts get their earlier states as the stop
+    contrast's twins (2 and 5), the two replayed ones, stored without their earlier steps, get none."""
+    from services.trainer.stop_contrast import is_stop, stop_twin_items
+
+    _, tokenizer = tiny
+    stored = load_phase(GATED_FIXTURE)
+    examples = [s.example(with_ids=False) for s in stored.steps]
+    positives = [i for i, s in enumerate(stored.steps) if s.advantage > 0]
+    stops = [i for i in positives if is_stop(examples[i].completion)]
+    assert len(stops) == 4 and {stored.steps[i].phase for i in stops} == {0, 1}
+    twins = stop_twin_items(tokenizer, examples, positives, examples, first_index=len(examples), max_length=None,
+                            flags={})
+    assert sorted(len(group) for group in twins.values()) == [2, 5]
+    assert all(stored.steps[i].phase == 1 for i in twins)
