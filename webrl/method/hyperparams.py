@@ -260,7 +260,10 @@ class ActorLoss:
     """lambda_s of the stop contrast: each trained A > 0 step whose action ends the episode (``exit``) gets twins, the
     same action at the earlier states of its own trajectory (where the successful episode went on), and the loss adds
     lambda_s * mean relu(r_hat) over the twins: stopping may become likelier where the episode stopped, not on the
-    pages before it (``services/trainer/stop_contrast.py``). 0: off (the paper). This project's."""
+    pages before it (``services/trainer/stop_contrast.py``). 0: off (the paper). This project's. Measured
+    (docs/measurements.md): on a stored phase whose few positives taught the actor to stop (14 -> 5 of 65 test tasks,
+    episodes of 3.0 steps) it kept 9 (episodes of 4.0 steps, as the SFT actor's 4.1) at 1 and at 10; on a phase of 53
+    positives it changed nothing measurable (14 -> 14, 5 gained, 5 lost, as the plain update). One seed each."""
 
     def __post_init__(self) -> None:
         if self.min_positive_confidence >= self.max_positive_confidence:
