@@ -324,18 +324,23 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
              for k, it in enumerate(items)]
     collate = sequence_collate(pad_id)
     next_index = len(items)  # the twins' and anchors' indices follow the trained steps'
+
+    def referenced(twins: list[SequenceItem]) -> list[SequenceItem]:
+        """``twins`` with their lp_ref under the reference (their distributions are not kept)."""
+        if not twins:
+            return []
+        with accelerator.autocast():
+            ref = reference_pass(reference_with, twins, pad_id, config.batch_size, accelerator.device,
+                                 keep_distributions=False)
+        return [SequenceItem(it.index, it.encoded, {**it.scalars, "lp_ref": ref.lp[k]}) for k, it in enumerate(twins)]
+
     all_twins: dict[int, list[SequenceItem]] = {}
     if objective.intent_contrast > 0:
         twins = twin_items(tokenizer, examples, [k for k in range(len(items)) if step_advantage[k] > 0],
                            contrast or [], first_index=next_index, seed=config.seed, max_length=max_length,
                            flags=flags)
         next_index += len(twins)
-        with accelerator.autocast():
-            twin_ref = reference_pass(reference_with, list(twins.values()), pad_id, config.batch_size,
-                                      accelerator.device, keep_distributions=False)
-        twins = {i: SequenceItem(it.index, it.encoded, {**it.scalars, "lp_ref": twin_ref.lp[k]})
-                 for k, (i, it) in enumerate(twins.items())}
-        all_twins = {i: [it] for i, it in twins.items()}
+        all_twins = {i: [it] for i, it in zip(twins, referenced(list(twins.values())), strict=True)}
         log.info("intent contrast: %d of %d positives have a twin, lambda_c %s", len(twins),
                  sum(a > 0 for a in step_advantage), objective.intent_contrast)
     if objective.stop_contrast > 0:
@@ -344,16 +349,9 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
                                      max_length=max_length, flags=flags)
         held_twins = [twin for group in stop_twins.values() for twin in group]
         next_index += len(held_twins)
-        lp_ref: dict[int, float] = {}
-        if held_twins:
-            with accelerator.autocast():
-                stop_ref = reference_pass(reference_with, held_twins, pad_id, config.batch_size, accelerator.device,
-                                          keep_distributions=False)
-            lp_ref = {it.index: stop_ref.lp[k] for k, it in enumerate(held_twins)}
+        with_ref = iter(referenced(held_twins))
         for i, group in stop_twins.items():
-            all_twins.setdefault(i, []).extend(SequenceItem(it.index, it.encoded, {**it.scalars,
-                                                                                    "lp_ref": lp_ref[it.index]})
-                                               for it in group)
+            all_twins.setdefault(i, []).extend(next(with_ref) for _ in group)
         log.info("stop contrast: %d stop positives, %d earlier states, lambda_s %s", len(stop_twins),
                  len(held_twins), objective.stop_contrast)
     if all_twins:
