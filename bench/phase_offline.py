@@ -273,7 +273,8 @@ def report(results: list[dict[str, Any]], output: Path, info: dict[str, Any]) ->
     fmt = lambda v, p=4: "-" if v is None else (f"{v:.{p}g}" if isinstance(v, float) else str(v))  # noqa: E731
     base_flips = results[0].get("flips") if results else None
     for r in results:
-        table.add_row(r["setting"], fmt(r.get("trained_steps")), fmt(r.get("optimizer_steps")), fmt(r.get("kl_exact")),
+        table.add_row(r["setting"], fmt(r.get("trained_steps")), fmt(r.get("optimizer_steps")),
+                      fmt(r.get("kl_exact")) + (" (bound)" if r.get("kl_stopped_at_step") else ""),
                       fmt(r.get("log_ratio_k1")), fmt(r.get("flips"), 3), fmt(r.get("flips_shopping"), 3),
                       fmt(r.get("flips_shopping_admin"), 3), fmt(r.get("flips_reddit"), 3),
                       fmt(r.get("flips_gitlab"), 3),

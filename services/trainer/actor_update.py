@@ -32,7 +32,15 @@ from services.trainer.intent_contrast import ContrastIntent, contrast_term, twin
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
 from services.trainer.replay import in_confidence_band, score_confidence
 from services.trainer.stop_contrast import stop_twin_items
-from services.trainer.training_loop import EpochHook, LoopConfig, Prepared, TrainSummary, prepared_loader, train
+from services.trainer.training_loop import (
+    EpochHook,
+    LoopConfig,
+    MetricBound,
+    Prepared,
+    TrainSummary,
+    prepared_loader,
+    train,
+)
 from webrl.method.hyperparams import ActorLoss, Advantage, WebRLHyperparams
 from webrl.method.rewards import is_success
 from webrl.models.examples import encode_example, pad_id_of
@@ -48,11 +56,12 @@ EXACT_KL_BUDGET_BYTES = 2 * 1024**3
 
 
 def actor_loop_config(hp: WebRLHyperparams, seed: int, max_minutes: float | None = None) -> LoopConfig:
-    """The actor's optimisation, for a phase and for its offline re-run alike: its lr, epochs, clip norm and
-    warm-up (``ActorLoss``) on the run's batching."""
+    """The actor's optimisation, for a phase and for its offline re-run alike: its lr, epochs, clip norm, warm-up and
+    KL bound (``ActorLoss``) on the run's batching."""
+    bound = MetricBound("kl_exact", hp.actor.kl_bound) if hp.actor.kl_bound is not None else None
     return LoopConfig(lr=hp.actor.lr, epochs=hp.actor.epochs, batch_size=hp.batching.batch_size,
                       grad_accum=hp.batching.grad_accum, max_grad_norm=hp.actor.max_grad_norm,
-                      warmup_steps=hp.actor.warmup_steps, seed=seed, max_minutes=max_minutes)
+                      warmup_steps=hp.actor.warmup_steps, seed=seed, max_minutes=max_minutes, stop_above=bound)
 
 
 def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[StepExample],
@@ -289,6 +298,16 @@ def last_epoch(epochs: Sequence[Metrics], keys: Sequence[str]) -> dict[str, Any]
     return out
 
 
+def kl_bound_record(objective: ActorLoss, summary: TrainSummary) -> dict[str, float | int]:
+    """What a phase records of ``actor.kl_bound``: the bound, and where the update stopped at it (the optimizer step
+    it did not take, and the exact KL measured there); nothing without a bound."""
+    if objective.kl_bound is None:
+        return {}
+    stopped = summary.stopped_at
+    return {"kl_bound": objective.kl_bound,
+            **({"kl_stopped_at_step": stopped[0], "kl_exact_at_stop": stopped[1]} if stopped else {})}
+
+
 def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Sequence[StepExample],
                  step_advantage: Sequence[float], objective: ActorLoss, config: LoopConfig, *, max_length: int,
                  probe: Sequence[ProbeStep] | None = None, tracker: Tracker | None = None,
@@ -374,7 +393,7 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
     measure = probe_hook(model, tokenizer, probe, max_length, config.batch_size) if probe else None
 
     def on_epoch(epoch: int, record: Metrics) -> Metrics:
-        wanted = measure is not None and (probe_every_epoch or epoch == config.epochs)
+        wanted = measure is not None and (probe_every_epoch or epoch == config.epochs or bool(record.get("stopped")))
         measured = measure(epoch, record) if wanted else {}
         if tracker is not None:
             tracker.scalars({**record, **measured}, step=epoch, prefix="actor-epoch/")

@@ -26,6 +26,7 @@ from sqlalchemy import select
 from services.trainer.actor_update import (
     actor_loop_config,
     gate,
+    kl_bound_record,
     last_epoch,
     positives_from_failed,
     positives_in_confidence_band,
@@ -207,7 +208,8 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
                            step_advantages(a, chosen, 0, hp.advantage), hp.actor, config, max_length=max_length,
                            probe=probe, probe_every_epoch=probe_every_epoch, anchors=anchors, contrast=contrast,
                            experience=examples)
-    metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), "trained_steps": len(chosen),
+    metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), **kl_bound_record(hp.actor, summary),
+               "trained_steps": len(chosen),
                "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,
                "actor_skipped": int(gated.skipped), "positives_outside_confidence_band": outside_band,
                "positives_from_failed": positives_from_failed(a, examples, chosen),

@@ -35,6 +35,7 @@ from services.trainer import replay
 from services.trainer.actor_update import (
     actor_loop_config,
     gate,
+    kl_bound_record,
     last_epoch,
     positives_from_failed,
     positives_in_confidence_band,
@@ -358,7 +359,7 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
                "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
-               **last_epoch(summary.epochs, DRIFT_METRICS),
+               **last_epoch(summary.epochs, DRIFT_METRICS), **kl_bound_record(hp.actor, summary),
                "positive_fraction": float((a > 0).float().mean()), "actor_steps": len(step_advantage),
                "positive_steps": gated.positives, "replayed_positive_steps": gated.replayed_positives,
                "positives_outside_confidence_band": outside_band,

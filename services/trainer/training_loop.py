@@ -40,6 +40,18 @@ EpochHook = Callable[[int, Metrics], Metrics]
 LOG_EVERY = 10
 
 
+@dataclass(frozen=True)
+class MetricBound:
+    """A bound on one metric of the loss (``name``, e.g. the actor's ``kl_exact``): training stops at the first
+    micro-batch that measures it above ``bound``, before that batch's backward and step: no step is taken once the
+    model has been measured beyond it (the model kept is the one so measured, on that batch's samples). Spinning
+    Up's PPO stops its policy epochs at a target KL the same way. A batch that does not measure the metric is
+    within."""
+
+    name: str
+    bound: float
+
+
 @dataclass
 class LoopConfig:
     """Optimisation settings shared by every training run. A WebRL phase fills lr, epochs, batch_size and
@@ -71,6 +83,8 @@ class LoopConfig:
     seed: int = 0
     max_minutes: float | None = None
     """Stop after this wall-clock budget (None: no limit); the model trained so far is kept."""
+    stop_above: MetricBound | None = None
+    """Stop at the first micro-batch whose metric exceeds the bound, before its optimizer step (None: no bound)."""
     mixed_precision: str = "auto"
     """"auto": bf16 on GPUs that have it, fp32 elsewhere; or "no" / "bf16" / "fp16"."""
 
@@ -93,6 +107,10 @@ class TrainSummary:
     epochs: list[dict[str, float]] = field(default_factory=list)
     """Per epoch: the loss's metrics averaged over its micro-batches, with what the epoch hook measured."""
     stopped_early: bool = False
+    """The time budget or the metric bound ended the run before its last epoch's end."""
+    stopped_at: tuple[int, float] | None = None
+    """Where ``config.stop_above`` stopped the run: (the optimizer step it did not take, 1-based; the metric's value
+    there, the largest over processes); None where it did not."""
 
     @property
     def samples_per_second(self) -> float:
@@ -311,25 +329,44 @@ def prepare(accelerator: Accelerator, model: torch.nn.Module, config: LoopConfig
     return Prepared(model, optimizer, scheduler)
 
 
+def largest_on_any(accelerator: Accelerator, value: float) -> float:
+    """``value``'s maximum over the processes (itself on one): decisions to stop are taken together, since one
+    process stopping alone would leave the others waiting in their next collective."""
+    if accelerator.num_processes == 1:
+        return value
+    tensor = torch.tensor([value], device=accelerator.device)
+    return float(accelerator.reduce(tensor, reduction="max").item())
+
+
 def out_of_time(accelerator: Accelerator, deadline: float) -> bool:
-    """Whether the time budget is spent, decided together: under a multi-process launch one process stopping alone
-    would leave the others waiting in their next collective, so any process over the deadline stops them all."""
+    """Whether the time budget is spent on any process (then on all)."""
     if deadline == math.inf:
         return False
-    over = time.perf_counter() > deadline
-    if accelerator.num_processes == 1:
-        return over
-    flag = torch.tensor([float(over)], device=accelerator.device)
-    return bool(accelerator.reduce(flag, reduction="sum").item() > 0)
+    return largest_on_any(accelerator, float(time.perf_counter() > deadline)) > 0
+
+
+def beyond_bound(accelerator: Accelerator, metrics: Metrics, bound: MetricBound | None) -> float | None:
+    """The bounded metric's value (its maximum over processes) when some process measured it above the bound, else
+    None: within, or no bound."""
+    if bound is None:
+        return None
+    value = largest_on_any(accelerator, float(metrics.get(bound.name, -math.inf)))
+    return value if value > bound.bound else None
 
 
 def micro_step(accelerator: Accelerator, prepared: Prepared, batch: dict[str, torch.Tensor], loss_fn: LossFn,
-               config: LoopConfig) -> tuple[torch.Tensor, Metrics, float]:
+               config: LoopConfig) -> tuple[torch.Tensor, Metrics, float, float | None]:
     """One micro-batch: loss, backward, and at the end of an accumulation clip and step (DeepSpeed's engine does
-    both inside ``accelerator.backward``). Returns the loss, its metrics and the gradient norm (0 off a step)."""
+    both inside ``accelerator.backward``). Returns the loss, its metrics, the gradient norm (0 off a step) and, where
+    the loss measured ``config.stop_above``'s metric above its bound, that value: then nothing was stepped and the
+    accumulated gradients are dropped."""
     grad_norm = 0.0
     with accelerator.accumulate(prepared.model):
         loss, metrics = loss_fn(prepared.model, batch)
+        beyond = beyond_bound(accelerator, metrics, config.stop_above)
+        if beyond is not None:
+            prepared.optimizer.zero_grad()
+            return loss, metrics, grad_norm, beyond
         accelerator.backward(loss)
         if accelerator.sync_gradients:
             norm = accelerator.clip_grad_norm_(prepared.model.parameters(), config.max_grad_norm)
@@ -338,15 +375,16 @@ def micro_step(accelerator: Accelerator, prepared: Prepared, batch: dict[str, to
         if accelerator.sync_gradients:  # once per optimizer step, whatever the number of processes
             prepared.scheduler.step()
         prepared.optimizer.zero_grad()
-    return loss, metrics, grad_norm
+    return loss, metrics, grad_norm, None
 
 
 def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: LossFn, config: LoopConfig,
           on_step: StepHook | None = None, on_epoch: EpochHook | None = None) -> TrainSummary:
     """Run ``config.epochs`` epochs: loss_fn -> backward -> (every ``grad_accum`` micro-batches) clip, step;
     ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.runs.tracking`), ``on_epoch`` each
-    finished epoch's (its result joins ``summary.epochs``). Under a multi-process launch the metrics are the global
-    batch's (:meth:`StepWindow.merged`) and every process gets them."""
+    finished epoch's (its result joins ``summary.epochs``; an epoch the time budget or ``config.stop_above`` ended
+    carries ``stopped`` = 1, and the batches it did not step are not in it). Under a multi-process launch the metrics
+    are the global batch's (:meth:`StepWindow.merged`) and every process gets them."""
     summary = TrainSummary()
     start = time.perf_counter()
     deadline = start + config.max_minutes * 60 if config.max_minutes else math.inf
@@ -357,7 +395,12 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
         epoch_window = StepWindow()
         for batch in loader:
             lr = float(prepared.optimizer.param_groups[0]["lr"])  # the lr this step uses
-            loss, metrics, grad_norm = micro_step(accelerator, prepared, batch, loss_fn, config)
+            loss, metrics, grad_norm, beyond = micro_step(accelerator, prepared, batch, loss_fn, config)
+            if beyond is not None:
+                summary.stopped_early, summary.stopped_at = True, (summary.steps + 1, beyond)
+                log.info("%s %.4g above its bound %.4g: stopped before optimizer step %d", config.stop_above.name,
+                         beyond, config.stop_above.bound, summary.steps + 1)
+                break
             tokens, samples = batch_tokens(batch), batch_size_of(batch)
             for w in (window, epoch_window, run_window):
                 w.add(metrics, tokens, samples, float(loss.detach()))
@@ -379,12 +422,15 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
                 break
         merged = epoch_window.merged(accelerator)
         record = {k: v / max(1, merged.micro_batches) for k, v in merged.totals.items()}
+        if summary.stopped_early:
+            record["stopped"] = 1.0
         if on_epoch is not None:
             record.update(on_epoch(epoch + 1, record))
             prepared.model.train()
         summary.epochs.append(record)
         if summary.stopped_early:
-            log.info("time budget of %.1f min reached after %d steps", config.max_minutes, summary.steps)
+            if summary.stopped_at is None:
+                log.info("time budget of %.1f min reached after %d steps", config.max_minutes, summary.steps)
             break
     summary.seconds = time.perf_counter() - start
     total = run_window.merged(accelerator)

@@ -173,6 +173,9 @@ def test_a_value_the_record_refuses_names_its_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--actor-lr", "0"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "actor.lr: Input should be greater than 0" in result.output, result.output
+    result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--kl-bound", "0"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "actor.kl_bound: Input should be greater than 0" in result.output, result.output
 
 
 def test_an_anchor_without_its_steps_is_refused_naming_the_flag(settings: Settings, tmp_path: Path) -> None:

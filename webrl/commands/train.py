@@ -342,6 +342,10 @@ def register(app: typer.Typer) -> None:
                                             "a positive step that ends its episode may not make that action more "
                                             "likely at the earlier states of its own trajectory than the phase's "
                                             "start actor was (0: off). Default: the preset's."),
+        kl_bound: float = typer.Option(None,
+                                       help="The most exact KL(pi_ref || pi_theta) per action token an actor update "
+                                       "may reach (not in the paper): the first batch measured above it ends the "
+                                       "update, without its step. Default: the preset's."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
@@ -379,6 +383,7 @@ def register(app: typer.Typer) -> None:
             "--anchor-kl": ("actor.anchor_kl", anchor_kl),
             "--intent-contrast": ("actor.intent_contrast", intent_contrast),
             "--stop-contrast": ("actor.stop_contrast", stop_contrast),
+            "--kl-bound": ("actor.kl_bound", kl_bound),
             "--critic-backbone": ("critic.train_backbone", critic_backbone),
             "--eval-tasks": ("evaluation.tasks", eval_tasks),
         }

@@ -264,6 +264,12 @@ class ActorLoss:
     (docs/measurements.md): on a stored phase whose few positives taught the actor to stop (14 -> 5 of 65 test tasks,
     episodes of 3.0 steps) it kept 9 (episodes of 4.0 steps, as the SFT actor's 4.1) at 1 and at 10; on a phase of 53
     positives it changed nothing measurable (14 -> 14, 5 gained, 5 lost, as the plain update). One seed each."""
+    kl_bound: Annotated[float, Field(gt=0.0)] | None = None
+    """The most the update may move the policy: the exact KL(pi_ref || pi_theta) per action token, which every batch
+    measures on its own steps before its optimizer step (``kl_exact``). The first batch measured above it ends the
+    update there, without its step (``training_loop.MetricBound``); the phase records where (``kl_stopped_at_step``)
+    and the run report checks every phase against it. None: no bound (the paper: beta in the objective alone keeps
+    the policy near its reference). This project's; PPO implementations stop at a target KL the same way."""
 
     def __post_init__(self) -> None:
         if self.min_positive_confidence >= self.max_positive_confidence:

@@ -210,6 +210,32 @@ def positive_steps_cell(row: dict[str, Any]) -> str:
     return f"{cell}, actor kept" if row.get("train.actor_skipped") else cell
 
 
+def kl_cell(row: dict[str, Any]) -> str:
+    """The phase's exact KL after its last epoch, and where ``actor.kl_bound`` stopped its update: "0.0612 (stopped
+    before step 19 at 0.1043)"."""
+    cell = _fmt(row.get("train.kl_exact"))
+    step = row.get("train.kl_stopped_at_step")
+    if step is None:
+        return cell
+    return f"{cell} (stopped before step {step} at {_fmt(row.get('train.kl_exact_at_stop'))})"
+
+
+def kl_bound_note(rows: list[dict[str, Any]]) -> str:
+    """The sentence under the phase table that checks each trained phase's exact KL against the run's
+    ``actor.kl_bound``; "" when no phase recorded a bound."""
+    bounded = [r for r in rows if r.get("train.kl_bound") is not None]
+    if not bounded:
+        return ""
+    bounds = sorted({float(r["train.kl_bound"]) for r in bounded})
+    beyond = [r["phase"] for r in bounded if r.get("train.kl_stopped_at_step") is not None
+              or (r.get("train.kl_exact") is not None and r["train.kl_exact"] > r["train.kl_bound"])]
+    verdict = (f"phase {', '.join(map(str, beyond))} reached it (the update stopped there)" if beyond
+               else "every phase's update stayed within it")
+    return (f"KL exact: KL(pi_ref || pi_theta) per action token, the mean over the last epoch's batches; bound "
+            f"{' / '.join(_fmt(b) for b in bounds)} (`actor.kl_bound`, measured before each optimizer step): "
+            f"{verdict}.")
+
+
 def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The phase table of ``report.md``, the viewer and the terminal (``webrl train``): header and one row per
     phase ("-" where a phase did not record the number)."""
@@ -229,7 +255,7 @@ def phase_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             _fmt(r.get("evaluate.success"), pct=True),
             *([_fmt(r.get("evaluate.success_subset"), pct=True)] if subset else []),
             positive_steps_cell(r), _fmt(r.get("train.actor_loss")), _fmt(r.get("train.critic_loss")),
-            _fmt(r.get("train.kl_exact")),
+            kl_cell(r),
             _fmt(log_ratio_k1(r)), _fmt(r.get("train.flips"), pct=True),
             _fmt(r.get("train.positives_from_failed"), pct=True), *map(_fmt, stage_minutes(r)),
             _fmt(round(phase_seconds(r) / 60, 1)),
@@ -652,9 +678,10 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     header, body = phase_table(rows)
     success_png = plot_success(rows, out_dir / "success_per_phase.png")
     calibration_png = plot_calibration(calibration_points(settings), out_dir / "orm_calibration.png")
-    note = evaluation_note(rows)
+    notes = [n for n in (evaluation_note(rows), kl_bound_note(rows)) if n]
     parts = [f"# webrl run `{run}`", "", machine_line(), "", "## Phases", "", markdown_table(header, body), "",
-             ORM_COLUMN_NOTE, "", *([note, ""] if note else []), f"![test success per phase]({success_png.name})", ""]
+             ORM_COLUMN_NOTE, "", *[part for n in notes for part in (n, "")],
+             f"![test success per phase]({success_png.name})", ""]
     template_header, template_body = template_table(rows)
     if template_body:
         parts += ["## Success by template group", "", markdown_table(template_header, template_body), "",
