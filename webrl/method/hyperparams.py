@@ -263,7 +263,9 @@ class ActorLoss:
     pages before it (``services/trainer/stop_contrast.py``). 0: off (the paper). This project's. Measured
     (docs/measurements.md): on a stored phase whose few positives taught the actor to stop (14 -> 5 of 65 test tasks,
     episodes of 3.0 steps) it kept 9 (episodes of 4.0 steps, as the SFT actor's 4.1) at 1 and at 10; on a phase of 53
-    positives it changed nothing measurable (14 -> 14, 5 gained, 5 lost, as the plain update). One seed each."""
+    positives it changed nothing measurable (14 -> 14, 5 gained, 5 lost, as the plain update). One seed each. In a
+    whole run of seed 1 at 1: 15.2% -> 11.5% of the 165 test tasks (the preset without it: 6.1%), episodes of 3.8
+    steps; no climb (its rollouts solved 2 and 1 of 24)."""
     kl_bound: Annotated[float, Field(gt=0.0)] | None = None
     """The most the update may move the policy: the exact KL(pi_ref || pi_theta) per action token, which every batch
     measures on its own steps before its optimizer step (``kl_exact``). The first batch measured above it ends the
