@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,14 +42,38 @@ LOG_EVERY = 10
 
 @dataclass(frozen=True)
 class MetricBound:
-    """A bound on one metric of the loss (``name``, e.g. the actor's ``kl_exact``): training stops at the first
-    micro-batch that measures it above ``bound``, before that batch's backward and step: no step is taken once the
-    model has been measured beyond it (the model kept is the one so measured, on that batch's samples). Spinning
-    Up's PPO stops its policy epochs at a target KL the same way. A batch that does not measure the metric is
-    within."""
+    """A bound on one metric of the loss (``name``, e.g. the actor's ``kl_exact``), held over a sliding window: training
+    stops at the first micro-batch whose value, averaged with the ``window`` - 1 micro-batches stepped before it, is
+    above ``bound``, before that batch's backward and step. One batch of a few samples is noisy (a phase's exact KL
+    per batch ranged 0.000-0.27 around an epoch mean of 0.078), so the default window is one epoch's worth of
+    micro-batches (``len(loader)``): at each epoch's end it is that epoch's mean, what a phase reports. Spinning Up's
+    PPO stops its policy epochs at a target KL the same way, on its whole batch. A batch that does not measure the
+    metric is within, and leaves the window as it was."""
 
     name: str
     bound: float
+    window: int | None = None
+    """Micro-batches averaged (with the one being checked); None: one epoch's worth."""
+
+
+class BoundWindow:
+    """The last micro-batches' values of a bounded metric, and the check of the next one against the bound."""
+
+    def __init__(self, bound: MetricBound, epoch_batches: int) -> None:
+        self.bound = bound
+        self.values: deque[float] = deque(maxlen=max(1, bound.window or epoch_batches) - 1)  # before the checked one
+
+    def beyond(self, accelerator: Accelerator, metrics: Metrics) -> float | None:
+        """The window's mean with this batch's value (its maximum over processes) when above the bound, else None
+        (and the value joins the window: the batch will be stepped)."""
+        value = metrics.get(self.bound.name)
+        local = -math.inf if value is None else (sum(self.values) + float(value)) / (len(self.values) + 1)
+        mean = largest_on_any(accelerator, local)
+        if mean > self.bound.bound:
+            return mean
+        if value is not None:
+            self.values.append(float(value))
+        return None
 
 
 @dataclass
@@ -109,8 +133,8 @@ class TrainSummary:
     stopped_early: bool = False
     """The time budget or the metric bound ended the run before its last epoch's end."""
     stopped_at: tuple[int, float] | None = None
-    """Where ``config.stop_above`` stopped the run: (the optimizer step it did not take, 1-based; the metric's value
-    there, the largest over processes); None where it did not."""
+    """Where ``config.stop_above`` stopped the run: (the optimizer step it did not take, 1-based; the metric's window
+    mean there, the largest over processes); None where it did not."""
 
     @property
     def samples_per_second(self) -> float:
@@ -345,25 +369,17 @@ def out_of_time(accelerator: Accelerator, deadline: float) -> bool:
     return largest_on_any(accelerator, float(time.perf_counter() > deadline)) > 0
 
 
-def beyond_bound(accelerator: Accelerator, metrics: Metrics, bound: MetricBound | None) -> float | None:
-    """The bounded metric's value (its maximum over processes) when some process measured it above the bound, else
-    None: within, or no bound."""
-    if bound is None:
-        return None
-    value = largest_on_any(accelerator, float(metrics.get(bound.name, -math.inf)))
-    return value if value > bound.bound else None
-
-
 def micro_step(accelerator: Accelerator, prepared: Prepared, batch: dict[str, torch.Tensor], loss_fn: LossFn,
-               config: LoopConfig) -> tuple[torch.Tensor, Metrics, float, float | None]:
+               config: LoopConfig, bound: BoundWindow | None = None
+               ) -> tuple[torch.Tensor, Metrics, float, float | None]:
     """One micro-batch: loss, backward, and at the end of an accumulation clip and step (DeepSpeed's engine does
     both inside ``accelerator.backward``). Returns the loss, its metrics, the gradient norm (0 off a step) and, where
-    the loss measured ``config.stop_above``'s metric above its bound, that value: then nothing was stepped and the
-    accumulated gradients are dropped."""
+    ``bound`` found the metric's window above its bound, that mean: then nothing was stepped and the accumulated
+    gradients are dropped."""
     grad_norm = 0.0
     with accelerator.accumulate(prepared.model):
         loss, metrics = loss_fn(prepared.model, batch)
-        beyond = beyond_bound(accelerator, metrics, config.stop_above)
+        beyond = bound.beyond(accelerator, metrics) if bound is not None else None
         if beyond is not None:
             prepared.optimizer.zero_grad()
             return loss, metrics, grad_norm, beyond
@@ -390,15 +406,17 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
     deadline = start + config.max_minutes * 60 if config.max_minutes else math.inf
     run_window, window = StepWindow(), StepWindow()
     norms: list[float] = []  # each step's, the same on every process (the gradients were averaged first)
+    bound = BoundWindow(config.stop_above, len(loader)) if config.stop_above is not None else None
     prepared.model.train()
     for epoch in range(config.epochs):
         epoch_window = StepWindow()
         for batch in loader:
             lr = float(prepared.optimizer.param_groups[0]["lr"])  # the lr this step uses
-            loss, metrics, grad_norm, beyond = micro_step(accelerator, prepared, batch, loss_fn, config)
+            loss, metrics, grad_norm, beyond = micro_step(accelerator, prepared, batch, loss_fn, config, bound)
             if beyond is not None:
                 summary.stopped_early, summary.stopped_at = True, (summary.steps + 1, beyond)
-                log.info("%s %.4g above its bound %.4g: stopped before optimizer step %d", config.stop_above.name,
+                log.info("%s %.4g (window mean) above its bound %.4g: stopped before optimizer step %d",
+                         config.stop_above.name,
                          beyond, config.stop_above.bound, summary.steps + 1)
                 break
             tokens, samples = batch_tokens(batch), batch_size_of(batch)

@@ -267,11 +267,13 @@ class ActorLoss:
     whole run of seed 1 at 1: 15.2% -> 11.5% of the 165 test tasks (the preset without it: 6.1%), episodes of 3.8
     steps; no climb (its rollouts solved 2 and 1 of 24)."""
     kl_bound: Annotated[float, Field(gt=0.0)] | None = None
-    """The most the update may move the policy: the exact KL(pi_ref || pi_theta) per action token, which every batch
-    measures on its own steps before its optimizer step (``kl_exact``). The first batch measured above it ends the
-    update there, without its step (``training_loop.MetricBound``); the phase records where (``kl_stopped_at_step``)
-    and the run report checks every phase against it. None: no bound (the paper: beta in the objective alone keeps
-    the policy near its reference). This project's; PPO implementations stop at a target KL the same way."""
+    """The most the update may move the policy: the exact KL(pi_ref || pi_theta) per action token (``kl_exact``), which
+    every batch measures on its own steps before its optimizer step, averaged over one epoch's worth of batches (a
+    sliding window: at each epoch's end, the epoch's mean the phase reports). The first batch that takes that mean
+    above the bound ends the update there, without its step (``training_loop.MetricBound``); the phase records where
+    (``kl_stopped_at_step``) and the run report checks every phase against it. None: no bound (the paper: beta in the
+    objective alone keeps the policy near its reference). This project's; PPO implementations stop at a target KL
+    the same way."""
 
     def __post_init__(self) -> None:
         if self.min_positive_confidence >= self.max_positive_confidence:

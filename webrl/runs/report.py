@@ -232,7 +232,8 @@ def kl_bound_note(rows: list[dict[str, Any]]) -> str:
     verdict = (f"phase {', '.join(map(str, beyond))} reached it (the update stopped there)" if beyond
                else "every phase's update stayed within it")
     return (f"KL exact: KL(pi_ref || pi_theta) per action token, the mean over the last epoch's batches; bound "
-            f"{' / '.join(_fmt(b) for b in bounds)} (`actor.kl_bound`, measured before each optimizer step): "
+            f"{' / '.join(_fmt(b) for b in bounds)} (`actor.kl_bound`, on the mean over an epoch's worth of batches, "
+            "checked before each optimizer step): "
             f"{verdict}.")
 
 

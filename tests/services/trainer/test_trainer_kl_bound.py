@@ -1,6 +1,6 @@
-"""The actor's KL bound (``actor.kl_bound``): the loop stops at the first batch measured above it, before that batch's
-step; on a real model the update stops near the bound instead of running on; the phase record and the run report say
-where."""
+"""The actor's KL bound (``actor.kl_bound``): the loop stops at the first batch whose window mean is above it, before
+that batch's step; one noisy batch inside an epoch's window does not stop it; on a real model the update stops near
+the bound instead of running on; the phase record and the run report say where."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def run_scalar(bound: MetricBound | None) -> tuple[TrainSummary, list[float], fl
 def test_the_loop_stops_before_the_step_of_the_first_batch_above_the_bound() -> None:
     free, free_drift, free_w = run_scalar(None)
     assert free.steps == 12 and not free.stopped_early and free.stopped_at is None
-    bounded, drift, w = run_scalar(MetricBound("drift", 0.45))
+    bounded, drift, w = run_scalar(MetricBound("drift", 0.45, window=1))
     # every step taken was measured within the bound; the first one measured above it was not taken
     assert all(d <= 0.45 for d in drift)
     assert bounded.stopped_early and bounded.stopped_at is not None
@@ -70,10 +70,29 @@ def test_a_batch_that_does_not_measure_the_metric_is_within_the_bound() -> None:
     assert summary.steps == 12 and summary.stopped_at is None
 
 
+def spiky_run(bound: MetricBound) -> TrainSummary:
+    """Four batches an epoch whose metric is 0.9 on the third and 0 elsewhere: an epoch's mean 0.225."""
+    config = LoopConfig(lr=0.1, epochs=2, batch_size=1, gradient_checkpointing=False, stop_above=bound)
+    accelerator = make_accelerator(config)
+    prepared = prepare(accelerator, Scalar(), config)
+    batches = [{"index": torch.tensor([i]), "spike": torch.tensor([0.9 if i == 2 else 0.0])} for i in range(4)]
+    return train(accelerator, prepared, batches,
+                 lambda model, batch: ((model.w - 1.0) ** 2, {"spiky": float(batch["spike"][0])}), config)
+
+
+def test_one_noisy_batch_inside_an_epochs_window_does_not_stop_the_update() -> None:
+    assert spiky_run(MetricBound("spiky", 0.5)).stopped_at is None  # the window: one epoch's 4 batches
+    one = spiky_run(MetricBound("spiky", 0.5, window=1))
+    assert one.stopped_at == (3, pytest.approx(0.9))
+    two = spiky_run(MetricBound("spiky", 0.3, window=2))  # (0 + 0.9) / 2 = 0.45 > 0.3 at the third batch
+    assert two.stopped_at == (3, pytest.approx(0.45))
+    assert spiky_run(MetricBound("spiky", 0.2)).stopped_at == (3, pytest.approx(0.3))  # (0 + 0 + 0.9) / 3
+
+
 @pytest.fixture
 def pushed(tiny):
     """``pushed(kl_bound) -> summary``: an unbounded push of one action (A = 1, no KL term, lr 3e-3, up to 15
-    epochs of 2 batches of 2) on a fresh copy of the tiny Llama."""
+    epochs of 2 batches of 2; the bound's window: an epoch's 2 batches) on a fresh copy of the tiny Llama."""
     import copy
 
     model, tokenizer = tiny
