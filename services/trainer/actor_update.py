@@ -300,7 +300,7 @@ def last_epoch(epochs: Sequence[Metrics], keys: Sequence[str]) -> dict[str, Any]
 
 def kl_bound_record(objective: ActorLoss, summary: TrainSummary) -> dict[str, float | int]:
     """What a phase records of ``actor.kl_bound``: the bound, and where the update stopped at it (the optimizer step
-    it did not take, and the exact KL measured there); nothing without a bound."""
+    it did not take, and the windowed mean exact KL that stopped it); nothing without a bound."""
     if objective.kl_bound is None:
         return {}
     stopped = summary.stopped_at

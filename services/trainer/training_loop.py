@@ -416,8 +416,7 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
             if beyond is not None:
                 summary.stopped_early, summary.stopped_at = True, (summary.steps + 1, beyond)
                 log.info("%s %.4g (window mean) above its bound %.4g: stopped before optimizer step %d",
-                         config.stop_above.name,
-                         beyond, config.stop_above.bound, summary.steps + 1)
+                         config.stop_above.name, beyond, config.stop_above.bound, summary.steps + 1)
                 break
             tokens, samples = batch_tokens(batch), batch_size_of(batch)
             for w in (window, epoch_window, run_window):

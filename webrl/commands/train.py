@@ -344,8 +344,9 @@ def register(app: typer.Typer) -> None:
                                             "start actor was (0: off). Default: the preset's."),
         kl_bound: float = typer.Option(None,
                                        help="The most exact KL(pi_ref || pi_theta) per action token an actor update "
-                                       "may reach (not in the paper): the first batch measured above it ends the "
-                                       "update, without its step. Default: the preset's."),
+                                       "may reach, as the mean over an epoch's worth of batches (not in the "
+                                       "paper): the first batch that takes it above ends the update, without its "
+                                       "step. Default: the preset's (none)."),
     ) -> None:
         """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
         from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
