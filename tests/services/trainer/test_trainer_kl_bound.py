@@ -103,7 +103,6 @@ def pushed(tiny):
     def run(kl_bound: float | None) -> TrainSummary:
         fresh = copy.deepcopy(model)
         fresh.load_state_dict(state)
-        objective = ActorLoss(kl=False, kl_bound=kl_bound)
         hp = with_overrides(WebRLHyperparams(), {"actor.kl": False, "actor.lr": 3e-3, "actor.epochs": 15,
                                                  "actor.max_grad_norm": 1.0, "actor.warmup_steps": 0,
                                                  "batching.batch_size": 2,
@@ -112,7 +111,7 @@ def pushed(tiny):
         loop.gradient_checkpointing = False
         accelerator = make_accelerator(loop)
         return update_actor(accelerator, prepare(accelerator, fresh, loop), tokenizer, [step] * 4, [1.0] * 4,
-                            objective, loop, max_length=256)
+                            hp.actor, loop, max_length=256)
 
     return run
 
