@@ -218,3 +218,19 @@ def test_the_fourth_stored_phases_stops_get_the_states_their_episodes_went_on_fr
                             flags={})
     assert sorted(len(group) for group in twins.values()) == [2, 5]
     assert all(stored.steps[i].phase == 1 for i in twins)
+
+
+T03_SEED1_FIXTURE = ROOT / "bench" / "fixtures" / "phase1-seed1-t03-smollm2"
+
+
+@pytest.mark.skipif(not (T03_SEED1_FIXTURE / "phase.json").is_file(), reason="the fifth stored phase is missing")
+def test_the_fifth_stored_phase_is_seed_1_under_the_data_lever() -> None:
+    """The fifth shipped phase (`make demo` seed 1 with `--solved-share 0.5 --rollout-temperature 0.3`, phase 1: 11
+    of 24 rollouts solved): 72 steps with A > 0, 66 of them its own, under the final preset's update."""
+    stored = load_phase(T03_SEED1_FIXTURE)
+    positives = [s for s in stored.steps if s.advantage > 0]
+    assert stored.meta["run"] == "cpu-demo-seed1-t03" and stored.meta["phase"] == 1 and len(stored.steps) == 123
+    assert len(positives) == 72 and sum(s.phase == 1 for s in positives) == 66
+    hp = stored.hyperparams
+    assert (hp.curriculum.solved_share, hp.rollout.temperature) == (0.5, 0.3)
+    assert (hp.actor.max_grad_norm, hp.actor.epochs, hp.actor.min_new_positive_steps) == (0.01, 3, 5)
