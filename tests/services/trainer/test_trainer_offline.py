@@ -223,7 +223,6 @@ def test_the_fourth_stored_phases_stops_get_the_states_their_episodes_went_on_fr
 T03_SEED1_FIXTURE = ROOT / "bench" / "fixtures" / "phase1-seed1-t03-smollm2"
 
 
-@pytest.mark.skipif(not (T03_SEED1_FIXTURE / "phase.json").is_file(), reason="the fifth stored phase is missing")
 def test_the_fifth_stored_phase_is_seed_1_under_the_data_lever() -> None:
     """The fifth shipped phase (`make demo` seed 1 with `--solved-share 0.5 --rollout-temperature 0.3`, phase 1: 11
     of 24 rollouts solved): 72 steps with A > 0, 66 of them its own, under the final preset's update."""
