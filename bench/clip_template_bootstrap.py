@@ -11,8 +11,6 @@ temporary home (SQLite) and read back as the report reads it (:mod:`webrl.store.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from rich.console import Console
 
 from webrl.method.template_split import TemplateGroups, group_comparison, group_success
 from webrl.runs.report import template_comparison_lines
+from webrl.store.template_groups import suite_template_groups as suite_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "docs" / "runs" / "2026-11-29-phase-offline-clip" / "test_165.json"
@@ -31,29 +30,6 @@ COMPARISONS = (("clip-0.01+warmup against the SFT actor", "sft", "clip-0.01+warm
 
 app = typer.Typer(add_completion=False)
 console = Console()
-
-
-def suite_groups(seed: int) -> TemplateGroups:
-    """The suite's test-task templates and seen templates, from the suite loaded into a temporary home."""
-    from webrl.config import get_settings
-    from webrl.db.migrate import upgrade
-    from webrl.sandbox.tasks.suite import load_suite
-    from webrl.store.template_groups import template_groups
-
-    with tempfile.TemporaryDirectory() as home:
-        saved = {var: os.environ.pop(var, None) for var in ("WEBRL_HOME", "WEBRL_DATABASE__URL")}
-        os.environ["WEBRL_HOME"] = home
-        get_settings.cache_clear()
-        try:
-            settings = get_settings()
-            settings.ensure_dirs()
-            upgrade(settings)
-            load_suite(settings, seed)
-            return template_groups(settings)
-        finally:
-            os.environ.pop("WEBRL_HOME")
-            os.environ.update({var: value for var, value in saved.items() if value is not None})
-            get_settings.cache_clear()
 
 
 def recompute(result: dict[str, Any], groups: TemplateGroups) -> dict[str, Any]:

@@ -3,29 +3,17 @@ recomputed as docs/runs/2026-11-29-phase-offline-clip/README.md states it."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_offline_bench_compares_each_setting_by_template_group(capsys) -> None:
+def test_the_offline_bench_compares_each_setting_by_template_group(capsys, load_bench) -> None:
     from webrl.method.template_split import TemplateGroups
 
-    bench = _bench("phase_offline")
+    bench = load_bench("phase_offline")
     keys = [f"t/{i}" for i in range(8)]
     groups = TemplateGroups({k: ("a" if i < 4 else "h") for i, k in enumerate(keys)}, frozenset({"a"}))
     row = bench.against_start("clip", keys, groups, {"t/0"}, {"t/0", "t/4", "t/5", "t/6", "t/7"})
@@ -38,10 +26,10 @@ def test_the_offline_bench_compares_each_setting_by_template_group(capsys) -> No
     assert bench.against_start("clip", keys, None, set(), set()) == {} and bench.vs_start_cell({}) == "-"
 
 
-def test_the_shipped_clip_result_by_template_group() -> None:
+def test_the_shipped_clip_result_by_template_group(load_bench) -> None:
     import json
 
-    recompute = _bench("clip_template_bootstrap")
+    recompute = load_bench("clip_template_bootstrap")
     groups = recompute.suite_groups(0)
     record = recompute.recompute(json.loads(recompute.RESULT.read_text()), groups)
     assert record["success"]["sft"] | {"macro": 0} == {"overall": [25, 165], "seen": [25, 85], "held_out": [0, 80],
@@ -61,7 +49,7 @@ def test_the_shipped_clip_result_by_template_group() -> None:
     assert points(versus["overall"]["interval"]) == [3.8, 38.8] and points(versus["seen"]["interval"]) == [4.9, 24.5]
 
 
-def test_the_offline_bench_reads_the_start_actors_evaluation_back(free_sites) -> None:
+def test_the_offline_bench_reads_the_start_actors_evaluation_back(free_sites, load_bench) -> None:
     """The start actor's results on the sample come from its stored evaluation of all the test tasks (the shipped
     SFT actor's: no episode runs, no browser), and ``--stratified`` samples one task of every template, which hold
     the 40 of ``make demo``'s middle phase."""
@@ -76,7 +64,7 @@ def test_the_offline_bench_reads_the_start_actors_evaluation_back(free_sites) ->
     settings = free_sites
     upgrade(settings)
     load_suite(settings, settings.seed)
-    bench = _bench("phase_offline")
+    bench = load_bench("phase_offline")
     keys, suite = bench.sample_keys(settings, 65, stratified=True)
     groups = template_groups(settings)
     assert len(suite) == 165 and len({groups.template_of[k] for k in keys}) == 65
@@ -100,12 +88,13 @@ def tiny_model(tmp_path: Path):
     return build_tiny_llama(tokenizer, "test", seed=0)
 
 
-def test_the_perturbation_null_scales_noise_to_each_tensor_and_finds_the_flips_it_is_asked_for(tiny_model) -> None:
+def test_the_perturbation_null_scales_noise_to_each_tensor_and_finds_the_flips_it_is_asked_for(
+        tiny_model, load_bench) -> None:
     """``bench/perturbation_null.py``: sigma 0 gives back the start weights; the noise of a tensor is sigma times its
     own RMS (seeded); bisection on sigma reaches a target share of flipped probe steps."""
     import torch
 
-    bench = _bench("perturbation_null")
+    bench = load_bench("perturbation_null")
     model = tiny_model
     weights = bench.lora_weights(model)
     original = {name: p.detach().clone() for name, p in weights.items()}

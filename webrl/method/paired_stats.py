@@ -118,7 +118,16 @@ def cluster_bootstrap_interval(before: Sequence[bool], after: Sequence[bool], cl
     *Bootstrap Methods and their Application*, 1997, section 3.8, "stratified and hierarchical data"; Field &
     Welsh, JRSS B 69(3), 2007). The statistic of a resample is the difference in success over the drawn tasks,
     sum(d) / sum(n) over the drawn clusters, or with ``macro`` the mean of the drawn clusters' own differences."""
-    d = _differences(before, after)
+    return cluster_bootstrap_differences(_differences(before, after), clusters, resamples, seed, level, macro)
+
+
+def cluster_bootstrap_differences(differences: Sequence[float] | np.ndarray, clusters: Sequence[str],
+                                  resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL,
+                                  macro: bool = False) -> tuple[float, float]:
+    """:func:`cluster_bootstrap_interval` of per-task differences that need not be -1, 0 or 1: a task's difference
+    averaged over several seeds of each setting, ``d_i = mean_s(after_{i,s}) - mean_s(before_{i,s})``, so that the
+    seeds of a setting are compared as one setting and templates stay the resampled unit."""
+    d = np.asarray(differences, dtype=np.float64)
     if d.size == 0:
         return (0.0, 0.0)
     sums, counts = cluster_totals(d, clusters)

@@ -1,0 +1,100 @@
+"""Two settings compared over several seeds each, on the same test tasks, with templates as the resampled unit.
+
+One seed of an update is one draw: the order of its batches alone moved 3-6 of 165 test tasks between re-runs of the
+same stored phase. A setting is therefore compared as the mean over its seeds. Each task i gets the difference of its
+mean success under the two settings,
+
+    d_i = mean_s after_{i,s} - mean_s before_{i,s}       (s over each setting's own seeds; a fixed baseline: 1 seed)
+
+and the difference in success is mean_i d_i, with the 95% interval of a bootstrap that draws templates, each with all
+its tasks' d_i (:func:`webrl.method.paired_stats.cluster_bootstrap_differences`), overall and within the seen-template
+and held-out-template tasks (:mod:`webrl.method.template_split`). Tasks gained (lost) in every seed are those solved
+by the first setting in none (all) of its seeds and by the second in all (none): the reproducible part of a change.
+
+    compare_over_seeds(tasks, groups, before=[sft_solved], after=[seed0_solved, seed1_solved, seed2_solved])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from webrl.method.paired_stats import RESAMPLES, SEED, cluster_bootstrap_differences
+from webrl.method.template_split import HELD_OUT, SEEN, TemplateGroups
+
+
+@dataclass(frozen=True)
+class SeedAveragedDifference:
+    """``after`` minus ``before`` over ``n`` tasks, each setting averaged over its seeds."""
+
+    n: int
+    before: float  # mean success of ``before`` over its seeds
+    after: float  # ... of ``after``
+    difference: float  # after - before, in [-1, 1]
+    interval: tuple[float, float]  # 95% template-cluster bootstrap interval of the difference
+    per_seed_after: list[float]  # success of each of ``after``'s seeds, in the order given
+    gained_every_seed: list[str]  # solved by no seed of ``before`` and by every seed of ``after`` (sorted)
+    lost_every_seed: list[str]  # solved by every seed of ``before`` and by no seed of ``after`` (sorted)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SeedComparison:
+    """The seed-averaged difference overall and within each template group (None: the tasks hold none of it)."""
+
+    overall: SeedAveragedDifference
+    seen: SeedAveragedDifference | None
+    held_out: SeedAveragedDifference | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: part.as_dict() if part is not None else None
+                for name, part in (("overall", self.overall), ("seen", self.seen), ("held_out", self.held_out))}
+
+
+def success_matrix(tasks: Sequence[str], solved_per_seed: Sequence[Collection[str]]) -> np.ndarray:
+    """(seeds, tasks) of 0/1: whether each seed's evaluation solved each of ``tasks``."""
+    if not solved_per_seed:
+        raise ValueError("a setting needs at least one seed's evaluation")
+    sets = [set(solved) for solved in solved_per_seed]
+    return np.array([[key in solved for key in tasks] for solved in sets], dtype=np.float64)
+
+
+def seed_averaged_difference(tasks: Collection[str], template_of: Mapping[str, str],
+                             before: Sequence[Collection[str]], after: Sequence[Collection[str]],
+                             resamples: int = RESAMPLES, seed: int = SEED) -> SeedAveragedDifference:
+    """:class:`SeedAveragedDifference` of ``after`` (one solved set per seed) against ``before`` on ``tasks``."""
+    order = sorted(tasks)
+    if not order:
+        raise ValueError("no tasks to compare")
+    b, a = success_matrix(order, before), success_matrix(order, after)  # (S_b, n), (S_a, n)
+    d = a.mean(axis=0) - b.mean(axis=0)  # (n,) seed-averaged difference per task
+    clusters = [template_of.get(key, key) for key in order]
+    never_before, always_before = b.max(axis=0) == 0, b.min(axis=0) == 1
+    always_after, never_after = a.min(axis=0) == 1, a.max(axis=0) == 0
+    return SeedAveragedDifference(
+        n=len(order), before=float(b.mean()), after=float(a.mean()), difference=float(d.mean()),
+        interval=cluster_bootstrap_differences(d, clusters, resamples, seed),
+        per_seed_after=[float(row.mean()) for row in a],
+        gained_every_seed=[k for k, g in zip(order, never_before & always_after, strict=True) if g],
+        lost_every_seed=[k for k, lost in zip(order, always_before & never_after, strict=True) if lost])
+
+
+def compare_over_seeds(tasks: Collection[str], groups: TemplateGroups, before: Sequence[Collection[str]],
+                       after: Sequence[Collection[str]], resamples: int = RESAMPLES,
+                       seed: int = SEED) -> SeedComparison:
+    """:class:`SeedComparison` of two settings' seeds on ``tasks`` (every one with a known template)."""
+    by_group = groups.split(tasks)
+
+    def part(keys: Collection[str]) -> SeedAveragedDifference | None:
+        if not keys:
+            return None
+        return seed_averaged_difference(keys, groups.template_of, before, after, resamples, seed)
+
+    overall = part(list(tasks))
+    assert overall is not None, "no tasks to compare"
+    return SeedComparison(overall=overall, seen=part(by_group[SEEN]), held_out=part(by_group[HELD_OUT]))
