@@ -201,9 +201,11 @@ def plot(cells: list[Cell], tasks: list[str], baseline: frozenset[str], groups: 
         for x, setting in enumerate(settings):
             group = [c for c in cells if c.setting == setting]
             values = [100 * (rate(group_success(tasks, groups, c.solved)) or 0.0) for c in group]
-            ax.scatter([x] * len(values), values, s=50, zorder=3)
-            for c, v in zip(group, values, strict=True):
-                ax.annotate(f"seed {c.seed}", (x, v), textcoords="offset points", xytext=(6, -3), fontsize=7)
+            xs = [x + 0.12 * (i - (len(group) - 1) / 2) for i in range(len(group))]  # seeds side by side
+            ax.scatter(xs, values, s=50, zorder=3, color=f"C{x}")
+            for i, (c, xi, v) in enumerate(zip(group, xs, values, strict=True)):
+                ax.annotate(f"seed {c.seed}", (xi, v), textcoords="offset points", fontsize=7,
+                            xytext=(4, 4 if i % 2 == 0 else -10))  # equal values: labels above and below
         ax.axhline(100 * (rate(start) or 0.0), color="gray", linestyle="--", label=START)
         ax.set_xticks(range(len(settings)), settings, rotation=20)
         ax.set_xlim(-0.5, len(settings) - 0.3)
