@@ -233,8 +233,7 @@ def main(cell_args: list[str] = typer.Option(..., "--cell", help="SETTING:SEED:P
     (output / "matrix.md").write_text("\n".join(lines) + "\n")
     (output / "matrix.json").write_text(json.dumps(record, indent=1) + "\n")
     if plot_figure:
-        tasks, baseline = check_comparable(cells)
-        plot(cells, tasks, baseline, groups, output / "matrix.png")
+        plot(cells, record["tasks"], frozenset(record["start_solved"]), groups, output / "matrix.png")
     typer.echo("\n".join(lines))
     console.print(f"written: {output / 'matrix.md'}, matrix.json{', matrix.png' if plot_figure else ''}")
 

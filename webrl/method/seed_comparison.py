@@ -1,8 +1,8 @@
 """Two settings compared over several seeds each, on the same test tasks, with templates as the resampled unit.
 
-One seed of an update is one draw: the order of its batches alone moved 3-6 of 165 test tasks between re-runs of the
-same stored phase. A setting is therefore compared as the mean over its seeds. Each task i gets the difference of its
-mean success under the two settings,
+One seed of an update is one draw: on one stored phase the order of its batches alone moved 15-16 of the 165 test
+tasks (docs/runs/2026-12-04-phase-offline-clip-seeds). A setting is therefore compared as the mean over its seeds.
+Each task i gets the difference of its mean success under the two settings,
 
     d_i = mean_s after_{i,s} - mean_s before_{i,s}       (s over each setting's own seeds; a fixed baseline: 1 seed)
 
