@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 
 from webrl.method.template_split import TemplateGroups, group_comparison, group_success
+from webrl.orchestration.suite_templates import suite_template_groups as suite_groups
 from webrl.runs.report import template_comparison_lines
-from webrl.store.template_groups import suite_template_groups as suite_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "docs" / "runs" / "2026-11-29-phase-offline-clip" / "test_165.json"

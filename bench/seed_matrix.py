@@ -224,7 +224,7 @@ def main(cell_args: list[str] = typer.Option(..., "--cell", help="SETTING:SEED:P
          suite_seed: int = typer.Option(0, help="The task suite's seed (the runs')."),
          plot_figure: bool = typer.Option(True, "--plot/--no-plot", help="Also write matrix.png.")) -> None:
     """Tabulate settings over seeds against the start actor and against each other."""
-    from webrl.store.template_groups import suite_template_groups
+    from webrl.orchestration.suite_templates import suite_template_groups
 
     cells = [load_cell(*parse_cell(text)) for text in cell_args]
     groups = suite_template_groups(suite_seed)

@@ -79,7 +79,7 @@ def test_seeds_of_two_settings_against_the_start_actor_and_each_other(tmp_path: 
 
 
 def test_the_shipped_clip_result_as_two_one_seed_settings(load_bench) -> None:
-    from webrl.store.template_groups import suite_template_groups
+    from webrl.orchestration.suite_templates import suite_template_groups
 
     matrix = load_bench("seed_matrix")
     cells = [matrix.load_cell("clip", 0, CLIP, "clip-0.01+warmup"), matrix.load_cell("unclipped", 0, CLIP, "smooth-l1")]

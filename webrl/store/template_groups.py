@@ -8,9 +8,7 @@ held-out otherwise. Tasks without an ``intent_template_id`` (external task files
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from collections.abc import Collection
 
 from sqlalchemy import select
@@ -40,30 +38,6 @@ def template_groups(settings: Settings) -> TemplateGroups:
     """:func:`template_groups_in` in a session of its own."""
     with session_scope(settings) as s:
         return template_groups_in(s)
-
-
-def suite_template_groups(seed: int) -> TemplateGroups:
-    """The templates of the sandbox suite of ``seed`` (deterministic for its seed), with no run at hand: the suite is
-    loaded into a temporary embedded home (SQLite) and read back as a run's report reads it. The caller's
-    ``WEBRL_HOME`` and database URL are restored after."""
-    from webrl.config import get_settings
-    from webrl.db.migrate import upgrade
-    from webrl.sandbox.tasks.suite import load_suite
-
-    with tempfile.TemporaryDirectory() as home:
-        saved = {var: os.environ.pop(var, None) for var in ("WEBRL_HOME", "WEBRL_DATABASE__URL")}
-        os.environ["WEBRL_HOME"] = home
-        get_settings.cache_clear()
-        try:
-            settings = get_settings()
-            settings.ensure_dirs()
-            upgrade(settings)
-            load_suite(settings, seed)
-            return template_groups(settings)
-        finally:
-            os.environ.pop("WEBRL_HOME")
-            os.environ.update({var: value for var, value in saved.items() if value is not None})
-            get_settings.cache_clear()
 
 
 def evaluation_solved(settings: Settings, keys: Collection[str], *, phase: int, attempt: int,
