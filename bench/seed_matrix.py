@@ -28,8 +28,9 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from webrl.method.seed_comparison import SeedAveragedDifference, compare_over_seeds
-from webrl.method.template_split import GroupSuccess, TemplateGroups, group_comparison, group_success
+from webrl.method.seed_comparison import SeedAveragedDifference, SeedComparison, compare_over_seeds
+from webrl.method.template_split import TemplateGroups, group_comparison, group_success
+from webrl.runs.report import group_cells
 
 START = "start actor"
 
@@ -105,10 +106,6 @@ def check_comparable(cells: list[Cell]) -> tuple[list[str], frozenset[str]]:
     return sorted(first.tasks), first.baseline
 
 
-def share(solved: int, n: int) -> str:
-    return f"{solved}/{n} = {100 * solved / n:.1f}%" if n else "-"
-
-
 def points(difference: float, interval: tuple[float, float]) -> str:
     return f"{100 * difference:+.1f} ({100 * interval[0]:+.1f} .. {100 * interval[1]:+.1f})"
 
@@ -116,17 +113,16 @@ def points(difference: float, interval: tuple[float, float]) -> str:
 def cell_table(cells: list[Cell], tasks: list[str], baseline: frozenset[str], groups: TemplateGroups) -> list[str]:
     lines = ["| setting | seed | solved | seen templates | held-out templates | macro | vs start, points (95% over "
              "templates) | seen gained / lost |", "|---|---|---|---|---|---|---|---|"]
-    start = group_success(tasks, groups, baseline)
-    lines.append(f"| {START} | - | {share(start.overall.solved, start.overall.n)} | "
-                 f"{share(start.seen.solved, start.seen.n)} | {share(start.held_out.solved, start.held_out.n)} | "
-                 f"{100 * start.macro:.1f}% | - | - |")
+    def success(solved: frozenset[str]) -> str:  # all tasks, seen, held-out, macro: the run report's cells
+        overall, _templates, seen, held_out, macro = group_cells(group_success(tasks, groups, solved))
+        return f"{overall} | {seen} | {held_out} | {macro}"
+
+    lines.append(f"| {START} | - | {success(baseline)} | - | - |")
     for cell in cells:
-        got: GroupSuccess = group_success(tasks, groups, cell.solved)
         compared = group_comparison(tasks, groups, baseline, cell.solved)
         seen = compared.seen
-        lines.append(f"| {cell.setting} | {cell.seed} | {share(got.overall.solved, got.overall.n)} | "
-                     f"{share(got.seen.solved, got.seen.n)} | {share(got.held_out.solved, got.held_out.n)} | "
-                     f"{100 * got.macro:.1f}% | {points(compared.overall.difference, compared.overall.interval)} | "
+        lines.append(f"| {cell.setting} | {cell.seed} | {success(cell.solved)} | "
+                     f"{points(compared.overall.difference, compared.overall.interval)} | "
                      f"{f'{len(seen.gained)} / {len(seen.lost)}' if seen else '-'} |")
     return lines
 
@@ -138,7 +134,7 @@ def difference_cells(part: SeedAveragedDifference | None) -> str:
             f"{len(part.gained_every_seed)} / {len(part.lost_every_seed)}")
 
 
-def comparison_rows(name: str, seeds: str, compared: Any) -> str:
+def comparison_rows(name: str, seeds: str, compared: SeedComparison) -> str:
     overall = compared.overall
     per_seed = ", ".join(f"{100 * r:.1f}" for r in overall.per_seed_after)
     return (f"| {name} | {seeds} | {100 * overall.after:.1f}% ({per_seed}) | {difference_cells(overall)} | "
