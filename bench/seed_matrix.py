@@ -28,7 +28,12 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from webrl.method.seed_comparison import SeedAveragedDifference, SeedComparison, compare_over_seeds
+from webrl.method.seed_comparison import (
+    SeedAveragedDifference,
+    SeedComparison,
+    compare_over_seeds,
+    template_movements,
+)
 from webrl.method.template_split import TemplateGroups, group_comparison, group_success
 from webrl.runs.report import group_cells
 
@@ -150,6 +155,26 @@ COMPARISON_HEADER = ["| comparison | seeds | mean success (each seed) | overall,
                      "points | held-out gained / lost in every seed |", "|---|---|---|---|---|---|---|---|---|"]
 
 
+def task_numbers(keys: list[str]) -> str:
+    """``sandbox/test/86``, ``sandbox/test/147`` -> ``86, 147``; more than three -> ``first..last``."""
+    names = sorted((key.rsplit("/", 1)[-1] for key in keys), key=lambda n: (len(n), n))  # numbers in numeric order
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]}..{names[-1]}"
+
+
+def movement_table(cells: list[Cell], tasks: list[str], baseline: frozenset[str],
+                   groups: TemplateGroups) -> tuple[list[str], list[dict[str, Any]]]:
+    """The templates some cell moved: their solved tasks under the start actor and under every cell."""
+    moved = template_movements(tasks, groups, baseline, [c.solved for c in cells])
+    names = " | ".join(f"{c.setting} {c.seed}" for c in cells)
+    lines = [f"| template | group | tasks | {START} | {names} | cells below / above |",
+             "|" + "---|" * (5 + len(cells))]
+    for m in moved:
+        lines.append(f"| {m.template} ({task_numbers(m.tasks)}) | "
+                     f"{m.group} | {len(m.tasks)} | {m.start} | {' | '.join(map(str, m.per_cell))} | "
+                     f"{m.cells_below} / {m.cells_above} |")
+    return lines, [m.as_dict() for m in moved]
+
+
 def build(cells: list[Cell], groups: TemplateGroups) -> tuple[list[str], dict[str, Any]]:
     """The markdown tables and the JSON record of the matrix."""
     tasks, baseline = check_comparable(cells)
@@ -178,6 +203,11 @@ def build(cells: list[Cell], groups: TemplateGroups) -> tuple[list[str], dict[st
     lines += ["", "Gained / lost in every seed: tasks no seed of the second solved and every seed of the first did "
               "(and the reverse); the start actor is one evaluation. Each interval resamples the templates, a "
               "template drawn with all its tasks, of the seed-averaged per-task differences (10,000 resamples)."]
+    ordered = [c for group in by_setting.values() for c in group]
+    table, record["moved_templates"] = movement_table(ordered, tasks, baseline, groups)
+    lines += ["", "## Templates that moved, cell by cell", "",
+              "Tasks solved of each template on which some cell differs from the start actor (its tasks' numbers "
+              "in brackets), the templates most often below the start actor first.", "", *table]
     return lines, record
 
 

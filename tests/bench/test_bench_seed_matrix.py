@@ -74,6 +74,11 @@ def test_seeds_of_two_settings_against_the_start_actor_and_each_other(tmp_path: 
     versus = record["comparisons"]["clip vs plain"]["overall"]
     assert versus["difference"] == pytest.approx((1 + 2 + 0.5) / 8) and versus["lost_every_seed"] == []
     assert any(line.startswith("| clip vs plain | 0, 1 vs 0 |") for line in lines)
+    # T0 lost by plain; T3 (t/6, t/7) gained by both clip seeds; T1 (t/2) by clip seed 1
+    assert [(m["template"], m["per_cell"], m["cells_below"]) for m in record["moved_templates"]] == [
+        ("T0", [1, 1, 0], 1), ("T3", [2, 2, 0], 0), ("T1", [0, 1, 0], 0)]
+    assert "| T0 (0, 1) | seen | 2 | 1 | 1 | 1 | 0 | 1 / 0 |" in lines
+    assert matrix.task_numbers([f"s/test/{i}" for i in (147, 86, 9, 20)]) == "9..147"
     matrix.plot(cells, sorted(tasks), frozenset(start), groups, tmp_path / "matrix.png")
     assert (tmp_path / "matrix.png").stat().st_size > 0
 

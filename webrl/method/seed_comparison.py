@@ -98,3 +98,45 @@ def compare_over_seeds(tasks: Collection[str], groups: TemplateGroups, before: S
     overall = part(list(tasks))
     assert overall is not None, "no tasks to compare"
     return SeedComparison(overall=overall, seen=part(by_group[SEEN]), held_out=part(by_group[HELD_OUT]))
+
+
+@dataclass(frozen=True)
+class TemplateMovement:
+    """One template's solved tasks under the start actor and under each cell (one adapter's evaluation)."""
+
+    template: str
+    group: str  # SEEN or HELD_OUT
+    tasks: list[str]  # the template's evaluated tasks (sorted)
+    start: int  # solved by the start actor
+    per_cell: list[int]  # solved by each cell, in the order given
+
+    @property
+    def cells_below(self) -> int:
+        """Cells that solved fewer of the template's tasks than the start actor."""
+        return sum(n < self.start for n in self.per_cell)
+
+    @property
+    def cells_above(self) -> int:
+        return sum(n > self.start for n in self.per_cell)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "cells_below": self.cells_below, "cells_above": self.cells_above}
+
+
+def template_movements(tasks: Collection[str], groups: TemplateGroups, start: Collection[str],
+                       cells: Sequence[Collection[str]]) -> list[TemplateMovement]:
+    """The templates on which at least one cell solved another number of tasks than the start actor, those most
+    often below it first, then those most often above it. Across updates of different stored phases from one start
+    actor, it separates what the data decides (a template gained wherever a phase had its positives) from what every
+    update does (a template the start actor solves narrowly, lost whatever the data)."""
+    start_set, cell_sets = set(start), [set(solved) for solved in cells]
+    by_template: dict[str, list[str]] = {}
+    for key in sorted(tasks):
+        by_template.setdefault(groups.template_of[key], []).append(key)
+    moved = []
+    for template, keys in by_template.items():
+        before = sum(key in start_set for key in keys)
+        after = [sum(key in solved for key in keys) for solved in cell_sets]
+        if any(n != before for n in after):
+            moved.append(TemplateMovement(template, groups.group_of(keys[0]), keys, before, after))
+    return sorted(moved, key=lambda m: (-m.cells_below, -m.cells_above, m.group, m.tasks[0]))

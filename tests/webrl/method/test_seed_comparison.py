@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from webrl.method.paired_stats import cluster_bootstrap_differences, cluster_bootstrap_interval
-from webrl.method.seed_comparison import compare_over_seeds, seed_averaged_difference, success_matrix
-from webrl.method.template_split import TemplateGroups, group_comparison
+from webrl.method.seed_comparison import (
+    compare_over_seeds,
+    seed_averaged_difference,
+    success_matrix,
+    template_movements,
+)
+from webrl.method.template_split import HELD_OUT, SEEN, TemplateGroups, group_comparison
 
 
 def test_fractional_differences_resample_whole_templates() -> None:
@@ -56,3 +61,19 @@ def test_a_setting_needs_a_seed_and_a_comparison_needs_tasks() -> None:
         success_matrix(["t/1"], [])
     with pytest.raises(ValueError, match="no tasks"):
         seed_averaged_difference([], {}, [set()], [set()])
+
+
+def test_template_movements_list_the_templates_a_cell_moved_those_most_often_lost_first() -> None:
+    tasks = ["a/1", "a/2", "b/1", "c/1", "c/2", "d/1"]
+    groups = TemplateGroups({key: key.split("/")[0] for key in tasks}, frozenset({"a", "b", "c"}))  # d held out
+    start = {"a/1", "a/2", "b/1"}
+    cells = [{"a/1", "b/1", "c/1"}, {"b/1", "d/1"}, {"a/1", "a/2", "b/1", "c/1", "c/2"}]
+    moved = template_movements(tasks, groups, start, cells)
+    # b never moves; a is below the start in two cells, c above it in two, d in one
+    assert [m.template for m in moved] == ["a", "c", "d"]
+    a, c, d = moved
+    assert (a.start, a.per_cell, a.cells_below, a.cells_above) == (2, [1, 0, 2], 2, 0)
+    assert (d.group, d.per_cell, d.cells_above) == (HELD_OUT, [0, 1, 0], 1)
+    assert (c.group, c.tasks, c.per_cell, c.cells_above) == (SEEN, ["c/1", "c/2"], [1, 0, 2], 2)
+    assert c.as_dict()["cells_below"] == 0
+    assert template_movements(tasks, groups, start, [start]) == []
