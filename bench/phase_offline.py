@@ -32,6 +32,9 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
     # rollouts solved, 72 steps with A > 0, 66 its own; its run's actor rose from 9 to 13 of its 40)
     python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed1-t03-smollm2 --tasks 65 --stratified \
         --setting "as-run:"
+    # ... and its update without the clip, on all 165 (docs/runs/2026-12-04-phase-offline-clip-second-phase)
+    python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed1-t03-smollm2 --tasks 165 --seed 0 \
+        --setting "unclipped:actor.max_grad_norm=1.0,actor.warmup_steps=0"
     # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
     python bench/phase_offline.py run --smoke
 
