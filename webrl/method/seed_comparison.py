@@ -127,8 +127,8 @@ def template_movements(tasks: Collection[str], groups: TemplateGroups, start: Co
                        cells: Sequence[Collection[str]]) -> list[TemplateMovement]:
     """The templates on which at least one cell solved another number of tasks than the start actor, those most
     often below it first, then those most often above it. Across updates of different stored phases from one start
-    actor, it separates what the data decides (a template gained wherever a phase had its positives) from what every
-    update does (a template the start actor solves narrowly, lost whatever the data)."""
+    actor, it separates what the data decides (a template gained under one phase's data, in every seed, and not under
+    another's) from what every update does (a template the start actor solves narrowly, lost whatever the data)."""
     start_set, cell_sets = set(start), [set(solved) for solved in cells]
     by_template: dict[str, list[str]] = {}
     for key in sorted(tasks):
