@@ -183,8 +183,8 @@ def build(cells: list[Cell], groups: TemplateGroups) -> tuple[list[str], dict[st
     by_setting: dict[str, list[Cell]] = {}
     for cell in sorted(cells, key=lambda c: (c.setting, c.seed)):
         by_setting.setdefault(cell.setting, []).append(cell)
-    lines = ["## Every cell", "", *cell_table([c for group in by_setting.values() for c in group], tasks, baseline,
-                                              groups), ""]
+    ordered = [c for group in by_setting.values() for c in group]  # by setting, then seed: every table's order
+    lines = ["## Every cell", "", *cell_table(ordered, tasks, baseline, groups), ""]
     record: dict[str, Any] = {"tasks": tasks, "start_solved": sorted(baseline),
                               "cells": [{"setting": c.setting, "seed": c.seed, "source": c.source,
                                          "solved": sorted(c.solved)} for c in cells], "comparisons": {}}
@@ -203,7 +203,6 @@ def build(cells: list[Cell], groups: TemplateGroups) -> tuple[list[str], dict[st
     lines += ["", "Gained / lost in every seed: tasks no seed of the second solved and every seed of the first did "
               "(and the reverse); the start actor is one evaluation. Each interval resamples the templates, a "
               "template drawn with all its tasks, of the seed-averaged per-task differences (10,000 resamples)."]
-    ordered = [c for group in by_setting.values() for c in group]
     table, record["moved_templates"] = movement_table(ordered, tasks, baseline, groups)
     lines += ["", "## Templates that moved, cell by cell", "",
               "Tasks solved of each template on which some cell differs from the start actor (its tasks' numbers "
