@@ -1,10 +1,13 @@
 """Evaluation throughput of a model policy: seconds to roll out the first N test tasks at several
-(concurrency, chunk[, torch threads]) settings, as ratios against the first setting (by default 4 episodes at once,
-chunks of 16 tasks), each setting run twice, interleaved, in the same run.
+(concurrency, chunk[, torch threads][, kept prompts]) settings, as ratios against the first setting (by default 4
+episodes at once, chunks of 16 tasks), each setting run twice, interleaved, in the same run; and whether each setting
+took the first one's actions (greedy decoding: it should, task for task).
 
 Concurrency lets the policy batch the prompts of several episodes into one ``generate`` call; a larger chunk
 (tasks per rollout job) wastes less time waiting for a chunk's slowest episode. ``@T`` after a setting runs it with
 ``WEBRL_MODELS__TORCH_THREADS=T`` (the embedded policy's intra-op threads, beside Chromium and the sandbox sites).
+``/R`` keeps R whole prompts in the local backend (``WEBRL_ACTOR__KEPT_PROMPTS=R``; 0: only the batch's shared
+prefix is reused), so an episode's next step computes only what it does not share with its last prompt.
 
 Every timed run is a fresh process (the sandbox sites, the embedded queue and the policy in it, as in ``webrl
 train``): torch fixes a thread's intra-op thread count at its first parallel op, so the local backend's generation
@@ -14,6 +17,8 @@ counted; all of them share one temporary home (its database and converted base).
     .venv/bin/python bench/eval_concurrency.py [--actor webrl/assets/actor-sft] [--tasks 64] [--settings 4x16,8x32]
     .venv/bin/python bench/eval_concurrency.py --actor webrl/assets/actor-sft-smollm2 --tasks 16 \\
         --settings 8x16@1,8x16@2
+    .venv/bin/python bench/eval_concurrency.py --actor webrl/assets/actor-sft-smollm2 --tasks 40 \\
+        --settings 16x65/0,16x65 --repeats 1
 """
 
 from __future__ import annotations
@@ -34,18 +39,25 @@ sys.path.insert(0, str(REPO))
 
 from isolated_home import isolated_home  # noqa: E402  (bench/isolated_home.py, next to this script)
 
-Setting = tuple[int, int, int]  # episodes at once, tasks per rollout job, torch threads (0: torch's default)
+#: episodes at once, tasks per rollout job, torch threads (0: torch's default), kept prompts (-1: the default)
+Setting = tuple[int, int, int, int]
 WARM_UP = 10_000  # warm-up rollouts' attempt numbers start here, clear of the timed runs'
 
 
 def _parse_settings(text: str) -> list[Setting]:
-    """``CxK[@T]`` items: C episodes at once, chunks of K tasks, T torch threads."""
+    """``CxK[@T][/R]`` items: C episodes at once, chunks of K tasks, T torch threads, R kept prompts."""
     out = []
     for part in text.split(","):
-        shape, _, threads = part.lower().partition("@")
+        part, _, kept = part.lower().partition("/")
+        shape, _, threads = part.partition("@")
         concurrency, chunk = shape.split("x")
-        out.append((int(concurrency), int(chunk), int(threads or 0)))
+        out.append((int(concurrency), int(chunk), int(threads or 0), int(kept) if kept else -1))
     return out
+
+
+def _label(setting: Setting) -> str:
+    concurrency, chunk, threads, kept = setting
+    return f"{concurrency}x{chunk}" + (f"@{threads}" if threads else "") + (f"/{kept}" if kept >= 0 else "")
 
 
 def _test_keys(tasks: int) -> list[str]:
@@ -63,13 +75,14 @@ def _timed_run(actor: str, tasks: int, setting: Setting, attempt: int) -> None:
     from webrl.wire.contracts import CheckpointSpec, RolloutRequest
 
     settings = get_settings()
-    concurrency, chunk, _ = setting
+    concurrency, chunk = setting[:2]
     keys = _test_keys(tasks)
     policy = CheckpointSpec(path=actor)
     with running_sandbox(settings, sandbox_ports(settings)):
         # a rollout is idempotent per (task, phase, attempt, run): the warm-up and each timed run get their own
         rollout_run(RolloutRequest(task_keys=keys[:1], phase=0, attempt=WARM_UP + attempt, purpose="eval",
                                    policy=policy, concurrency=1))
+        tokens = _prompt_tokens()
         start = time.perf_counter()
         ids: list[int] = []
         for at in range(0, len(keys), chunk):
@@ -77,27 +90,38 @@ def _timed_run(actor: str, tasks: int, setting: Setting, attempt: int) -> None:
                                                 purpose="eval", policy=policy, concurrency=concurrency))
             ids.extend(result.trajectory_ids)
         seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "trajectory_ids": ids}))
+    prompt, reused = (after - before for after, before in zip(_prompt_tokens(), tokens, strict=True))
+    print(json.dumps({"seconds": seconds, "trajectory_ids": ids, "prompt_tokens": prompt, "reused_tokens": reused}))
 
 
-def _child(args: argparse.Namespace, setting: Setting, attempt: int) -> tuple[float, list[int]]:
+def _prompt_tokens() -> tuple[int, int]:
+    """Prompt tokens the loaded local backends have decoded, and how many of them came from a cached prefix."""
+    from webrl.models.model_policies import _SHARED
+
+    backends = list(_SHARED.values())
+    return sum(b.prompt_tokens for b in backends), sum(b.reused_tokens for b in backends)
+
+
+def _child(args: argparse.Namespace, setting: Setting, attempt: int) -> tuple[float, list[int], tuple[int, int]]:
     env = dict(os.environ)
     if setting[2]:
         env["WEBRL_MODELS__TORCH_THREADS"] = str(setting[2])
+    if setting[3] >= 0:
+        env["WEBRL_ACTOR__KEPT_PROMPTS"] = str(setting[3])
     command = [sys.executable, __file__, "--actor", args.actor, "--tasks", str(args.tasks),
-               "--child", f"{setting[0]}x{setting[1]}@{setting[2]}", "--attempt", str(attempt)]
+               "--child", _label(setting), "--attempt", str(attempt)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"the run {setting} failed:\n{done.stderr[-4000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return float(result["seconds"]), list(result["trajectory_ids"])
+    return float(result["seconds"]), list(result["trajectory_ids"]), (result["prompt_tokens"], result["reused_tokens"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--actor", default=str(REPO / "webrl" / "assets" / "actor-sft"))
     parser.add_argument("--tasks", type=int, default=64)
-    parser.add_argument("--settings", default="4x16,8x32", help="CxK[@T], ...; the first is the baseline")
+    parser.add_argument("--settings", default="4x16,8x32", help="CxK[@T][/R], ...; the first is the baseline")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--attempt", type=int, default=0, help=argparse.SUPPRESS)
@@ -117,35 +141,53 @@ def main() -> None:
     grid = _parse_settings(args.settings)
     seconds: dict[Setting, list[float]] = {g: [] for g in grid}
     steps: dict[Setting, int] = dict.fromkeys(grid, 0)
+    actions: dict[Setting, dict[str, list[str]]] = {}  # the last repeat's actions per task
+    computed: dict[Setting, tuple[int, int]] = {}  # the last repeat's prompt tokens: computed, in all
     attempt = 0
-    console = Console()
+    console = Console(width=200)
     for repeat in range(args.repeats):
         for setting in grid:
             attempt += 1
-            elapsed, ids = _child(args, setting, attempt)
+            elapsed, ids, (prompt, reused) = _child(args, setting, attempt)
+            computed[setting] = (prompt - reused, prompt)
             seconds[setting].append(elapsed)
-            steps[setting] = _steps(settings, ids)
-            concurrency, chunk, threads = setting
-            console.print(f"repeat {repeat}: {concurrency} x {chunk} @ {threads or 'default'} threads: {elapsed:.1f} s")
+            actions[setting] = _actions(settings, ids)
+            steps[setting] = sum(map(len, actions[setting].values()))
+            console.print(f"repeat {repeat}: {_label(setting)}: {elapsed:.1f} s")
     base = sum(seconds[grid[0]]) / len(seconds[grid[0]])
     table = Table(title=f"evaluation of {args.tasks} test tasks ({Path(args.actor).name})")
-    for column in ("concurrency", "chunk", "threads", "mean s", "env steps", "speed-up vs first"):
+    for column in ("concurrency", "chunk", "threads", "kept prompts", "mean s", "env steps", "s a step",
+                   "prompt tokens computed", "same actions as first", "speed-up vs first"):
         table.add_column(column, justify="right")
+    first = actions[grid[0]]
     for g in grid:
         mean = sum(seconds[g]) / len(seconds[g])
-        table.add_row(str(g[0]), str(g[1]), str(g[2] or "default"), f"{mean:.1f}", str(steps[g]), f"{base / mean:.2f}x")
+        same = sum(actions[g].get(task) == taken for task, taken in first.items())
+        table.add_row(str(g[0]), str(g[1]), str(g[2] or "default"), str(g[3]) if g[3] >= 0 else "default",
+                      f"{mean:.1f}", str(steps[g]), f"{mean / max(1, steps[g]):.2f}",
+                      f"{computed[g][0]:,} of {computed[g][1]:,} ({computed[g][0] / max(1, computed[g][1]):.0%})",
+                      f"{same}/{len(first)} tasks",
+                      f"{base / mean:.2f}x")
     console.print(table)
 
 
-def _steps(settings, trajectory_ids: list[int]) -> int:  # type: ignore[no-untyped-def]
-    from sqlalchemy import func, select
+def _actions(settings, trajectory_ids: list[int]) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+    """Each task's actions (the steps' raw responses), in order."""
+    from sqlalchemy import select
 
     from webrl.db import models as m
     from webrl.db.session import session_scope
 
     with session_scope(settings) as session:
-        return int(session.scalar(select(func.count()).select_from(m.StepRow)
-                                  .where(m.StepRow.trajectory_id.in_(trajectory_ids))) or 0)
+        rows = session.execute(select(m.Task.key, m.StepRow.response)
+                               .join(m.TrajectoryRow, m.TrajectoryRow.task_id == m.Task.id)
+                               .join(m.StepRow, m.StepRow.trajectory_id == m.TrajectoryRow.id)
+                               .where(m.TrajectoryRow.id.in_(trajectory_ids))
+                               .order_by(m.TrajectoryRow.id, m.StepRow.index)).all()
+    out: dict[str, list[str]] = {}
+    for task, response in rows:
+        out.setdefault(task, []).append(response)
+    return out
 
 
 if __name__ == "__main__":

@@ -257,6 +257,9 @@ class ActorSettings(Group):
     temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 = greedy.")
     max_batch: int = Field(16, ge=1, description="Most prompts the local backend batches together.")
     batch_wait_ms: float = Field(5.0, ge=0.0, description="How long the local batcher waits for company.")
+    kept_prompts: int | None = Field(
+        None, ge=0, description="Whole prompts the local backend keeps cached so that a later prompt (an episode's "
+        "next step) computes only what it does not share with one; None: twice max_batch, 0: none kept.")
     url: str = Field(
         "http://127.0.0.1:8102", description="Base URL of the actor service. A rollout policy {kind: endpoint} may "
         "name it (it is on endpoint_allow_list), and only there does the endpoint policy send the bearer key "

@@ -127,3 +127,40 @@ def test_queued_requests_share_the_prefix(on: LocalBackend, off: LocalBackend) -
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(lambda p: on.generate([p], 8, 0.0)[0], PROMPTS * 2))
     assert_same(got, expected * 2)
+
+
+def test_an_agents_next_step_starts_from_its_last_prompt(on: LocalBackend, off: LocalBackend) -> None:
+    """Each of two episodes' next prompt shares a long run with its own last prompt (not a prefix of it: the last
+    page is elided) and only the system turn with the other episode's: it is prefilled from its own run."""
+    steps = [[SHARED + intent + " Round 0\n" + page for intent, page in
+              (("Show me the Electronics", SUFFIXES[1]), ("Books category products", SUFFIXES[2]))]]
+    steps.append([SHARED + intent + ' Round 0\n** elided ** do(action="Click", element="3") Round 1\n' + page
+                  for intent, page in (("Show me the Electronics", SUFFIXES[3]), ("Books category products", "Books"))])
+    on._last_row = []
+    assert_same(on.generate_batch(steps[0], 8, 0.0), off.generate_batch(steps[0], 8, 0.0))
+    reused = on.reused_tokens
+    got = on.generate_batch(steps[1], 8, 0.0)
+    if on.row_prefill:
+        own = sum(shared_tokens(on, [first, then]) for first, then in zip(steps[0], steps[1], strict=True))
+        assert on.reused_tokens - reused == own > 2 * shared_tokens(on, steps[1])
+    else:  # one padded forward pass: the batch's shared prefix only
+        assert on.reused_tokens - reused == 2 * shared_tokens(on, steps[1])
+    assert_same(got, off.generate_batch(steps[1], 8, 0.0))
+
+
+def test_the_kept_prompts_are_bounded(model: tuple, off: LocalBackend) -> None:
+    backend = LocalBackend(*model, prefix_cache=True, min_prefix_tokens=MIN_PREFIX, row_prefill=True,
+                           kept_prompts=2)
+    try:
+        assert_same(backend.generate_batch(PROMPTS, 6, 0.0), off.generate_batch(PROMPTS, 6, 0.0))
+        assert len(backend._kept) == 2  # the last two rows
+        assert backend.prompt_tokens == sum(len(backend.tokenizer(p, add_special_tokens=False)["input_ids"])
+                                            for p in PROMPTS)
+    finally:
+        backend.close()
+    none = LocalBackend(*model, prefix_cache=True, min_prefix_tokens=MIN_PREFIX, row_prefill=True, kept_prompts=0)
+    try:
+        none.generate_batch(PROMPTS, 6, 0.0)
+        assert not none._kept and none.reused_tokens == len(PROMPTS) * shared_tokens(none, PROMPTS)
+    finally:
+        none.close()

@@ -18,6 +18,13 @@ def common_prefix_length(rows: list[list[int]]) -> int:
     return shortest
 
 
+def shared_length(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many leading tokens the 1-D token tensors ``a`` and ``b`` share."""
+    n = min(a.shape[0], b.shape[0])
+    differ = (a[:n] != b[:n]).nonzero()
+    return int(differ[0, 0]) if differ.numel() else n
+
+
 def plain_cache_layers(model: PreTrainedModel) -> int:
     """How many cache layers ``model`` has when all are plain full-attention :class:`DynamicLayer`; else 0
     (sliding windows, linear attention, shared layers: left to the model's own cache)."""
@@ -32,13 +39,14 @@ class BufferLayer(DynamicLayer):
     """A cache layer whose keys and values live in one buffer of ``capacity`` positions, allocated at the first
     update: appending writes in place. :class:`DynamicLayer` concatenates, copying the whole cache at every decode
     step (on CPU about half of a batch-8 SmolLM2 step at ~1,000 positions). ``prefix``, a batch-1 layer, is
-    broadcast into every row first."""
+    broadcast into every row first: its first ``length`` positions (all of them when None)."""
 
-    def __init__(self, batch: int, capacity: int, prefix: CacheLayerMixin | None = None) -> None:
+    def __init__(self, batch: int, capacity: int, prefix: CacheLayerMixin | None = None,
+                 length: int | None = None) -> None:
         super().__init__()
         self.batch, self.capacity, self.length = batch, capacity, 0
         if prefix is not None:
-            self.update(prefix.keys, prefix.values)
+            self.update(prefix.keys[:, :, :length], prefix.values[:, :, :length])
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device

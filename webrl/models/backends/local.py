@@ -12,7 +12,10 @@ backend).
 
 On CPU each prompt is prefilled on its own (unpadded, see :meth:`LocalBackend._prefill_rows`) and the rows'
 caches are put side by side, left-padded; elsewhere one padded forward pass prefills them all, laid out
-``[shared prefix | left padding | suffix]``. Either way the batch's keys and values live in a buffer sized for
+``[shared prefix | left padding | suffix]``. Prefilled on its own, a prompt also starts from the longest run of
+leading tokens it shares with a recent prompt (the last ``kept_prompts`` are kept whole): an agent's next step
+repeats its system turn, intent and earlier rounds, so only the new page is computed (vLLM's automatic prefix
+caching, per row). Either way the batch's keys and values live in a buffer sized for
 the prompts and the generation (:class:`BufferLayer`), so a decode step appends without copying the cache.
 """
 
@@ -35,7 +38,7 @@ from transformers.cache_utils import Cache
 
 from webrl.config import Settings
 from webrl.models.backends.base import Generation
-from webrl.models.backends.kv_cache import BufferLayer, common_prefix_length, plain_cache_layers
+from webrl.models.backends.kv_cache import BufferLayer, common_prefix_length, plain_cache_layers, shared_length
 from webrl.models.loading import checkpoint_version, eos_token_ids, load_causal_lm
 
 log = logging.getLogger(__name__)
@@ -70,7 +73,7 @@ class LocalBackend:
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, version: str = "",
                  path: str = "", max_batch: int = 16, batch_wait_s: float = 0.005, prefix_cache: bool = True,
                  min_prefix_tokens: int = MIN_PREFIX_TOKENS, prefix_cache_size: int = PREFIX_CACHE_SIZE,
-                 row_prefill: bool | None = None) -> None:
+                 row_prefill: bool | None = None, kept_prompts: int | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.version = version
@@ -89,6 +92,12 @@ class LocalBackend:
         self.prefix_cache_size = prefix_cache_size
         self.prefix_hits = 0  # batches whose prefix was already cached
         self._prefixes: OrderedDict[tuple[int, ...], Cache] = OrderedDict()  # token ids -> batch-1 cache
+        # whole prompts prefilled on their own, most recent last: a later prompt reuses the run it shares with one
+        # (module docstring); two per batch slot by default (SmolLM2 in fp32: ~46 MB a 1,000-token prompt)
+        self.kept_prompts = 2 * max_batch if kept_prompts is None else kept_prompts
+        self._kept: OrderedDict[tuple[int, ...], tuple[torch.Tensor, Cache]] = OrderedDict()  # ids -> (ids, cache)
+        self.prompt_tokens = 0  # prompt tokens of every decoded row
+        self.reused_tokens = 0  # of them, read from a cached prefix instead of computed
         self._prefix_lock = threading.Lock()
         self._last_row: list[int] = []  # the previous batch's last prompt: what the next one may share
         forward_args = inspect.signature(model.forward).parameters
@@ -105,7 +114,8 @@ class LocalBackend:
     def from_path(cls, path: str | Path, settings: Settings, *, version: str | None = None) -> LocalBackend:
         model, tokenizer = load_causal_lm(path, settings)
         return cls(model, tokenizer, version=version or checkpoint_version(path), path=str(path),
-                   max_batch=settings.actor.max_batch, batch_wait_s=settings.actor.batch_wait_ms / 1000)
+                   max_batch=settings.actor.max_batch, batch_wait_s=settings.actor.batch_wait_ms / 1000,
+                   kept_prompts=settings.actor.kept_prompts)
 
     # The interface
     def submit(self, prompt: str, max_new_tokens: int, temperature: float, seed: int | None = None
@@ -193,11 +203,13 @@ class LocalBackend:
         device = self.model.device
         return input_ids.to(device), attention_mask.to(device), position_ids.to(device)  # mask: (B, P + S)
 
-    def _new_cache(self, batch: int, capacity: int, prefix: Cache | None = None) -> Cache | None:
-        """An empty cache of ``capacity`` positions per row (None: the model's own), holding ``prefix`` if given."""
+    def _new_cache(self, batch: int, capacity: int, prefix: Cache | None = None, length: int | None = None
+                   ) -> Cache | None:
+        """An empty cache of ``capacity`` positions per row (None: the model's own), holding ``prefix`` if given (its
+        first ``length`` positions, or all)."""
         if not self._buffer_layers:
             return None
-        return Cache(layers=[BufferLayer(batch, capacity, prefix.layers[i] if prefix is not None else None)
+        return Cache(layers=[BufferLayer(batch, capacity, prefix.layers[i] if prefix is not None else None, length)
                              for i in range(self._buffer_layers)])
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,
@@ -231,6 +243,8 @@ class LocalBackend:
         """All rows in one forward pass: ``(cache, last logits (B, V), attention mask (B, P + S), next positions
         (B, 1))``."""
         input_ids, attention_mask, position_ids = self._inputs(rows, prefix_len)
+        self.prompt_tokens += sum(map(len, rows))
+        self.reused_tokens += prefix_len * len(rows)
         past = self._new_cache(len(rows), attention_mask.shape[1] + max_new_tokens, prefix_past)
         past, logits = self._forward(input_ids, attention_mask, position_ids, past)
         return past, logits, attention_mask, position_ids[:, -1:] + 1
@@ -246,9 +260,13 @@ class LocalBackend:
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)  # (B, T)
         logits = []
         for i, row in enumerate(rows):
-            ids = torch.tensor([row[prefix_len:]], device=device)  # (1, S_i)
-            positions = torch.arange(prefix_len, len(row), device=device)[None]  # (1, S_i)
-            one, row_logits = self._forward(ids, None, positions, self._new_cache(1, len(row), prefix_past))
+            start, base = self._row_start(row, prefix_len, prefix_past)
+            ids = torch.tensor([row[start:]], device=device)  # (1, S_i)
+            positions = torch.arange(start, len(row), device=device)[None]  # (1, S_i)
+            one, row_logits = self._forward(ids, None, positions, self._new_cache(1, len(row), base, start))
+            self._remember_row(row, one)
+            self.prompt_tokens += len(row)
+            self.reused_tokens += start
             for layer, row_layer in zip(past.layers, one.layers, strict=True):
                 layer.place(i, row_layer.keys, row_layer.values, width)
             attention_mask[i, width - len(row):] = 1
@@ -327,6 +345,35 @@ class LocalBackend:
             while len(self._prefixes) > self.prefix_cache_size:
                 self._prefixes.popitem(last=False)
             return past
+
+    # Whole prompts kept for the next ones (the module docstring)
+    def _row_start(self, row: list[int], prefix_len: int, prefix_past: Cache | None) -> tuple[int, Cache | None]:
+        """Where ``row``'s prefill starts and the cache holding the tokens before it: the longest run ``row`` shares
+        with a kept prompt when that beats the batch's shared prefix (at least ``min_prefix_tokens``, one token left
+        to compute), else the shared prefix."""
+        if not (self.prefix_cache and self.kept_prompts):
+            return prefix_len, prefix_past
+        ids = torch.tensor(row)
+        with self._prefix_lock:
+            best, cache, kept = 0, None, None
+            for key, (kept_ids, kept_cache) in self._kept.items():
+                length = min(shared_length(ids, kept_ids), len(row) - 1)
+                if length > best:
+                    best, cache, kept = length, kept_cache, key
+            if kept is None or best <= prefix_len or best < self.min_prefix_tokens:
+                return prefix_len, prefix_past
+            self._kept.move_to_end(kept)
+            return best, cache
+
+    def _remember_row(self, row: list[int], cache: Cache) -> None:
+        """Keep ``row``'s whole batch-1 cache for later prompts; the least recently used beyond the size go."""
+        if not (self.prefix_cache and self.kept_prompts):
+            return
+        with self._prefix_lock:
+            self._kept[tuple(row)] = (torch.tensor(row), cache)
+            self._kept.move_to_end(tuple(row))
+            while len(self._kept) > self.kept_prompts:
+                self._kept.popitem(last=False)
 
     def _results(self, tokens: list[torch.Tensor], logps: list[torch.Tensor]) -> list[Generation]:
         ids = torch.stack(tokens, dim=1).tolist()  # (B, N)
