@@ -29,7 +29,9 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # Evaluation is the run's largest cost (37 of seed 0's 65.0 min, 2026-12-02) and its time follows its steps:
     # the middle phase's 40 tasks instead of one of each of the 65 templates took 7.4 min against 8.9 on a machine
     # 1.39x slower (5.3 scaled), and 16 greedy episodes at once instead of 8 ran the same 80 steps 1.09x faster on
-    # a bench and a whole run's last evaluation ~1.05x faster per step (docs/measurements.md, 2026-12-02).
+    # a bench and a whole run's last evaluation ~1.05x faster per step (docs/measurements.md, 2026-12-02). The local
+    # backend prefills an episode's next step from its last prompt (the intent and earlier rounds it repeats): a
+    # tenth fewer prompt tokens computed, 1.13x on an evaluation of 40, the same actions (2026-12-04).
     evaluation=Evaluation(tasks=165, subset=40, concurrency=16),
     # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
     # training rollouts sample, evaluation is greedy

@@ -139,6 +139,9 @@ class LocalBackend:
         self._closed = True
         self._queue.put(_STOP)
         self._worker.join(timeout=30)
+        with self._prefix_lock:  # the cached prefixes and prompts are of no use to anyone now
+            self._prefixes.clear()
+            self._kept.clear()
 
     # The worker
     def _collect(self, first: _Request) -> tuple[list[_Request], bool]:
