@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_bench(name: str) -> ModuleType:
-    """``bench/<name>.py`` as a module (registered as ``bench_<name>``)."""
+    """``bench/<name>.py`` as a module (registered as ``bench_<name>``), with bench/ on the path for the helpers it
+    imports as a script does (``isolated_home``)."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.append(str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
