@@ -96,9 +96,9 @@ def _timed_run(actor: str, tasks: int, setting: Setting, attempt: int) -> None:
 
 def _prompt_tokens() -> tuple[int, int]:
     """Prompt tokens the loaded local backends have decoded, and how many of them came from a cached prefix."""
-    from webrl.models.model_policies import _SHARED
+    from webrl.models.model_policies import loaded_backends
 
-    backends = list(_SHARED.values())
+    backends = loaded_backends()
     return sum(b.prompt_tokens for b in backends), sum(b.reused_tokens for b in backends)
 
 

@@ -58,6 +58,12 @@ def shared_backend(path: str | Path, settings: Settings) -> LocalBackend:
         return backend
 
 
+def loaded_backends() -> list[LocalBackend]:
+    """The backends :func:`shared_backend` holds loaded now, least recently used first."""
+    with _SHARED_LOCK:
+        return list(_SHARED.values())
+
+
 def step_seed(seed: int, request: PolicyRequest) -> int:
     """The sampling seed of one step: ``seed`` (a rollout's), the task (its id and intent: not its URLs, whose ports
     are the machine's) and the step's index in the episode, hashed to 63 bits."""

@@ -4,6 +4,7 @@ seeded; prompts that share nothing, or an empty prompt, still decode."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -164,3 +165,17 @@ def test_the_kept_prompts_are_bounded(model: tuple, off: LocalBackend) -> None:
         assert not none._kept and none.reused_tokens == len(PROMPTS) * shared_tokens(none, PROMPTS)
     finally:
         none.close()
+
+
+def test_loaded_backends_are_the_shared_ones(tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webrl.models import model_policies
+
+    monkeypatch.setattr(model_policies, "_SHARED", OrderedDict())  # other tests' backends stay as they are
+    settings = Settings(home=tmp_path / "home", models={"torch_threads": 1}, actor={"kept_prompts": 3})
+    backend = model_policies.shared_backend(tiny_dir, settings)
+    try:
+        assert model_policies.shared_backend(tiny_dir, settings) is backend
+        assert model_policies.loaded_backends() == [backend]
+        assert backend.kept_prompts == 3  # the setting reaches the backend
+    finally:
+        backend.close()
