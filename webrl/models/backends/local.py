@@ -263,11 +263,12 @@ class LocalBackend:
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)  # (B, T)
         logits = []
         for i, row in enumerate(rows):
-            start, base = self._row_start(row, prefix_len, prefix_past)
+            tokens = torch.tensor(row)  # (T_i,)
+            start, base = self._row_start(tokens, prefix_len, prefix_past)
             ids = torch.tensor([row[start:]], device=device)  # (1, S_i)
             positions = torch.arange(start, len(row), device=device)[None]  # (1, S_i)
             one, row_logits = self._forward(ids, None, positions, self._new_cache(1, len(row), base, start))
-            self._remember_row(row, one)
+            self._remember_row(tokens, one)
             self.prompt_tokens += len(row)
             self.reused_tokens += start
             for layer, row_layer in zip(past.layers, one.layers, strict=True):
@@ -350,17 +351,16 @@ class LocalBackend:
             return past
 
     # Whole prompts kept for the next ones (the module docstring)
-    def _row_start(self, row: list[int], prefix_len: int, prefix_past: Cache | None) -> tuple[int, Cache | None]:
-        """Where ``row``'s prefill starts and the cache holding the tokens before it: the longest run ``row`` shares
-        with a kept prompt when that beats the batch's shared prefix (at least ``min_prefix_tokens``, one token left
-        to compute), else the shared prefix."""
+    def _row_start(self, row: torch.Tensor, prefix_len: int, prefix_past: Cache | None) -> tuple[int, Cache | None]:
+        """Where the prompt ``row`` ``(T,)`` is prefilled from and the cache holding the tokens before: the longest run
+        it shares with a kept prompt when that beats the batch's shared prefix (at least ``min_prefix_tokens``, one
+        token left to compute), else the shared prefix."""
         if not (self.prefix_cache and self.kept_prompts):
             return prefix_len, prefix_past
-        ids = torch.tensor(row)
         with self._prefix_lock:
             best, cache, kept = 0, None, None
             for key, (kept_ids, kept_cache) in self._kept.items():
-                length = min(shared_length(ids, kept_ids), len(row) - 1)
+                length = min(shared_length(row, kept_ids), row.shape[0] - 1)
                 if length > best:
                     best, cache, kept = length, kept_cache, key
             if kept is None or best <= prefix_len or best < self.min_prefix_tokens:
@@ -368,13 +368,15 @@ class LocalBackend:
             self._kept.move_to_end(kept)
             return best, cache
 
-    def _remember_row(self, row: list[int], cache: Cache) -> None:
-        """Keep ``row``'s whole batch-1 cache for later prompts; the least recently used beyond the size go."""
+    def _remember_row(self, row: torch.Tensor, cache: Cache) -> None:
+        """Keep the prompt ``row`` ``(T,)`` and its whole batch-1 cache for later prompts; the least recently used
+        beyond the size go."""
         if not (self.prefix_cache and self.kept_prompts):
             return
+        key = tuple(row.tolist())
         with self._prefix_lock:
-            self._kept[tuple(row)] = (torch.tensor(row), cache)
-            self._kept.move_to_end(tuple(row))
+            self._kept[key] = (row, cache)
+            self._kept.move_to_end(key)
             while len(self._kept) > self.kept_prompts:
                 self._kept.popitem(last=False)
 
