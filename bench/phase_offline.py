@@ -35,6 +35,10 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
     # ... and its update without the clip, on all 165 (docs/runs/2026-12-04-phase-offline-clip-second-phase)
     python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed1-t03-smollm2 --tasks 165 --seed 0 \
         --setting "unclipped:actor.max_grad_norm=1.0,actor.warmup_steps=0"
+    # ... and clipped with the SFT data rehearsed: 2 oracle steps of one train task per template (the anchor file)
+    # joining the update per step with A > 0, at A = +1
+    python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed1-t03-smollm2 --tasks 165 --seed 0 \
+        --setting "rehearsal:replay.demo_tasks=66,replay.demo_ratio=2"
     # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
     python bench/phase_offline.py run --smoke
 
@@ -53,7 +57,7 @@ from rich.console import Console
 from rich.table import Table
 
 from services.trainer.intent_contrast import sandbox_train_intents
-from services.trainer.offline import export_phase, load_phase, rerun_update, setting
+from services.trainer.offline import demonstration_steps, export_phase, load_phase, rerun_update, setting
 from webrl.config import get_settings
 from webrl.models.probe import load_probe
 
@@ -164,6 +168,9 @@ def run_settings(
     probe: Path = typer.Option(PROBE, help="The flips probe of that actor."),
     anchors: Path = typer.Option(ANCHORS, help="Anchor steps for settings with actor.anchor_kl > 0 "
                                  "(`webrl probe anchors`)."),
+    demonstrations: Path = typer.Option(ANCHORS, help="Oracle steps (one train task per template) whose first "
+                                        "replay.demo_tasks tasks are the rehearsal pool of settings with "
+                                        "replay.demo_tasks > 0."),
     setting_args: list[str] = typer.Option(None, "--setting", help="NAME:group.field=value,... (repeat)."),
     tasks: int = typer.Option(0, min=0, help="Also evaluate greedily on a fixed sample of this many test tasks."),
     stratified: bool = typer.Option(False, help="That sample stratified by template (65: one task of every "
@@ -213,7 +220,8 @@ def run_settings(
             result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
                                   keep_model=bool(tasks), probe_every_epoch=probe_every_epoch, seed=seed,
                                   anchors=load_probe(anchors) if hp.actor.anchor_kl > 0 else None,
-                                  contrast=sandbox_train_intents(settings) if hp.actor.intent_contrast > 0 else None)
+                                  contrast=sandbox_train_intents(settings) if hp.actor.intent_contrast > 0 else None,
+                                  demonstrations=rehearsal_pool(demonstrations, hp))
             row = {"setting": name, "overrides": overrides, "seed": seed, **result.metrics,
                    "minutes": round(result.seconds / 60, 2), "epochs": result.epochs}
             if tasks:
@@ -229,6 +237,17 @@ def run_settings(
         if sandbox is not None:
             sandbox.__exit__(None, None, None)
     report(results, output, meta(fixture, baseline, keys))
+
+
+def rehearsal_pool(path: Path, hp: Any) -> list[Any] | None:
+    """The demonstration steps a setting rehearses (``replay.demo_tasks`` tasks of ``path``), None when it
+    rehearses none."""
+    if not (hp.replay.demo_tasks and hp.replay.demo_ratio > 0):
+        return None
+    pool = demonstration_steps(load_probe(path), hp.replay.demo_tasks, hp.advantage.gamma)
+    if not pool:
+        raise typer.BadParameter(f"{path} holds no oracle steps to rehearse", param_hint="--demonstrations")
+    return pool
 
 
 def sample_groups(settings: Any, keys: list[str]) -> Any:

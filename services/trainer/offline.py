@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from sqlalchemy import select
 
+from services.trainer import replay
 from services.trainer.actor_update import (
     actor_loop_config,
     gate,
@@ -167,6 +168,21 @@ def load_phase(folder: str | Path) -> StoredPhase:
     return StoredPhase(steps, meta)
 
 
+def demonstration_steps(steps: list[ProbeStep], tasks: int, gamma: float) -> list[StepExample]:
+    """The rehearsal pool of an offline update (``replay.demo_tasks``): every step of the first ``tasks`` tasks of an
+    oracle step file (``webrl probe anchors``: one train task per template, templates in turn), as the trainer reads
+    a run's successful demonstrations (reward 1, G_t = gamma^(T-1-t)). The phase's own pool is the demonstrations
+    its phase 0 recorded (``data.demonstration_examples``); the file holds the same oracle on the same kind of task."""
+    order = list(dict.fromkeys(s.task_key for s in steps))[:tasks]
+    lengths = {key: 1 + max(s.index for s in steps if s.task_key == key) for key in order}
+    ids = {key: -(number + 1) for number, key in enumerate(order)}  # no stored trajectory has a negative id
+    return [StepExample(trajectory_id=ids[s.task_key], task_key=s.task_key, phase=0, index=s.index, prompt=s.prompt,
+                        next_prompt=s.prompt, completion=s.completion, completion_ids=(), reward=1.0,
+                        done=s.index == lengths[s.task_key] - 1,
+                        mc_return=gamma ** (lengths[s.task_key] - 1 - s.index))
+            for s in steps if s.task_key in ids]
+
+
 @dataclass
 class UpdateResult:
     """What one re-run of the update did: its drift measurements, the per-epoch records, counts and time."""
@@ -182,12 +198,14 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
                  probe: list[ProbeStep] | None = None, max_steps: int | None = None, seed: int = 0,
                  keep_model: bool = False, probe_every_epoch: bool = False,
                  anchors: list[ProbeStep] | None = None,
-                 contrast: list[ContrastIntent] | None = None) -> UpdateResult:
+                 contrast: list[ContrastIntent] | None = None,
+                 demonstrations: list[StepExample] | None = None) -> UpdateResult:
     """Train ``actor`` on ``stored``'s experience under ``hp`` (its objective, positives filter, optimisation and
     batching) and measure the update: the exact KL in every batch, the probe's flips after the last epoch (or every
     one). ``max_steps``: only the first that many trained steps (smoke runs). ``anchors``: the anchor steps
     ``actor.anchor_kl`` holds the policy on; ``contrast``: the train intents ``actor.intent_contrast`` draws twins
-    from."""
+    from; ``demonstrations``: the rehearsal pool ``replay.demo_ratio`` samples from as a phase does when
+    ``replay.demo_tasks`` > 0 (A = +1 steps joining the update, :func:`demonstration_steps`)."""
     started = time.perf_counter()
     model, tokenizer = load_for_training(str(actor), settings)
     context = int(getattr(model.config, "max_position_embeddings", 2048))
@@ -204,12 +222,16 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
                                                          batch_size=hp.batching.batch_size, max_length=max_length)
     gated = gate(a, trained, examples, stored.meta["phase"], hp.actor)
     chosen = gated.steps[:max_steps]
-    summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen],
-                           step_advantages(a, chosen, 0, hp.advantage), hp.actor, config, max_length=max_length,
+    pool = demonstrations if demonstrations and hp.replay.demo_tasks and hp.replay.demo_ratio > 0 else []
+    rehearsed = replay.select_demonstrations(pool, 0 if gated.skipped else gated.positives,
+                                             seed=seed + int(stored.meta["phase"]), replay=hp.replay)
+    summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen] + rehearsed,
+                           step_advantages(a, chosen, len(rehearsed), hp.advantage), hp.actor, config,
+                           max_length=max_length,
                            probe=probe, probe_every_epoch=probe_every_epoch, anchors=anchors, contrast=contrast,
                            experience=examples)
     metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), **kl_bound_record(hp.actor, summary),
-               "trained_steps": len(chosen),
+               "trained_steps": len(chosen), "demonstration_steps": len(rehearsed),
                "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,
                "actor_skipped": int(gated.skipped), "positives_outside_confidence_band": outside_band,
                "positives_from_failed": positives_from_failed(a, examples, chosen),

@@ -121,3 +121,24 @@ def test_the_perturbation_null_scales_noise_to_each_tensor_and_finds_the_flips_i
 
     sigma, measured = bench.calibrate(model, original, changed, 0.5, seed=0, tries=14, tolerance=0.15)
     assert sigma > 0 and abs(measured - 0.5) <= 0.15
+
+
+def test_the_offline_bench_rehearses_the_shipped_oracle_steps_only_when_a_setting_asks(load_bench, tmp_path) -> None:
+    """``replay.demo_tasks`` N: the first N tasks of the anchor file (one train task per template); 0 reads none; a
+    file without steps is refused, naming the option."""
+    import typer
+
+    from webrl.method.hyperparams import DEFAULTS, with_overrides
+    from webrl.models.probe import load_probe, save_probe
+
+    bench = load_bench("phase_offline")
+    steps = load_probe(bench.ANCHORS)
+    assert bench.rehearsal_pool(bench.ANCHORS, DEFAULTS) is None
+    pool = bench.rehearsal_pool(bench.ANCHORS, with_overrides(DEFAULTS, {"replay.demo_tasks": 5}))
+    first = list(dict.fromkeys(s.task_key for s in steps))[:5]
+    assert [(e.task_key, e.index) for e in pool] == [(s.task_key, s.index) for s in steps if s.task_key in first]
+    assert len({s.task_key for s in steps}) >= 60  # the templates the rehearsal can keep
+    with pytest.raises(typer.BadParameter, match="no oracle steps") as refused:
+        bench.rehearsal_pool(save_probe([], tmp_path / "empty.jsonl.gz"),
+                             with_overrides(DEFAULTS, {"replay.demo_tasks": 5}))
+    assert refused.value.param_hint == "--demonstrations"

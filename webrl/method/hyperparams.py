@@ -149,7 +149,9 @@ class Replay:
     """At most this many replayed steps per current step (published code ``2 * len(current)``, not in the paper)."""
     demo_tasks: Annotated[int, Field(ge=0)] = 0
     """Phase 0 also records the sandbox oracle's demonstrations of this many train tasks, templates taken in turn
-    (0: none). This project's, not in the paper: an anchor against forgetting (see ``demo_ratio``)."""
+    (0: none). This project's, not in the paper: an anchor against forgetting (see ``demo_ratio``). The offline
+    bench rehearses the first this many tasks of the shipped oracle step file instead (``offline.demonstration_steps``:
+    one train task per template)."""
     demo_ratio: Annotated[float, Field(ge=0.0)] = 2.0
     """Demonstration steps joining the actor's update per step with A > 0 (at most; sampled per phase). They pass
     through the same objective with A = +1, meant to keep the policy on the templates the phase's few steps do not

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from services.trainer.intent_contrast import ContrastIntent
-from services.trainer.offline import export_phase, load_phase, rerun_update, setting
+from services.trainer.offline import demonstration_steps, export_phase, load_phase, rerun_update, setting
 from services.trainer.phase import run_phase
 from webrl.agent.schemas import TaskConfig
 from webrl.db import models as m
@@ -144,6 +144,39 @@ def test_the_seed_orders_the_updates_batches_and_changes_nothing_else(settings) 
     assert (other["trained_steps"], other["optimizer_steps"]) == (first["trained_steps"], first["optimizer_steps"])
     assert other["optimizer_steps"] >= 2  # more than one batch, so there is an order to change
     assert any(not bool((a[k] == c[k]).all()) for k in a)  # another order of the same batches: other weights
+
+
+def test_the_rehearsal_pool_is_whole_oracle_demonstrations_of_the_first_tasks() -> None:
+    """``replay.demo_tasks`` tasks of an oracle step file, each step as a successful demonstration's step: reward 1,
+    G_t = gamma^(T-1-t), done at its last step, one trajectory per task (ids no stored trajectory has)."""
+    steps = [ProbeStep("t/1", "shopping", i, f"s{i}", CLICK) for i in range(3)] + \
+        [ProbeStep("t/2", "reddit", i, f"r{i}", EXIT) for i in range(2)] + [ProbeStep("t/3", "gitlab", 0, "g", EXIT)]
+    pool = demonstration_steps(steps, 2, gamma=0.5)
+    assert [(e.task_key, e.index) for e in pool] == [("t/1", 0), ("t/1", 1), ("t/1", 2), ("t/2", 0), ("t/2", 1)]
+    assert [e.mc_return for e in pool] == [0.25, 0.5, 1.0, 0.5, 1.0]
+    assert [e.done for e in pool] == [False, False, True, False, True]
+    assert {e.reward for e in pool} == {1.0} and {e.completion_ids for e in pool} == {()}
+    assert len({e.trajectory_id for e in pool}) == 2 and all(e.trajectory_id < 0 for e in pool)
+    assert demonstration_steps(steps, 0, gamma=0.5) == []
+
+
+@pytest.mark.skipif(not (ROOT / "bench" / "fixtures" / "phase1-smollm2" / "phase.json").is_file(),
+                    reason="the shipped stored phase is missing")
+def test_an_offline_update_rehearses_demonstrations_as_a_phase_does(settings) -> None:
+    """With ``replay.demo_tasks`` the update trains on floor(demo_ratio x positives) demonstration steps besides the
+    phase's own, with A = +1: more batches than the same update without them, and another adapter."""
+    stored = load_phase(ROOT / "bench" / "fixtures" / "phase1-smollm2")
+    tiny = ROOT / "webrl" / "assets" / "actor-sft"
+    hp = setting(stored.hyperparams, {"actor.epochs": 1, "batching.batch_size": 2})
+    pool = demonstration_steps([ProbeStep(f"t/{k}", "shopping", i, f"page {k}.{i}", CLICK)
+                                for k in range(3) for i in range(2)], 3, hp.advantage.gamma)
+    plain = rerun_update(settings, stored, tiny, hp, max_steps=4, demonstrations=pool)  # demo_tasks 0: not read
+    rehearsed = rerun_update(settings, stored, tiny, setting(hp, {"replay.demo_tasks": 3, "replay.demo_ratio": 0.1}),
+                             max_steps=4, demonstrations=pool)
+    assert plain.metrics["demonstration_steps"] == 0 and plain.metrics["trained_steps"] == 4
+    assert 0 < rehearsed.metrics["demonstration_steps"] <= len(pool)
+    assert rehearsed.metrics["trained_steps"] == 4
+    assert rehearsed.metrics["optimizer_steps"] > plain.metrics["optimizer_steps"]
 
 
 SEED1_FIXTURE = ROOT / "bench" / "fixtures" / "phase1-seed1-smollm2"
