@@ -173,9 +173,10 @@ def demonstration_steps(steps: list[ProbeStep], tasks: int, gamma: float) -> lis
     oracle step file (``webrl probe anchors``: one train task per template, templates in turn), as the trainer reads
     a run's successful demonstrations (reward 1, G_t = gamma^(T-1-t)). The phase's own pool is the demonstrations
     its phase 0 recorded (``data.demonstration_examples``); the file holds the same oracle on the same kind of task."""
-    order = list(dict.fromkeys(s.task_key for s in steps))[:tasks]
-    lengths = {key: 1 + max(s.index for s in steps if s.task_key == key) for key in order}
-    ids = {key: -(number + 1) for number, key in enumerate(order)}  # no stored trajectory has a negative id
+    lengths: dict[str, int] = {}  # T of each task, in the file's order of tasks
+    for s in steps:
+        lengths[s.task_key] = max(lengths.get(s.task_key, 0), s.index + 1)
+    ids = {key: -(number + 1) for number, key in enumerate(list(lengths)[:tasks])}  # no stored trajectory's id
     return [StepExample(trajectory_id=ids[s.task_key], task_key=s.task_key, phase=0, index=s.index, prompt=s.prompt,
                         next_prompt=s.prompt, completion=s.completion, completion_ids=(), reward=1.0,
                         done=s.index == lengths[s.task_key] - 1,
