@@ -242,7 +242,7 @@ def run_settings(
 def rehearsal_pool(path: Path, hp: Any) -> list[Any] | None:
     """The demonstration steps a setting rehearses (``replay.demo_tasks`` tasks of ``path``), None when it
     rehearses none."""
-    if not (hp.replay.demo_tasks and hp.replay.demo_ratio > 0):
+    if not hp.replay.rehearses:
         return None
     pool = demonstration_steps(load_probe(path), hp.replay.demo_tasks, hp.advantage.gamma)
     if not pool:

@@ -223,7 +223,7 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
                                                          batch_size=hp.batching.batch_size, max_length=max_length)
     gated = gate(a, trained, examples, stored.meta["phase"], hp.actor)
     chosen = gated.steps[:max_steps]
-    pool = demonstrations if demonstrations and hp.replay.demo_tasks and hp.replay.demo_ratio > 0 else []
+    pool = demonstrations if demonstrations and hp.replay.rehearses else []
     rehearsed = replay.select_demonstrations(pool, 0 if gated.skipped else gated.positives,
                                              seed=seed + int(stored.meta["phase"]), replay=hp.replay)
     summary = update_actor(accelerator, prepared, tokenizer, [examples[i] for i in chosen] + rehearsed,

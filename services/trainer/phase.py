@@ -149,7 +149,7 @@ def _experience(settings: Settings, job: PhaseJob, accelerator: Any, actor: Prep
                                              orm_version=job.orm_version)
                       if hp.replay.enabled else [])
         demonstrations = (demonstration_examples(session, prompt, run_id=job.run_id, gamma=hp.advantage.gamma)
-                          if hp.replay.demo_tasks and hp.replay.demo_ratio > 0 else [])
+                          if hp.replay.rehearses else [])
     if not current:
         raise ValueError(f"phase {job.phase} of run {job.run_id} has no labelled '{job.purpose}' trajectories "
                          "to train on")

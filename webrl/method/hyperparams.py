@@ -158,6 +158,11 @@ class Replay:
     cover (InstructGPT's pretraining mix, on the SFT data; this project's). Measured on the CPU demo (one phase,
     docs/measurements.md): it did not keep them (11.5% of the test tasks against 19.4% without it)."""
 
+    @property
+    def rehearses(self) -> bool:
+        """Whether demonstration steps join the actor's update (``demo_tasks`` and ``demo_ratio`` both set)."""
+        return bool(self.demo_tasks) and self.demo_ratio > 0
+
     def __post_init__(self) -> None:
         if self.confidence_low >= self.confidence_high:
             raise ValueError(f"replay.confidence_low {self.confidence_low} must be below confidence_high "
