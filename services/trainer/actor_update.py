@@ -56,12 +56,13 @@ EXACT_KL_BUDGET_BYTES = 2 * 1024**3
 
 
 def actor_loop_config(hp: WebRLHyperparams, seed: int, max_minutes: float | None = None) -> LoopConfig:
-    """The actor's optimisation, for a phase and for its offline re-run alike: its lr, epochs, clip norm, warm-up and
-    KL bound (``ActorLoss``) on the run's batching."""
+    """The actor's optimisation, for a phase and for its offline re-run alike: its lr, epochs, clip norm, warm-up, KL
+    bound (``ActorLoss``) on the run's batching and precision (``Batching``)."""
     bound = MetricBound("kl_exact", hp.actor.kl_bound) if hp.actor.kl_bound is not None else None
     return LoopConfig(lr=hp.actor.lr, epochs=hp.actor.epochs, batch_size=hp.batching.batch_size,
                       grad_accum=hp.batching.grad_accum, max_grad_norm=hp.actor.max_grad_norm,
-                      warmup_steps=hp.actor.warmup_steps, seed=seed, max_minutes=max_minutes, stop_above=bound)
+                      warmup_steps=hp.actor.warmup_steps, seed=seed, max_minutes=max_minutes, stop_above=bound,
+                      mixed_precision=hp.batching.mixed_precision)
 
 
 def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[StepExample],

@@ -20,11 +20,13 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
 from torch.utils.data import DataLoader
 
 from services.trainer.data import bucket_sampler
 from services.trainer.losses import Metrics
+from webrl.models.loading import native_bf16
 
 log = logging.getLogger("webrl.trainer.loop")
 
@@ -110,7 +112,8 @@ class LoopConfig:
     stop_above: MetricBound | None = None
     """Stop at the first micro-batch whose metric exceeds the bound, before its optimizer step (None: no bound)."""
     mixed_precision: str = "auto"
-    """"auto": bf16 on GPUs that have it, fp32 elsewhere; or "no" / "bf16" / "fp16"."""
+    """"auto": bf16 on GPUs that have it, fp32 elsewhere; "native": bf16 wherever the hardware computes it natively
+    (CPUs with AMX or AVX512-BF16 too); or "no" / "bf16" / "fp16" (:func:`resolve_precision`)."""
 
 
 @dataclass
@@ -198,7 +201,11 @@ class StepWindow:
 
 
 def resolve_precision(name: str) -> str:
-    """bf16 where the hardware has it: "auto" -> "bf16" on a bf16-capable GPU, else "no"."""
+    """Accelerate's ``mixed_precision`` for ``name``: "auto" -> "bf16" on a bf16-capable GPU, else "no"; "native" ->
+    "bf16" wherever the hardware computes it natively (:func:`webrl.models.loading.native_bf16`: such a GPU, or a
+    CPU with AMX or AVX512-BF16), else "no"; anything else as it is."""
+    if name == "native":
+        return "bf16" if native_bf16() else "no"
     if name != "auto":
         return name
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
@@ -245,6 +252,17 @@ def end_processes() -> None:
         torch.distributed.destroy_process_group()
 
 
+def _state_for(precision: str) -> None:
+    """Accelerate keeps one ``AcceleratorState`` per process and refuses an Accelerator of another precision once
+    one exists. A job computes in one precision (a phase's critic and actor share ``batching.mixed_precision``), but
+    one process may run several (the offline bench trains in bf16, then saves through an fp32 Accelerator): then the
+    state, not the process group, starts afresh, and Accelerators made before it compute in the new precision. Under
+    DeepSpeed the launch config decides and Accelerate does not check."""
+    state = AcceleratorState._shared_state
+    if state and state.get("_mixed_precision") != precision and not launched_with_deepspeed():
+        AcceleratorState._reset_state(reset_partial_state=False)
+
+
 def make_accelerator(config: LoopConfig) -> Accelerator:
     """An Accelerator for ``config``; under ``accelerate launch`` it picks up the launch config (DeepSpeed).
 
@@ -252,7 +270,9 @@ def make_accelerator(config: LoopConfig) -> Accelerator:
     steps it once per *process* per optimizer step, so a warm-up of n steps would end after n / N steps on N
     processes and the same job would train differently on 1 and on 8 GPUs."""
     set_seed(config.seed)
-    return Accelerator(mixed_precision=resolve_precision(config.mixed_precision),
+    precision = resolve_precision(config.mixed_precision)
+    _state_for(precision)
+    return Accelerator(mixed_precision=precision,
                        gradient_accumulation_steps=config.grad_accum, step_scheduler_with_optimizer=False,
                        kwargs_handlers=process_group_kwargs())
 

@@ -319,6 +319,12 @@ class Batching:
     """Sequences per micro-batch, bucketed by length (published code: 1 per GPU; buckets keep padding small)."""
     grad_accum: Count = 1
     """Micro-batches per optimizer step (published code: ``grad_accum_steps``)."""
+    mixed_precision: Literal["auto", "no", "bf16", "native"] = "auto"
+    """The precision the phase's updates compute in, critic and actor alike (Accelerate keeps one per process;
+    forward, backward and scoring passes autocast, weights and optimizer state stay fp32): ``auto`` bf16 on a GPU
+    that has it, fp32 elsewhere; ``native`` bf16 wherever the hardware computes it natively (such a GPU, or a CPU
+    with AMX or AVX512-BF16: ``bench/actor_precision.py``); ``bf16`` everywhere (emulated, and slow, on a CPU
+    without it); ``no`` fp32."""
 
 
 @dataclass(frozen=True)
