@@ -34,7 +34,7 @@ from services.trainer.training_loop import (
 )
 from webrl.config import get_settings
 from webrl.models.examples import EncodedExample, encode_example_ids, pad_id_of
-from webrl.models.loading import native_bf16
+from webrl.models.loading import load_tokenizer, native_bf16
 
 SFT_ACTOR = Path("webrl/assets/actor-sft-smollm2")
 FIXTURE = Path("bench/fixtures/phase1-smollm2")
@@ -50,8 +50,7 @@ def phase_examples(tokenizer, fixture: Path, n: int) -> list[EncodedExample]:
 
 def seconds_per_step(precision: str, examples: list[EncodedExample], batch_size: int, seed: int) -> dict:
     """One epoch over ``examples`` from the shipped adapter under ``precision``; seconds per optimizer step."""
-    settings = get_settings()
-    model, tokenizer = load_for_training(SFT_ACTOR, settings)
+    model, tokenizer = load_for_training(SFT_ACTOR, get_settings())
     config = LoopConfig(lr=1e-4, batch_size=batch_size, seed=seed, mixed_precision=precision)
     accelerator = make_accelerator(config)
     prepared = prepare(accelerator, model, config)
@@ -67,9 +66,7 @@ def seconds_per_step(precision: str, examples: list[EncodedExample], batch_size:
 
 
 def main(args: argparse.Namespace) -> None:
-    settings = get_settings()
-    _, tokenizer = load_for_training(SFT_ACTOR, settings)
-    examples = phase_examples(tokenizer, args.fixture, args.steps)
+    examples = phase_examples(load_tokenizer(SFT_ACTOR, get_settings()), args.fixture, args.steps)
     runs: dict[str, list[dict]] = {"no": [], "native": []}
     for _ in range(args.rounds):
         for precision in runs:
