@@ -1,15 +1,16 @@
 """The actor update's precision: seconds per optimizer step of the shipped SFT actor (SmolLM2-135M + LoRA, its
-base in :func:`services.trainer.sft.lora_base_dtype`) trained in fp32 (``actor.mixed_precision=no``) against bf16
+base in :func:`services.trainer.sft.lora_base_dtype`) trained in fp32 (``batching.mixed_precision=no``) against bf16
 autocast where the hardware computes it natively (``native``), on a stored phase's own steps.
 
     .venv/bin/python bench/actor_precision.py [--fixture bench/fixtures/phase1-smollm2] [--steps 16] [--rounds 2]
 
 The two arms alternate (``--rounds`` of each) on the same batches through the trainer's own loop
 (:func:`services.trainer.training_loop.train`, gradient checkpointing, batch 4, the phase's prompts and completions
-as generated); each arm starts from the shipped adapter. The loss is the completion's cross-entropy: the actor's
-objective adds the reference's log-probs (one more forward, taken under the same autocast), so its ratio is of the
-same order. Prints one JSON object whose ``ratio_native_vs_fp32`` is fp32 seconds / native seconds; where the
-hardware has no native bf16, ``native`` is fp32 and the ratio is ~1.
+as generated); each arm starts from the shipped adapter. The loss is the completion's cross-entropy, so the ratio is
+the optimizer steps' alone: a phase's update adds the reference pass and the flips probe, and there it gained less
+(1.52-1.55x here against 1.13x for the whole update of ``bench/phase_offline.py run --tasks 0`` on an Intel Xeon with
+AMX, docs/measurements.md, 2026-12-04). Prints one JSON object whose ``ratio_native_vs_fp32`` is fp32 seconds /
+native seconds; where the hardware has no native bf16, ``native`` is fp32 and the ratio is ~1.
 """
 
 from __future__ import annotations
