@@ -62,7 +62,8 @@ def actor_loop_config(hp: WebRLHyperparams, seed: int, max_minutes: float | None
     return LoopConfig(lr=hp.actor.lr, epochs=hp.actor.epochs, batch_size=hp.batching.batch_size,
                       grad_accum=hp.batching.grad_accum, max_grad_norm=hp.actor.max_grad_norm,
                       warmup_steps=hp.actor.warmup_steps, seed=seed, max_minutes=max_minutes, stop_above=bound,
-                      mixed_precision=hp.batching.mixed_precision)
+                      mixed_precision=hp.batching.mixed_precision,
+                      gradient_checkpointing=hp.batching.gradient_checkpointing)
 
 
 def trained_steps(a: torch.Tensor, clamped: torch.Tensor, experience: Sequence[StepExample],

@@ -123,7 +123,8 @@ def phase_tracker(settings: Settings, job: PhaseJob, accelerator: Any, model: st
 def _loop_config(job: PhaseJob, lr: float, epochs: int) -> LoopConfig:
     batching = job.hyperparams.batching
     return LoopConfig(lr=lr, epochs=epochs, batch_size=batching.batch_size, grad_accum=batching.grad_accum,
-                      seed=job.seed, max_minutes=job.max_minutes, mixed_precision=batching.mixed_precision)
+                      seed=job.seed, max_minutes=job.max_minutes, mixed_precision=batching.mixed_precision,
+                      gradient_checkpointing=batching.gradient_checkpointing)
 
 
 def _reference_model(settings: Settings, job: PhaseJob, accelerator: Any) -> Any:

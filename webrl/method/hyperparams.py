@@ -325,6 +325,10 @@ class Batching:
     that has it, fp32 elsewhere; ``native`` bf16 wherever the hardware computes it natively (such a GPU, or a CPU
     with AMX or AVX512-BF16: ``bench/actor_precision.py``); ``bf16`` everywhere (emulated, and slow, on a CPU
     without it); ``no`` fp32."""
+    gradient_checkpointing: bool = True
+    """Recompute each layer's activations in the backward instead of keeping them (critic and actor alike): less
+    memory (a LoRA critic step on 4 pairs of 1,000 tokens: 8.8 GB against 18.9 GB without), a second forward's
+    time in every backward (execution, not in the paper)."""
 
 
 @dataclass(frozen=True)

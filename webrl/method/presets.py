@@ -70,7 +70,10 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # better, ROC AUC 0.58 after 20 passes at 1e-3 against 0.48 (chance) for the LoRA critic trained on the same 107
     # steps (bench/critic.py, bench/critic_values.py; docs/measurements.md, measured 2026-11-26, commit 378acfe).
     critic=Critic(lr=1e-3, epochs=20, train_backbone=False, head_init_std=None),
-    batching=Batching(batch_size=4),
+    # Activations kept, not recomputed in the backward: the same update bit for bit (exact KL, flips, loss), its
+    # training 436.1 s against 554.2 s (1.27x) on the first stored phase's 30 optimizer steps, peak memory 9.2 GB
+    # against 4.2 GB (bench/phase_offline.py run --tasks 0, AMD EPYC with AVX-512 bf16, measured 2026-12-05)
+    batching=Batching(batch_size=4, gradient_checkpointing=False),
 )
 
 PRESETS: dict[str, WebRLHyperparams] = {
