@@ -327,8 +327,9 @@ class Batching:
     without it); ``no`` fp32."""
     gradient_checkpointing: bool = True
     """Recompute each layer's activations in the backward instead of keeping them (critic and actor alike): less
-    memory (a LoRA critic step on 4 pairs of 1,000 tokens: 8.8 GB against 18.9 GB without), a second forward's
-    time in every backward (execution, not in the paper)."""
+    memory (a LoRA critic step on 4 pairs of 1,000 tokens: 8.8 GB against 18.9 GB without; a stored phase's actor
+    update 4.2 GB against 9.2 GB), a second forward's time in every backward (that update 1.27x slower, the same
+    numbers: docs/runs/2026-12-05-phase-offline-checkpointing). Execution, not in the paper."""
 
 
 @dataclass(frozen=True)
