@@ -130,7 +130,7 @@ async def test_a_geolocation_granted_for_one_episode_is_gone_in_the_next(pool, p
 
 
 async def test_a_given_back_page_is_frozen_and_scrubbed_after_the_next_reset(pool, pool_settings, fixture_url,
-                                                                            make_task):
+                                                                            make_task, monkeypatch):
     """The scrub does not run beside the next episode's reset (on two cores it doubled the reset's navigation):
     the given-back tab's scripts stop at once, its scrub starts when the next episode has its first observation."""
     from services.browser_pool import stock as stock_module
@@ -140,6 +140,9 @@ async def test_a_given_back_page_is_frozen_and_scrubbed_after_the_next_reset(poo
     stage, stock = first.stage, first.stock
     await stage.page.evaluate("window.ticks = 0; setInterval(() => window.ticks++, 5)")
     await stock.idle()  # a fresh spare ready: the next reset need not wait for this tab's scrub
+    delay = stock_module.SCRUB_DELAY_S
+    # until the next reset, no timer may scrub it: on a loaded CPU the checks below can outlast the short delay
+    monkeypatch.setattr(stock_module, "SCRUB_DELAY_S", 60.0)
     await first.close()
     assert stage.frozen and stage.page.url == f"{fixture_url}/leak.html" and stage not in stock.kept
     ticks = await stage.page.evaluate("window.ticks")
@@ -167,6 +170,7 @@ async def test_a_given_back_page_is_frozen_and_scrubbed_after_the_next_reset(poo
         await second.close()
 
     await stock.idle()
+    monkeypatch.setattr(stock_module, "SCRUB_DELAY_S", delay)
     third = await BrowserEpisode.open(pool, make_task(f"{fixture_url}/elements.html"), pool_settings)
     given_back = third.stage
     await third.close()
