@@ -62,10 +62,13 @@ class OneStep:
     """The trainable weights after the step."""
     recomputes: bool
     """Whether the model recomputed its activations in the backward."""
+    moved: bool
+    """Whether the step changed any trainable weight (else equal weights would show nothing)."""
 
 
 def one_step(model_dir: Path, precision: str = "no", *, checkpointing: bool = False) -> OneStep:
     model, tokenizer = load_for_training(model_dir)
+    before = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
     config = LoopConfig(lr=1e-3, batch_size=2, seed=0, mixed_precision=precision,
                         gradient_checkpointing=checkpointing)
     accelerator = make_accelerator(config)
@@ -81,7 +84,8 @@ def one_step(model_dir: Path, precision: str = "no", *, checkpointing: bool = Fa
     if recomputes is None:
         recomputes = unwrapped.is_gradient_checkpointing
     weights = {k: v.detach().clone() for k, v in unwrapped.named_parameters() if v.requires_grad}
-    return OneStep(float(summary.first_loss), weights, bool(recomputes))
+    moved = any(not torch.equal(before[k], v) for k, v in weights.items())
+    return OneStep(float(summary.first_loss), weights, bool(recomputes), moved)
 
 
 def test_a_real_forward_and_backward_follow_the_setting(tiny_dir: Path) -> None:
@@ -103,6 +107,7 @@ def test_checkpointing_changes_memory_and_time_not_the_step(tiny_dir: Path) -> N
     on, off = one_step(tiny_dir, checkpointing=True), one_step(tiny_dir, checkpointing=False)
     assert on.recomputes and not off.recomputes  # the setting reached the model
     assert on.first_loss == off.first_loss
+    assert on.moved and off.moved  # the step changed the weights, so their equality below says something
     assert on.weights.keys() == off.weights.keys() and on.weights
     for name, value in on.weights.items():
         torch.testing.assert_close(value, off.weights[name], rtol=1e-5, atol=1e-7, msg=name)
