@@ -132,7 +132,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--actor-epochs", "2", "--objective", "squared", "--failed-positives", "confident", "--probe", str(probe),
         "--solved-share", "0.25", "--min-positive-confidence", "0.5",
         "--max-positive-confidence", "0.95", "--anchor-kl", "3", "--anchors", str(probe), "--intent-contrast", "2",
-        "--keep-activations",
+        "--keep-activations", "--tasks-per-phase", "48", "--candidates-per-phase", "96",
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -149,6 +149,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert received.probe == str(probe.resolve())
     assert (hp.actor.anchor_kl, received.anchors) == (3.0, str(probe.resolve()))
     assert hp.actor.intent_contrast == 2.0
+    assert (hp.curriculum.tasks_per_phase, hp.curriculum.candidates_per_phase) == (48, 96)
     assert hp.batching.gradient_checkpointing is False and PRESETS["smoke"].batching.gradient_checkpointing
     smoke = PRESETS["smoke"]
     assert (hp.critic.epochs, hp.batching.batch_size, hp.curriculum.phases) == (
@@ -162,7 +163,8 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
     for flag in ("--beta", "--value-low", "--value-high", "--replay-cap", "--rollout-temperature", "--max-steps",
                  "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs", "--objective",
                  "--failed-positives", "--min-positive-confidence", "--max-positive-confidence", "--probe",
-                 "--anchor-kl", "--anchors", "--intent-contrast", "--keep-activations"):
+                 "--anchor-kl", "--anchors", "--intent-contrast", "--keep-activations",
+                 "--tasks-per-phase", "--candidates-per-phase"):
         assert flag in result.output, flag
 
 

@@ -266,6 +266,13 @@ def register(app: typer.Typer) -> None:
         solved_share: float = typer.Option(None, min=0.0, max=1.0, help="Up to this share of a phase's tasks are "
                                            "new instances of the templates of tasks the run has solved, ahead of "
                                            "those grown from failures (0: WebRL's). Default: the preset's."),
+        tasks_per_phase: int = typer.Option(None, min=1, help="Tasks a phase keeps after the filter and rolls out "
+                                            f"(paper: ~500; default {DEFAULTS.curriculum.tasks_per_phase}). More "
+                                            "tasks: more successes to learn from, each phase's rollouts, critic and "
+                                            "update longer. Default: the preset's."),
+        candidates_per_phase: int = typer.Option(None, min=1, help="Tasks generated per phase before the filter "
+                                                 "(default: the preset's; keep it above --tasks-per-phase or the "
+                                                 "filter keeps every candidate)."),
         seed: int = typer.Option(0, help="Random seed."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
@@ -374,6 +381,8 @@ def register(app: typer.Typer) -> None:
             "--phases": ("curriculum.phases", phases), "--curriculum": ("curriculum.enabled", curriculum),
             "--fill-filter": ("curriculum.fill_filter", fill_filter),
             "--solved-share": ("curriculum.solved_share", solved_share),
+            "--tasks-per-phase": ("curriculum.tasks_per_phase", tasks_per_phase),
+            "--candidates-per-phase": ("curriculum.candidates_per_phase", candidates_per_phase),
             "--value-low": ("curriculum.value_low", value_low), "--value-high": ("curriculum.value_high", value_high),
             "--rollout-temperature": ("rollout.temperature", rollout_temperature),
             "--max-steps": ("rollout.max_steps", max_steps), "--min-solved": ("rollout.min_solved", min_solved),
