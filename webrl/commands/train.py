@@ -267,9 +267,9 @@ def register(app: typer.Typer) -> None:
                                            "new instances of the templates of tasks the run has solved, ahead of "
                                            "those grown from failures (0: WebRL's). Default: the preset's."),
         tasks_per_phase: int = typer.Option(None, min=1, help="Tasks a phase keeps after the filter and rolls out "
-                                            f"(paper: ~500; default {DEFAULTS.curriculum.tasks_per_phase}). More "
-                                            "tasks: more successes to learn from, each phase's rollouts, critic and "
-                                            "update longer. Default: the preset's."),
+                                            f"(paper: ~500; {DEFAULTS.curriculum.tasks_per_phase} without a preset, "
+                                            "fewer in the CPU presets). More tasks: more successes to learn from, and "
+                                            "each phase's rollouts, critic and update longer. Default: the preset's."),
         candidates_per_phase: int = typer.Option(None, min=1, help="Tasks generated per phase before the filter "
                                                  "(default: the preset's; keep it above --tasks-per-phase or the "
                                                  "filter keeps every candidate)."),
