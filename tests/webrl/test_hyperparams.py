@@ -83,6 +83,11 @@ def test_values_out_of_range_are_refused() -> None:
         with_overrides(DEFAULTS, {"curriculum.value_low": 0.9})
     with pytest.raises(ValidationError, match=r"actor\.beta"):
         with_overrides(DEFAULTS, {"actor.beta": 0.0})
+    with pytest.raises(ValidationError, match=r"candidates_per_phase 48 is below tasks_per_phase 96"):
+        with_overrides(PRESETS["cpu-demo"], {"curriculum.tasks_per_phase": 96})
+    kept_all = with_overrides(PRESETS["cpu-demo"], {"curriculum.tasks_per_phase": 48,
+                                                    "curriculum.candidates_per_phase": 48})
+    assert (kept_all.curriculum.tasks_per_phase, kept_all.curriculum.candidates_per_phase) == (48, 48)
 
 
 def test_the_one_band_check_refuses_low_above_high_and_ends_outside_zero_one() -> None:

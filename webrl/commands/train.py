@@ -270,9 +270,9 @@ def register(app: typer.Typer) -> None:
                                             f"(paper: ~500; {DEFAULTS.curriculum.tasks_per_phase} without a preset, "
                                             "fewer in the CPU presets). More tasks: more successes to learn from, and "
                                             "each phase's rollouts, critic and update longer. Default: the preset's."),
-        candidates_per_phase: int = typer.Option(None, min=1, help="Tasks generated per phase before the filter "
-                                                 "(default: the preset's; keep it above --tasks-per-phase or the "
-                                                 "filter keeps every candidate)."),
+        candidates_per_phase: int = typer.Option(None, min=1, help="Tasks generated per phase before the filter, "
+                                                 "at least --tasks-per-phase (equal: the filter keeps every "
+                                                 "candidate). Default: the preset's."),
         seed: int = typer.Option(0, help="Random seed."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),

@@ -74,6 +74,9 @@ class Curriculum:
 
     def __post_init__(self) -> None:
         check_band(self.value_low, self.value_high, ("curriculum.value_low", "value_high"))
+        if self.candidates_per_phase < self.tasks_per_phase:  # the filter keeps tasks_per_phase of the candidates
+            raise ValueError(f"curriculum.candidates_per_phase {self.candidates_per_phase} is below tasks_per_phase "
+                             f"{self.tasks_per_phase}: a phase cannot keep more tasks than it generates")
 
 
 @dataclass(frozen=True)
