@@ -28,13 +28,35 @@ def free_port() -> int:
     low = _LOWEST if high - _LOWEST >= 1000 else 1024
     for _ in range(1000):
         port = random.randrange(low, high)
-        if port in _handed_out:
+        if port in _handed_out or not _bindable(port):
             continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
         _handed_out.add(port)
         return port
     raise RuntimeError(f"no free port in {low}..{high - 1}")
+
+
+def free_offset(ports: list[int]) -> int:
+    """An offset that moves every one of ``ports`` to a port that is free now, below the ephemeral range and new to
+    this test session (the sandbox sites move together by one offset, ``webrl sites serve --port-offset``)."""
+    high = _ephemeral_start()
+    low = _LOWEST if high - _LOWEST >= 1000 else 1024
+    lowest_offset, highest_offset = low - min(ports), high - 1 - max(ports)
+    if highest_offset < lowest_offset:
+        raise RuntimeError(f"ports {sorted(ports)} cannot all move into {low}..{high - 1}")
+    for _ in range(1000):
+        offset = random.randrange(lowest_offset, highest_offset + 1)
+        moved = [port + offset for port in ports]
+        if _handed_out.intersection(moved) or not all(_bindable(port) for port in moved):
+            continue
+        _handed_out.update(moved)
+        return offset
+    raise RuntimeError(f"no offset moves {sorted(ports)} to free ports in {low}..{high - 1}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from compose_lite import LocalPlan, LocalProcess, load, local_processes
-from local_ports import free_port
+from local_ports import free_offset, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -35,28 +34,6 @@ MAX_STEPS = 3
 BASE_ENV_VARS = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")  # what a container has besides its environment
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis, pytest.mark.browser]
-
-
-def _free_offset(ports: list[int]) -> int:
-    """An offset that frees every one of ``ports`` (the sandbox sites move by it)."""
-    import random
-
-    rng = random.Random()
-    for _ in range(200):
-        offset = rng.randrange(10_000, 50_000)
-        try:
-            socks = []
-            for port in ports:
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port + offset))
-            return offset
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free port offset for the sandbox sites")
 
 
 def _missing_entry_points(plan: LocalPlan) -> list[str]:
@@ -165,7 +142,7 @@ def stack(postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[S
     redis.Redis.from_url(broker_url).flushdb()  # no queued messages left from an earlier run
     home = tmp_path / "home"
     plan = local_processes(load(), database_url=postgres_url, broker_url=broker_url, home=home,
-                           free_port=free_port, free_offset=_free_offset)
+                           free_port=free_port, free_offset=free_offset)
     missing = _missing_entry_points(plan)
     if missing:
         pytest.skip(f"services not landed yet: {missing}")
