@@ -22,10 +22,15 @@ def _ephemeral_start() -> int:
         return 32768
 
 
+def _usable_range() -> tuple[int, int]:
+    """Ports ``low`` .. ``high - 1``: below the ephemeral range, from _LOWEST where that leaves a thousand."""
+    high = _ephemeral_start()
+    return (_LOWEST if high - _LOWEST >= 1000 else 1024), high
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that is free now, below the ephemeral range, and new to this test session."""
-    high = _ephemeral_start()
-    low = _LOWEST if high - _LOWEST >= 1000 else 1024
+    low, high = _usable_range()
     for _ in range(1000):
         port = random.randrange(low, high)
         if port in _handed_out or not _bindable(port):
@@ -38,8 +43,7 @@ def free_port() -> int:
 def free_offset(ports: list[int]) -> int:
     """An offset that moves every one of ``ports`` to a port that is free now, below the ephemeral range and new to
     this test session (the sandbox sites move together by one offset, ``webrl sites serve --port-offset``)."""
-    high = _ephemeral_start()
-    low = _LOWEST if high - _LOWEST >= 1000 else 1024
+    low, high = _usable_range()
     lowest_offset, highest_offset = low - min(ports), high - 1 - max(ports)
     if highest_offset < lowest_offset:
         raise RuntimeError(f"ports {sorted(ports)} cannot all move into {low}..{high - 1}")
