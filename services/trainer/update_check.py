@@ -133,8 +133,8 @@ def train_actor(model_dir: Path, accumulate: int, lora: bool, record: CaseRecord
     with a 2-step warm-up and clipping (both must act per optimizer step, whatever the number of processes)."""
     torch.manual_seed(0)  # the adapter's initial A matrices: the same on every process and every run
     # The base in fp32, not the phase's bf16 (where the CPU has it): under ZeRO-3 a bf16 base under an fp32 adapter
-    # computes the same forward but another backward once the adapter has moved (docs/measurements.md); what this
-    # checks is that N processes make the update one process makes.
+    # computes the same forward but a backward rounded otherwise once the adapter has moved, as close to fp32 as one
+    # process's (bench/zero3_bf16_gradients.py); what this checks is that N processes make the update one makes.
     model, tokenizer = load_for_training(model_dir, lora=LoraSpec(rank=4, alpha=8) if lora else None,
                                          base_dtype=torch.float32)
     config = loop_config(accumulate, record.processes, lr=2e-3, epochs=2, max_grad_norm=0.5, warmup_steps=2)
