@@ -32,6 +32,7 @@ from webrl.method.seed_comparison import (
     SeedAveragedDifference,
     SeedComparison,
     compare_over_seeds,
+    task_numbers,
     template_movements,
 )
 from webrl.method.template_split import TemplateGroups, group_comparison, group_success
@@ -153,12 +154,6 @@ def seed_list(cells: list[Cell]) -> str:
 COMPARISON_HEADER = ["| comparison | seeds | mean success (each seed) | overall, points (95% over templates) | "
                      "gained / lost in every seed | seen, points | seen gained / lost in every seed | held-out, "
                      "points | held-out gained / lost in every seed |", "|---|---|---|---|---|---|---|---|---|"]
-
-
-def task_numbers(keys: list[str]) -> str:
-    """``sandbox/test/86``, ``sandbox/test/147`` -> ``86, 147``; more than three -> ``first..last``."""
-    names = sorted((key.rsplit("/", 1)[-1] for key in keys), key=lambda n: (len(n), n))  # numbers in numeric order
-    return ", ".join(names) if len(names) <= 3 else f"{names[0]}..{names[-1]}"
 
 
 def movement_table(cells: list[Cell], tasks: list[str], baseline: frozenset[str],

@@ -317,6 +317,21 @@ def test_with_templates_known_every_interval_resamples_templates() -> None:
     assert "paired bootstrap over the tasks" in comparison_lines(unknown)[1]
 
 
+def test_the_moved_templates_are_those_whose_solved_tasks_changed_lost_ones_first() -> None:
+    from webrl.runs.report import moved_templates, moved_templates_table
+
+    rows = _held_out_flip_rows()  # s0: 2 -> 1 (s/1 lost); h: 0 -> 4; s1, s2 unchanged
+    last, moved = moved_templates(rows)  # type: ignore[misc]
+    assert last == 1 and [(m.template, m.group, m.start, m.per_cell) for m in moved] == [
+        ("s0", "seen", 2, [1]), ("h", "held-out", 0, [4])]
+    header, body = moved_templates_table(last, moved, {"s/0": "Show | pipes", "h/0": "How many orders has X placed?"})
+    assert header == ["template", "group", "tasks", "phase 0", "phase 1", "change"]
+    assert body == [["s0: Show | pipes (0, 1)", "seen", "2", "2", "1", "-1"],
+                    ["h: How many orders has X placed? (0..3)", "held-out", "4", "0", "4", "+4"]]
+    assert moved_templates([{**r, "evaluate.templates": {"s/0": "s0"}} for r in rows]) is None  # a template unknown
+    assert moved_templates(rows[:1]) is None  # nothing after phase 0
+
+
 def test_the_template_table_splits_each_phase_s_success(tmp_path) -> None:
     from webrl.runs.report import template_table
 
@@ -358,6 +373,9 @@ def test_the_report_reads_templates_from_the_task_table(settings, tmp_path, caps
     assert text.splitlines()[2].startswith("Machine: ")
     assert "## Success by template group" in text and "| 1 | 5/10 = 50.0% | 4 (3 seen, 1 held-out) |" in text
     assert "Held-out templates (4 tasks of 1 template): solved 0 -> 4" in text
+    assert "## Templates that moved, phase 1 against the SFT actor" in text
+    assert "| reddit:0: do s/0 (0, 1) | seen | 2 | 2 | 1 | -1 |" in text
+    assert "| reddit:9: do h/0 (0..3) | held-out | 4 | 0 | 4 | +4 |" in text
 
     from webrl.commands.train import print_phase_table
 

@@ -123,6 +123,12 @@ class TemplateMovement:
         return {**asdict(self), "cells_below": self.cells_below, "cells_above": self.cells_above}
 
 
+def task_numbers(keys: Collection[str]) -> str:
+    """``sandbox/test/86``, ``sandbox/test/147`` -> ``86, 147``; more than three -> ``first..last``."""
+    names = sorted((key.rsplit("/", 1)[-1] for key in keys), key=lambda n: (len(n), n))  # numbers in numeric order
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]}..{names[-1]}"
+
+
 def template_movements(tasks: Collection[str], groups: TemplateGroups, start: Collection[str],
                        cells: Sequence[Collection[str]]) -> list[TemplateMovement]:
     """The templates on which at least one cell solved another number of tasks than the start actor, those most

@@ -26,6 +26,7 @@ from webrl.db import models as m
 from webrl.db.session import session_scope
 from webrl.method.paired_stats import RESAMPLES, PairedComparison, paired_comparison
 from webrl.method.rewards import EVALUATOR_LABELS
+from webrl.method.seed_comparison import TemplateMovement, task_numbers, template_movements
 from webrl.method.template_split import (
     GroupComparison,
     GroupSuccess,
@@ -605,6 +606,32 @@ def template_comparison_lines(g: GroupComparison, who: str) -> list[str]:
     ]
 
 
+def moved_templates(rows: list[dict[str, Any]]) -> tuple[int, list[TemplateMovement]] | None:
+    """The templates on which the last evaluated phase solved another number of the test tasks both it and phase 0
+    (the SFT actor) evaluated, those it lost tasks on first; None as :func:`last_against_sft_by_group`."""
+    found = _last_and_sft(rows)
+    groups = row_groups(rows)
+    if found is None or not groups.covers(found[1]):
+        return None
+    last, shared, before, after = found
+    return last, template_movements(shared, groups, before, [after])
+
+
+def moved_templates_table(last: int, moved: list[TemplateMovement],
+                          intents: dict[str, str]) -> tuple[list[str], list[list[str]]]:
+    """:func:`moved_templates` as a table: a row per template, named by its site and number and its first task's
+    intent, with its group, its tasks and how many of them phase 0 and the last phase solved."""
+    header = ["template", "group", "tasks", "phase 0", f"phase {last}", "change"]
+    body = [[f"{m.template}: {intents.get(m.tasks[0], '?')} ({task_numbers(m.tasks)})",
+             m.group, str(len(m.tasks)), str(m.start), str(m.per_cell[0]), f"{m.per_cell[0] - m.start:+d}"]
+            for m in moved]
+    return header, body
+
+
+MOVED_NOTE = ("A row per template whose solved tasks changed; named by one of its tasks' intents, with the task "
+              "numbers of all it has among the compared tasks. Templates of lost tasks come first.")
+
+
 def _share(solved: int, n: int) -> str:
     return f"{solved}/{n} = {_fmt(solved / n, pct=True)}" if n else "-"
 
@@ -672,6 +699,18 @@ def _solved_section(settings: Settings, rows: list[dict[str, Any]]) -> list[str]
     return parts
 
 
+def _moved_section(settings: Settings, rows: list[dict[str, Any]]) -> list[str]:
+    """report.md's "Templates that moved": :func:`moved_templates_table` and its note; nothing when no template moved
+    or templates are unknown."""
+    found = moved_templates(rows)
+    if found is None or not found[1]:
+        return []
+    last, moved = found
+    header, body = moved_templates_table(last, moved, task_intents(settings, {m.tasks[0] for m in moved}))
+    return [f"## Templates that moved, phase {last} against the SFT actor", "", markdown_table(header, body), "",
+            MOVED_NOTE, ""]
+
+
 def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     """Write ``report.md`` and its PNGs into ``out_dir``; returns the report's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -695,6 +734,7 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     if compared:
         parts += ["## Last phase against the SFT actor, on the same tasks", "",
                   *[part for line in compared for part in (line, "")]]
+    parts += _moved_section(settings, rows)
     parts += _solved_section(settings, rows)
     if calibration_png is not None:
         parts += ["## ORM calibration", "", f"![ORM calibration]({calibration_png.name})", ""]
