@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from services.trainer.augment import renumbered_copies
 from services.trainer.data import SequenceItem, StepExample, encode_action, sequence_collate
 from services.trainer.intent_contrast import ContrastIntent, contrast_term, twin_items, with_twins
 from services.trainer.losses import Metrics, actor_loss, actor_loss_mask
@@ -310,6 +311,19 @@ def kl_bound_record(objective: ActorLoss, summary: TrainSummary) -> dict[str, fl
             **({"kl_stopped_at_step": stopped[0], "kl_exact_at_stop": stopped[1]} if stopped else {})}
 
 
+def with_renumbered_positives(examples: Sequence[StepExample], step_advantage: Sequence[float], copies: int,
+                              seed: int) -> tuple[list[StepExample], list[float]]:
+    """``examples`` and their advantages, then each A > 0 example's copies with the page's element ids renumbered
+    (``actor.renumbered_positives``, :func:`services.trainer.augment.renumbered_copies`), each with its advantage."""
+    out, advantages = list(examples), list(step_advantage)
+    for example, a in zip(examples, step_advantage, strict=True):
+        if a > 0:
+            extra = renumbered_copies(example, copies, seed)
+            out += extra
+            advantages += [a] * len(extra)
+    return out, advantages
+
+
 def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Sequence[StepExample],
                  step_advantage: Sequence[float], objective: ActorLoss, config: LoopConfig, *, max_length: int,
                  probe: Sequence[ProbeStep] | None = None, tracker: Tracker | None = None,
@@ -322,10 +336,11 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
     ``objective``, with the exact KL measured in every batch and, given a ``probe``, the flips after every epoch (or
     after the last only, ``probe_every_epoch`` False). With ``objective.anchor_kl`` > 0, ``anchors`` (required then)
     join every batch (:func:`with_anchors`): one epoch's worth is sampled and their reference distributions kept.
-    With ``objective.intent_contrast`` > 0, each A > 0 example's twin under an intent of ``contrast`` (required then)
-    joins its batch (``intent_contrast``). With ``objective.stop_contrast`` > 0, each A > 0 stop step's twins at the
-    earlier states of its trajectory in ``experience`` (every step the phase has; default ``examples``) join its
-    batch (``stop_contrast``).
+    With ``objective.renumbered_positives`` > 0, each A > 0 example's copies with the page's element ids renumbered
+    train beside it (:func:`with_renumbered_positives`). With ``objective.intent_contrast`` > 0, each A > 0 example's
+    twin under an intent of ``contrast`` (required then) joins its batch (``intent_contrast``). With
+    ``objective.stop_contrast`` > 0, each A > 0 stop step's twins at the earlier states of its trajectory in
+    ``experience`` (every step the phase has; default ``examples``) join its batch (``stop_contrast``).
     The tracker, when there is one, gets every optimizer step and epoch."""
     if not examples:
         return TrainSummary()
@@ -333,6 +348,12 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
         raise ValueError("actor.anchor_kl > 0 needs anchor steps (a phase job's `anchors` file)")
     if objective.intent_contrast > 0 and not contrast:
         raise ValueError("actor.intent_contrast > 0 needs the intents of train tasks with their templates")
+    if objective.renumbered_positives > 0:
+        trained = len(examples)
+        examples, step_advantage = with_renumbered_positives(examples, step_advantage,
+                                                             objective.renumbered_positives, config.seed)
+        log.info("renumbered positives: %d copies of %d positives", len(examples) - trained,
+                 sum(a > 0 for a in step_advantage[:trained]))
     pad_id = pad_id_of(tokenizer)
     items = [SequenceItem(i, encode_action(tokenizer, ex, max_length), {}) for i, ex in enumerate(examples)]
     model = actor.model  # prepared (wrapped under DDP / DeepSpeed): its forward gathers sharded weights

@@ -21,12 +21,14 @@ escaped form inside the HTML and in plain text elsewhere. Measured on the tiny C
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
+from services.trainer.data import StepExample
 from webrl.agent.actions import ActionParseError, ActionType, parse_action
 from webrl.agent.observed_page import ObservedPage
 from webrl.agent.schemas import Observation, Trajectory
@@ -155,6 +157,22 @@ def renumber_ids(page_html: str, response: str, rng: random.Random) -> tuple[str
         return pattern.sub(lambda m: m.group(1) + new_id.get(m.group(2), m.group(2)) + m.group(3), text)
 
     return sub(_ID_ATTR, page_html), sub(_ELEMENT_ARG, response)
+
+
+def renumbered_copies(example: StepExample, copies: int, seed: int) -> list[StepExample]:
+    """``copies`` of a trained step with its page's element ids renumbered (:func:`renumber_ids`) in the state and in
+    the action alike, each copy a draw of its own (deterministic for ``seed`` and the step); the generated token ids
+    are dropped, the action's text having changed. The next state is left as it was (the actor's update does not read
+    it). A step whose action names no element of its page gets none: there is no id for it to read off the page."""
+    found = _ELEMENT_ARG.search(example.completion)
+    if not copies or found is None or f'id="{found.group(2)}"' not in example.prompt:
+        return []
+    rng = random.Random(f"{seed}:{example.trajectory_id}:{example.task_key}:{example.index}")
+    out = []
+    for _ in range(copies):
+        prompt, completion = renumber_ids(example.prompt, example.completion, rng)
+        out.append(dataclasses.replace(example, prompt=prompt, completion=completion, completion_ids=()))
+    return out
 
 
 def observations_of(traj: Trajectory) -> list[Observation]:

@@ -137,7 +137,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--actor-epochs", "2", "--objective", "squared", "--failed-positives", "confident", "--probe", str(probe),
         "--solved-share", "0.25", "--min-positive-confidence", "0.5",
         "--max-positive-confidence", "0.95", "--anchor-kl", "3", "--anchors", str(probe), "--intent-contrast", "2",
-        "--keep-activations", "--tasks-per-phase", "48", "--candidates-per-phase", "96",
+        "--renumbered-positives", "2", "--keep-activations", "--tasks-per-phase", "48", "--candidates-per-phase", "96",
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -153,7 +153,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert hp.curriculum.solved_share == 0.25 and hp.curriculum.enabled is True  # a flag left out: the preset's
     assert received.probe == str(probe.resolve())
     assert (hp.actor.anchor_kl, received.anchors) == (3.0, str(probe.resolve()))
-    assert hp.actor.intent_contrast == 2.0
+    assert (hp.actor.intent_contrast, hp.actor.renumbered_positives) == (2.0, 2)
     assert (hp.curriculum.tasks_per_phase, hp.curriculum.candidates_per_phase) == (48, 96)
     assert hp.batching.gradient_checkpointing is False and PRESETS["smoke"].batching.gradient_checkpointing
     smoke = PRESETS["smoke"]
@@ -168,8 +168,8 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
     for flag in ("--beta", "--value-low", "--value-high", "--replay-cap", "--rollout-temperature", "--max-steps",
                  "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs", "--objective",
                  "--failed-positives", "--min-positive-confidence", "--max-positive-confidence", "--probe",
-                 "--anchor-kl", "--anchors", "--intent-contrast", "--keep-activations",
-                 "--tasks-per-phase", "--candidates-per-phase"):
+                 "--anchor-kl", "--anchors", "--intent-contrast", "--renumbered-positives",
+                 "--keep-activations", "--tasks-per-phase", "--candidates-per-phase"):
         assert flag in result.output, flag
 
 

@@ -349,6 +349,9 @@ def register(app: typer.Typer) -> None:
                                             "a positive step that ends its episode may not make that action more "
                                             "likely at the earlier states of its own trajectory than the phase's "
                                             "start actor was (0: off). Default: the preset's."),
+        renumbered_positives: int = typer.Option(None, min=0, help="Copies of each positive step with the page's "
+                                                 "element ids renumbered in state and action, trained with its "
+                                                 "advantage (not in the paper; 0: off). Default: the preset's."),
         activation_checkpointing: bool = typer.Option(None, "--activation-checkpointing/--keep-activations",
                                                       help="Recompute the updates' activations in the backward "
                                                       "(about half the memory: a cpu-demo phase's update peaks at "
@@ -398,6 +401,7 @@ def register(app: typer.Typer) -> None:
             "--anchor-kl": ("actor.anchor_kl", anchor_kl),
             "--intent-contrast": ("actor.intent_contrast", intent_contrast),
             "--stop-contrast": ("actor.stop_contrast", stop_contrast),
+            "--renumbered-positives": ("actor.renumbered_positives", renumbered_positives),
             "--kl-bound": ("actor.kl_bound", kl_bound),
             "--critic-backbone": ("critic.train_backbone", critic_backbone),
             "--activation-checkpointing": ("batching.gradient_checkpointing", activation_checkpointing),

@@ -276,6 +276,12 @@ class ActorLoss:
     positives it changed nothing measurable (14 -> 14, 5 gained, 5 lost, as the plain update). One seed each. In a
     whole run of seed 1 at 1: 15.2% -> 11.5% of the 165 test tasks (the preset without it: 6.1%), episodes of 3.8
     steps; no climb (its rollouts solved 2 and 1 of 24)."""
+    renumbered_positives: Annotated[int, Field(ge=0)] = 0
+    """Copies of each trained A > 0 step with the page's element ids renumbered, in the state and in the action alike
+    (``services/trainer/augment.py``: distinct random ids per copy), each trained with the step's advantage: a
+    positive may teach which element the intent names, not which id to type. 0: off (the paper). This project's.
+    Why (docs/measurements.md): the seen-template tasks every seed-0 run loses name the right element and type a
+    neighbour's id, which the SFT actor preferred by 0.1-0.3 nats and each phase's update pushed past zero."""
     kl_bound: Annotated[float, Field(gt=0.0)] | None = None
     """The most the update may move the policy: the exact KL(pi_ref || pi_theta) per action token (``kl_exact``), which
     every batch measures on its own steps before its optimizer step, averaged over one epoch's worth of batches (a

@@ -14,8 +14,10 @@ from services.trainer.augment import (
     relabel,
     relabelled_copies,
     renumber_ids,
+    renumbered_copies,
     trajectory_names,
 )
+from services.trainer.data import StepExample
 from webrl.agent.actions import parse_action
 from webrl.agent.observed_page import ObservedPage
 from webrl.agent.schemas import Observation, Step, Trajectory
@@ -111,3 +113,72 @@ def test_copies_are_deterministic_and_differ_from_each_other() -> None:
     assert [c.model_dump() for c in given] == [c.model_dump() for c in first]
     assert relabelled_copies(traj, 0, seed=3) == []
     assert len({c.steps[0].observation.html for c in first}) > 1
+
+
+def _positive(prompt: str, completion: str) -> StepExample:
+    return StepExample(trajectory_id=4, task_key="sandbox/train/9", phase=1, index=2, prompt=prompt,
+                       next_prompt=prompt, completion=completion, completion_ids=(11, 12), reward=1.0, done=False,
+                       mc_return=1.0)
+
+
+def _element_text(page: str, completion: str) -> str:
+    """The text of the element the completion's action names, read off the page."""
+    element = re.search(r'element="(\d+)"', completion).group(1)  # type: ignore[union-attr]
+    return re.search(rf'id="{element}"> ([^<]*) <', page).group(1)  # type: ignore[union-attr]
+
+
+def test_a_renumbered_positive_clicks_the_same_element_under_a_new_id() -> None:
+    """The copies of a positive (``actor.renumbered_positives``): the state's ids and the action's id renumbered
+    together, so the action names the element it named; its generated token ids dropped; the copies differ from
+    each other and are the same for the same seed."""
+    step = _positive(f"Task Instruction: Add the lantern\n{MENU}\n", '# Element: Pacer Pro Lantern, Beige\n'
+                     'do(action="Click", element="5")')
+    copies = renumbered_copies(step, 3, seed=0)
+    assert len(copies) == 3 and len({c.prompt for c in copies}) == 3
+    for copy_ in copies:
+        assert _element_text(copy_.prompt, copy_.completion) == "Pacer Pro Lantern, Beige"
+        assert copy_.completion_ids == () and copy_.prompt.startswith("Task Instruction: Add the lantern\n")
+        ids = re.findall(r'id="(\d+)"', copy_.prompt)
+        assert len(ids) == len(set(ids)) == 7
+    assert [c.prompt for c in renumbered_copies(step, 3, seed=0)] == [c.prompt for c in copies]
+    assert [c.prompt for c in renumbered_copies(step, 3, seed=1)] != [c.prompt for c in copies]
+
+
+def test_a_positive_whose_action_names_no_element_of_its_page_gets_no_copy() -> None:
+    assert renumbered_copies(_positive(MENU, 'exit(message="")'), 2, seed=0) == []
+    assert renumbered_copies(_positive(MENU, 'do(action="Click", element="42")'), 2, seed=0) == []
+    assert renumbered_copies(_positive(MENU, 'do(action="Click", element="5")'), 0, seed=0) == []
+
+
+def test_only_positives_get_copies_each_with_its_advantage() -> None:
+    from services.trainer.actor_update import with_renumbered_positives
+
+    click = 'do(action="Click", element="5")'
+    steps = [_positive(MENU, click), _positive(MENU, 'do(action="Click", element="1")'), _positive(MENU, click)]
+    examples, advantages = with_renumbered_positives(steps, [1.0, -0.6, 0.5], 2, seed=0)
+    assert examples[:3] == steps and advantages == [1.0, -0.6, 0.5, 1.0, 1.0, 0.5, 0.5]
+    assert all(_element_text(e.prompt, e.completion) == "Pacer Pro Lantern, Beige" for e in examples[3:])
+
+
+def test_the_actor_update_trains_on_the_renumbered_copies(tiny) -> None:
+    """With ``actor.renumbered_positives`` 2 the update's epoch holds each positive three times (a real model's
+    forward and backward): 2 positives and 4 copies make 3 batches of 2 an epoch where the plain update makes 1."""
+    import copy
+
+    from services.trainer.actor_update import update_actor
+    from services.trainer.training_loop import LoopConfig, make_accelerator, prepare
+    from webrl.method.hyperparams import ActorLoss
+
+    model, tokenizer = tiny
+    steps = [_positive(f"Task Instruction: Add the lantern\n{MENU}\n", 'do(action="Click", element="5")'),
+             _positive(f"Task Instruction: Show Snacks\n{MENU}\n", 'do(action="Click", element="4")')]
+
+    def run(copies: int):
+        loop = LoopConfig(lr=1e-3, epochs=2, batch_size=2, gradient_checkpointing=False)
+        accelerator = make_accelerator(loop)
+        return update_actor(accelerator, prepare(accelerator, copy.deepcopy(model), loop), tokenizer, steps,
+                            [1.0, 1.0], ActorLoss(renumbered_positives=copies), loop, max_length=256)
+
+    plain, renumbered = run(0), run(2)
+    assert (plain.steps, renumbered.steps) == (2, 6)
+    assert renumbered.last_loss == renumbered.last_loss and renumbered.last_loss != plain.last_loss  # finite, other
