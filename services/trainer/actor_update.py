@@ -348,6 +348,7 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
         raise ValueError("actor.anchor_kl > 0 needs anchor steps (a phase job's `anchors` file)")
     if objective.intent_contrast > 0 and not contrast:
         raise ValueError("actor.intent_contrast > 0 needs the intents of train tasks with their templates")
+    experience = experience if experience is not None else examples  # the phase's steps, without the copies
     if objective.renumbered_positives > 0:
         trained = len(examples)
         examples, step_advantage = with_renumbered_positives(examples, step_advantage,
@@ -387,7 +388,7 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
                  sum(a > 0 for a in step_advantage), objective.intent_contrast)
     if objective.stop_contrast > 0:
         stop_twins = stop_twin_items(tokenizer, examples, [k for k in range(len(items)) if step_advantage[k] > 0],
-                                     experience if experience is not None else examples, first_index=next_index,
+                                     experience, first_index=next_index,
                                      max_length=max_length, flags=flags)
         held_twins = [twin for group in stop_twins.values() for twin in group]
         next_index += len(held_twins)

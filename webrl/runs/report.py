@@ -520,14 +520,23 @@ def last_against_sft(rows: list[dict[str, Any]]) -> tuple[int, PairedComparison]
                                    template_of=groups.template_of if groups.covers(shared) else None)
 
 
-def last_against_sft_by_group(rows: list[dict[str, Any]]) -> tuple[int, GroupComparison] | None:
-    """:func:`last_against_sft` overall, on the seen-template and the held-out-template tasks, and in the macro
-    average over templates; None unless every shared task's template is known."""
+def _last_and_sft_by_template(rows: list[dict[str, Any]]
+                              ) -> tuple[int, frozenset[str], list[str], list[str], TemplateGroups] | None:
+    """:func:`_last_and_sft` and the rows' templates; None also unless every shared task's template is known."""
     found = _last_and_sft(rows)
     groups = row_groups(rows)
     if found is None or not groups.covers(found[1]):
         return None
-    last, shared, before, after = found
+    return (*found, groups)
+
+
+def last_against_sft_by_group(rows: list[dict[str, Any]]) -> tuple[int, GroupComparison] | None:
+    """:func:`last_against_sft` overall, on the seen-template and the held-out-template tasks, and in the macro
+    average over templates; None unless every shared task's template is known."""
+    found = _last_and_sft_by_template(rows)
+    if found is None:
+        return None
+    last, shared, before, after, groups = found
     return last, group_comparison(shared, groups, before, after)
 
 
@@ -609,11 +618,10 @@ def template_comparison_lines(g: GroupComparison, who: str) -> list[str]:
 def moved_templates(rows: list[dict[str, Any]]) -> tuple[int, list[TemplateMovement]] | None:
     """The templates on which the last evaluated phase solved another number of the test tasks both it and phase 0
     (the SFT actor) evaluated, those it lost tasks on first; None as :func:`last_against_sft_by_group`."""
-    found = _last_and_sft(rows)
-    groups = row_groups(rows)
-    if found is None or not groups.covers(found[1]):
+    found = _last_and_sft_by_template(rows)
+    if found is None:
         return None
-    last, shared, before, after = found
+    last, shared, before, after, groups = found
     return last, template_movements(shared, groups, before, [after])
 
 
