@@ -52,11 +52,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from services.trainer.intent_contrast import sandbox_train_intents
@@ -82,6 +85,16 @@ DEFAULT_SETTINGS = {
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 console = Console()
+
+
+@contextmanager
+def shown(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar named ``label`` while the block runs; yields the hook that moves it, ``(done, total)``."""
+    from webrl.commands.train import progress_columns
+
+    with Progress(*progress_columns(), console=console) as progress:
+        bar = progress.add_task(label, total=None)
+        yield lambda done, total: progress.update(bar, completed=done, total=max(total, 1))
 
 
 def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
@@ -125,16 +138,13 @@ def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int, suite
     :mod:`webrl.store.evaluations`), else evaluated (once per actor state and horizon) and, when ``keys`` is the
     suite, stored for the next comparison."""
     from webrl.method.hyperparams import Rollout
-    from webrl.orchestration.evaluate import evaluation_attempt, solved_task_keys
+    from webrl.orchestration.evaluate import evaluation_episodes, solved_task_keys
     from webrl.orchestration.stored_evaluation import greedy_scores
-    from webrl.policies.actor_service import rollout_policy
-    from webrl.wire.clients import rollout_run
-    from webrl.wire.contracts import RolloutRequest
 
-    def run() -> list[int]:
-        return rollout_run(RolloutRequest(task_keys=keys, phase=9999, attempt=evaluation_attempt(actor, max_steps),
-                                          purpose="eval", policy=rollout_policy(settings, str(actor.resolve())),
-                                          concurrency=8, max_steps=max_steps)).trajectory_ids
+    def run() -> list[int]:  # in idempotent chunks, the episodes this actor folder has at this horizon reused
+        with shown(f"evaluate {actor.name}") as moved:
+            return evaluation_episodes(settings, actor, keys, concurrency=8, max_steps=max_steps,
+                                       on_progress=lambda _label, done, total: moved(done, total))
 
     # the request's early stops are the defaults, as Rollout's
     scores, stored = greedy_scores(settings, actor, keys, suite, Rollout(max_steps=max_steps), run)
@@ -189,6 +199,9 @@ def run_settings(
                              "run's --seed."),
 ) -> None:
     """Re-run the stored phase's actor update under each setting and compare them."""
+    from webrl.commands import quiet_model_loading
+
+    quiet_model_loading()  # the update's and the evaluation's bars are the display
     settings = get_settings()
     stored = load_phase(fixture)
     chosen = dict(parse_setting(s) for s in setting_args) if setting_args else dict(DEFAULT_SETTINGS)
@@ -220,11 +233,13 @@ def run_settings(
         for name, overrides in chosen.items():
             hp = setting(stored.hyperparams, overrides)
             console.rule(f"{name}: {overrides or 'the stored phase as it ran'}")
-            result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
-                                  keep_model=bool(tasks), probe_every_epoch=probe_every_epoch, seed=seed,
-                                  anchors=load_probe(anchors) if hp.actor.anchor_kl > 0 else None,
-                                  contrast=sandbox_train_intents(settings) if hp.actor.intent_contrast > 0 else None,
-                                  demonstrations=rehearsal_pool(demonstrations, hp))
+            with shown(f"update {name} (optimizer steps)") as moved:
+                result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
+                                      keep_model=bool(tasks), probe_every_epoch=probe_every_epoch, seed=seed,
+                                      anchors=load_probe(anchors) if hp.actor.anchor_kl > 0 else None,
+                                      contrast=sandbox_train_intents(settings) if hp.actor.intent_contrast > 0
+                                      else None,
+                                      demonstrations=rehearsal_pool(demonstrations, hp), on_progress=moved)
             row = {"setting": name, "overrides": overrides, "seed": seed, **result.metrics,
                    "minutes": round(result.seconds / 60, 2), "epochs": result.epochs}
             if tasks:

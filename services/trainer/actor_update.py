@@ -38,6 +38,7 @@ from services.trainer.training_loop import (
     LoopConfig,
     MetricBound,
     Prepared,
+    ProgressHook,
     TrainSummary,
     prepared_loader,
     train,
@@ -330,7 +331,8 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
                  reference_model: Any = None, probe_every_epoch: bool = True,
                  anchors: Sequence[ProbeStep] | None = None,
                  contrast: Sequence[ContrastIntent] | None = None,
-                 experience: Sequence[StepExample] | None = None) -> TrainSummary:
+                 experience: Sequence[StepExample] | None = None,
+                 on_progress: ProgressHook | None = None) -> TrainSummary:
     """Train the prepared actor on ``examples`` (each with its binarised A): the reference pass (lp_ref and pi_ref's
     distributions, under ``reference_model`` or else the actor as it is now), then ``config.epochs`` epochs of
     ``objective``, with the exact KL measured in every batch and, given a ``probe``, the flips after every epoch (or
@@ -341,7 +343,8 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
     twin under an intent of ``contrast`` (required then) joins its batch (``intent_contrast``). With
     ``objective.stop_contrast`` > 0, each A > 0 stop step's twins at the earlier states of its trajectory in
     ``experience`` (every step the phase has; default ``examples``) join its batch (``stop_contrast``).
-    The tracker, when there is one, gets every optimizer step and epoch."""
+    The tracker, when there is one, gets every optimizer step and epoch; ``on_progress`` the steps done of those
+    planned (:func:`services.trainer.training_loop.train`)."""
     if not examples:
         return TrainSummary()
     if objective.anchor_kl > 0 and not anchors:
@@ -424,4 +427,5 @@ def update_actor(accelerator: Any, actor: Prepared, tokenizer: Any, examples: Se
         return measured
 
     return train(accelerator, actor, loader, actor_loss_fn(objective, reference.distributions), config,
-                 on_step=tracker.step_hook("actor/") if tracker else None, on_epoch=on_epoch)
+                 on_step=tracker.step_hook("actor/") if tracker else None, on_epoch=on_epoch,
+                 on_progress=on_progress)

@@ -38,7 +38,7 @@ from services.trainer.actor_update import (
 from services.trainer.data import StepExample, actor_prompt_fn, trajectory_examples
 from services.trainer.intent_contrast import ContrastIntent
 from services.trainer.sft import COMPLETION_BUDGET, load_for_training
-from services.trainer.training_loop import make_accelerator, prepare
+from services.trainer.training_loop import ProgressHook, make_accelerator, prepare
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import label_of, load_trajectory
@@ -200,13 +200,15 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
                  keep_model: bool = False, probe_every_epoch: bool = False,
                  anchors: list[ProbeStep] | None = None,
                  contrast: list[ContrastIntent] | None = None,
-                 demonstrations: list[StepExample] | None = None) -> UpdateResult:
+                 demonstrations: list[StepExample] | None = None,
+                 on_progress: ProgressHook | None = None) -> UpdateResult:
     """Train ``actor`` on ``stored``'s experience under ``hp`` (its objective, positives filter, optimisation and
     batching) and measure the update: the exact KL in every batch, the probe's flips after the last epoch (or every
     one). ``max_steps``: only the first that many trained steps (smoke runs). ``anchors``: the anchor steps
     ``actor.anchor_kl`` holds the policy on; ``contrast``: the train intents ``actor.intent_contrast`` draws twins
     from; ``demonstrations``: the rehearsal pool ``replay.demo_ratio`` samples from as a phase does when
-    ``replay.demo_tasks`` > 0 (A = +1 steps joining the update, :func:`demonstration_steps`)."""
+    ``replay.demo_tasks`` > 0 (A = +1 steps joining the update, :func:`demonstration_steps`); ``on_progress``: the
+    update's optimizer steps done of those planned."""
     started = time.perf_counter()
     model, tokenizer = load_for_training(str(actor), settings)
     context = int(getattr(model.config, "max_position_embeddings", 2048))
@@ -230,7 +232,7 @@ def rerun_update(settings: Settings, stored: StoredPhase, actor: str | Path, hp:
                            step_advantages(a, chosen, len(rehearsed), hp.advantage), hp.actor, config,
                            max_length=max_length,
                            probe=probe, probe_every_epoch=probe_every_epoch, anchors=anchors, contrast=contrast,
-                           experience=examples)
+                           experience=examples, on_progress=on_progress)
     metrics = {**last_epoch(summary.epochs, DRIFT_KEYS), **kl_bound_record(hp.actor, summary),
                "trained_steps": len(chosen), "demonstration_steps": len(rehearsed),
                "positives": sum(bool(a[i] > 0) for i in chosen), "optimizer_steps": summary.steps,

@@ -37,6 +37,8 @@ StepHook = Callable[[int, Metrics], None]
 #: Called after every epoch with the epoch (from 1) and the loss's metrics averaged over its micro-batches; what it
 #: returns (measurements of the model as the epoch left it: a probe, a KL) joins that epoch's record.
 EpochHook = Callable[[int, Metrics], Metrics]
+#: Called after each optimizer step with (steps done, steps planned): a progress display's feed.
+ProgressHook = Callable[[int, int], None]
 
 #: Log the running metrics every this many optimizer steps.
 LOG_EVERY = 10
@@ -415,9 +417,11 @@ def micro_step(accelerator: Accelerator, prepared: Prepared, batch: dict[str, to
 
 
 def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: LossFn, config: LoopConfig,
-          on_step: StepHook | None = None, on_epoch: EpochHook | None = None) -> TrainSummary:
+          on_step: StepHook | None = None, on_epoch: EpochHook | None = None,
+          on_progress: ProgressHook | None = None) -> TrainSummary:
     """Run ``config.epochs`` epochs: loss_fn -> backward -> (every ``grad_accum`` micro-batches) clip, step;
-    ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.runs.tracking`), ``on_epoch`` each
+    ``on_step`` gets each optimizer step's metrics (a tracker's hook, :mod:`webrl.runs.tracking`), ``on_progress``
+    the steps done of :func:`planned_steps` (0 before the first; a display's bar), ``on_epoch`` each
     finished epoch's (its result joins ``summary.epochs``; an epoch the time budget or ``config.stop_above`` ended
     carries ``stopped`` = 1, and the batches it did not step are not in it). Under a multi-process launch the metrics
     are the global batch's (:meth:`StepWindow.merged`) and every process gets them."""
@@ -427,6 +431,9 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
     run_window, window = StepWindow(), StepWindow()
     norms: list[float] = []  # each step's, the same on every process (the gradients were averaged first)
     bound = BoundWindow(config.stop_above, len(loader)) if config.stop_above is not None else None
+    planned = planned_steps(len(loader), config)
+    if on_progress is not None:
+        on_progress(0, planned)
     prepared.model.train()
     for epoch in range(config.epochs):
         epoch_window = StepWindow()
@@ -450,6 +457,8 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
             summary.last_loss = step.mean_loss()
             if on_step is not None:
                 on_step(summary.steps, step.metrics(grad_norm, lr))
+            if on_progress is not None:
+                on_progress(summary.steps, planned)
             window = StepWindow()
             if summary.steps % LOG_EVERY == 0:
                 log.info("epoch %d step %d loss %.4g %s", epoch, summary.steps, step.mean_loss(),
@@ -476,6 +485,12 @@ def train(accelerator: Accelerator, prepared: Prepared, loader: Any, loss_fn: Lo
     if norms:
         summary.metrics["grad_norm"] = sum(norms) / len(norms)
     return summary
+
+
+def planned_steps(batches: int, config: LoopConfig) -> int:
+    """Optimizer steps of ``config.epochs`` epochs over ``batches`` micro-batches a process (a step every
+    ``grad_accum`` of them, and one for an epoch's remainder, as Accelerate syncs at the loader's end)."""
+    return config.epochs * math.ceil(batches / max(1, config.grad_accum))
 
 
 @torch.no_grad()

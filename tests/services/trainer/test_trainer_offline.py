@@ -15,6 +15,7 @@ from sqlalchemy import select
 from services.trainer.intent_contrast import ContrastIntent
 from services.trainer.offline import demonstration_steps, export_phase, load_phase, rerun_update, setting
 from services.trainer.phase import run_phase
+from services.trainer.training_loop import LoopConfig, planned_steps
 from webrl.agent.schemas import TaskConfig
 from webrl.db import models as m
 from webrl.db.repository import save_label, upsert_task
@@ -123,6 +124,22 @@ def test_the_offline_bench_smoke_path_on_the_shipped_phase(tmp_path: Path) -> No
         assert r["trained_steps"] == 2 and r["optimizer_steps"] == 1
         assert 0.0 <= r["flips"] <= 1.0 and r["kl_exact"] >= 0.0
     assert (out / "flips_kl.png").stat().st_size > 1000
+
+
+@pytest.mark.skipif(not (ROOT / "bench" / "fixtures" / "phase1-smollm2" / "phase.json").is_file(),
+                    reason="the shipped stored phase is missing")
+def test_an_offline_update_reports_its_optimizer_steps_done_of_those_planned(settings) -> None:
+    """The bench's progress bar: (0, planned) before the first step, then one call per optimizer step, ending at
+    planned, which is the number of steps the update took (3 batches of 2, accumulated 2 by 2: 2 steps an epoch)."""
+    stored = load_phase(ROOT / "bench" / "fixtures" / "phase1-smollm2")
+    hp = setting(stored.hyperparams, {"actor.epochs": 2, "batching.batch_size": 2, "batching.grad_accum": 2})
+    calls: list[tuple[int, int]] = []
+    result = rerun_update(settings, stored, ROOT / "webrl" / "assets" / "actor-sft", hp, max_steps=6,
+                          on_progress=lambda done, total: calls.append((done, total)))
+    steps = result.metrics["optimizer_steps"]
+    assert steps == 4
+    assert calls == [(done, steps) for done in range(steps + 1)]
+    assert planned_steps(3, LoopConfig(epochs=2, grad_accum=2)) == 4
 
 
 @pytest.mark.skipif(not (ROOT / "bench" / "fixtures" / "phase1-smollm2" / "phase.json").is_file(),
