@@ -39,9 +39,10 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
     # joining the update per step with A > 0, at A = +1
     python bench/phase_offline.py run --fixture bench/fixtures/phase1-seed1-t03-smollm2 --tasks 165 --seed 0 \
         --setting "rehearsal:replay.demo_tasks=66,replay.demo_ratio=2"
-    # the first phase with each positive's copies under renumbered element ids (actor.renumbered_positives)
+    # the first phase clipped, with each positive's copies under renumbered element ids (actor.renumbered_positives;
+    # docs/runs/2026-12-06-phase-offline-renumbered-positives: 16 of 165, and 18 with actor.epochs=1)
     python bench/phase_offline.py run --fixture bench/fixtures/phase1-smollm2 --tasks 165 --seed 0 \
-        --setting "renumbered:actor.renumbered_positives=2"
+        --setting "renumbered:actor.max_grad_norm=0.01,actor.warmup_steps=3,actor.renumbered_positives=2"
     # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
     python bench/phase_offline.py run --smoke
 

@@ -281,7 +281,9 @@ class ActorLoss:
     (``services/trainer/augment.py``: distinct random ids per copy), each trained with the step's advantage: a
     positive may teach which element the intent names, not which id to type. 0: off (the paper). This project's.
     Why (docs/measurements.md): the seen-template tasks every seed-0 run loses name the right element and type a
-    neighbour's id, which the SFT actor preferred by 0.11-0.34 nats and each phase's update pushed past zero."""
+    neighbour's id, which the SFT actor preferred by 0.11-0.34 nats and each phase's update pushed past zero.
+    Measured offline (docs/runs/2026-12-06-phase-offline-renumbered-positives): 16-18 of 165 against the clip's
+    33-47, those tasks lost all the same."""
     kl_bound: Annotated[float, Field(gt=0.0)] | None = None
     """The most the update may move the policy: the exact KL(pi_ref || pi_theta) per action token (``kl_exact``), which
     every batch measures on its own steps before its optimizer step, averaged over one epoch's worth of batches (a
