@@ -318,6 +318,12 @@ def register(app: typer.Typer) -> None:
         min_new_positive_steps: int = typer.Option(None, min=0, help="Update the actor only in a phase whose own "
                                                    "rollouts give at least this many steps with A > 0 (fewer: "
                                                    "published unchanged; 0: always). Default: the preset's."),
+        validation_tasks: int = typer.Option(None, min=0, help="Publish a phase's updated actor only when, greedy on "
+                                             "this many train-split tasks, it has not lost significantly more than "
+                                             "it gained against its start actor (sign test; else the start actor "
+                                             "is published again; 0: always). Default: the preset's."),
+        validation_alpha: float = typer.Option(None, min=0.0, max=1.0, help="The level of --validation-tasks' sign "
+                                               "test. Default: the preset's."),
         min_positive_confidence: float = typer.Option(None, min=0.0, max=1.0, help="Leave out of the actor's update "
                                                       "the A > 0 steps the phase's start actor takes with confidence "
                                                       "exp(lp / n) at or below this (0: keep all). Default: the "
@@ -395,6 +401,8 @@ def register(app: typer.Typer) -> None:
             "--actor-epochs": ("actor.epochs", actor_epochs), "--objective": ("actor.objective", objective),
             "--failed-positives": ("actor.failed_positives", failed_positives),
             "--min-new-positive-steps": ("actor.min_new_positive_steps", min_new_positive_steps),
+            "--validation-tasks": ("evaluation.validation_tasks", validation_tasks),
+            "--validation-alpha": ("evaluation.validation_alpha", validation_alpha),
             "--min-positive-confidence": ("actor.min_positive_confidence", min_positive_confidence),
             "--max-positive-confidence": ("actor.max_positive_confidence", max_positive_confidence),
             "--optimizer-state": ("actor.optimizer_state", optimizer_state),

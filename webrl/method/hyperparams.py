@@ -124,6 +124,15 @@ class Evaluation:
     concurrency: Count | None = None
     """Evaluation episodes at once (None: ``rollout.concurrency``). Greedy decoding has no sampling stream for the
     batching to reorder, so it changes the evaluation's time, not what the actor does."""
+    validation_tasks: Annotated[int, Field(ge=0)] = 0
+    """A phase publishes its updated actor only when, greedy on a fixed stratified sample of this many train-split
+    tasks of the suite (the same for every run and seed), it has not lost significantly more of them than it gained
+    against the actor it started from (one-sided sign test at ``validation_alpha``:
+    :mod:`webrl.method.acceptance`); else the start actor is published again and the critic's update kept. 0: every
+    update is published (the paper). This project's: on the CPU demo an update on one or two successful episodes
+    can collapse the actor (docs/runs/2026-12-02-make-demo-seed1: 25 -> 10 of the 165 test tasks)."""
+    validation_alpha: Probability = 0.05
+    """The sign test's level: the update is refused when P(losing at least that many by chance) < this."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Phase 0 measures the SFT actor: it evaluates it on the test split and rolls it out on a sample of the seed
 train tasks, whose failures seed the curriculum. Each phase i >= 1 then runs these stages in order::
 
-    generate -> filter -> rollout -> label -> train -> evaluate
+    generate -> filter -> rollout -> label -> train -> validate -> evaluate
+
+(``validate`` decides whether the update is published, with ``evaluation.validation_tasks``; else it passes.)
 
 Every stage is a Celery task reached through its typed client in :mod:`webrl.wire.clients` (eager in the embedded mode,
 a service worker in the distributed mode), so this file is the same in both modes. The stages finished so
@@ -37,8 +39,10 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
+from webrl.method.acceptance import verdict
 from webrl.method.hyperparams import WebRLHyperparams
 from webrl.method.rewards import EVALUATOR_LABELS
+from webrl.orchestration.evaluate import solved_task_keys
 from webrl.orchestration.pipeline_metrics import (
     actor_versions,
     attempted_task_keys,
@@ -64,6 +68,8 @@ from webrl.wire import clients
 from webrl.wire.contracts import (
     DEMONSTRATION_ATTEMPT,
     DEMONSTRATION_PURPOSE,
+    VALIDATION_ATTEMPT,
+    VALIDATION_PURPOSE,
     CheckpointSpec,
     CriticState,
     FilterRequest,
@@ -407,6 +413,59 @@ class Pipeline:
                 state.with_(actor_path=result.actor.path, actor_version=result.actor.version,
                             critic_path=result.critic.path, critic_version=result.critic.version))
 
+    def _stage_validate(self, index: int, state: PhaseState) -> StageOutput:
+        """Publish the phase's updated actor only when it has not lost significantly more of the validation tasks
+        (:meth:`validation_keys`) than it gained against the actor the phase started from (one-sided sign test at
+        ``evaluation.validation_alpha``, :mod:`webrl.method.acceptance`); else the start actor is published again
+        (the critic's update stays). Passes when ``evaluation.validation_tasks`` is 0 or the actor was not
+        updated. Records both actors' solved tasks and the verdict."""
+        start = self.actor_for_phase(index)
+        trained = self.phase_metrics(index)
+        updated = not (trained.get("train.skipped") or trained.get("train.actor_skipped")
+                       or trained.get("train.actor_steps") == 0)
+        if not self.hp.evaluation.validation_tasks or not updated or state.actor_path in (None, start):
+            return {"skipped": True}, state
+        assert state.actor_path is not None
+        keys = self.validation_keys()
+        before = self._start_validation(index, keys, start)
+        after = self._validation_solved(index, keys, state.actor_path, VALIDATION_ATTEMPT, "updated")
+        result = verdict(keys, before, after, self.hp.evaluation.validation_alpha)
+        published = after if result.accepted else before
+        metrics = {**result.to_json(), "keys": keys, "start_solved_tasks": sorted(before),
+                   "solved_tasks": sorted(after), "published_solved_tasks": sorted(published)}
+        if result.accepted:
+            return metrics, state
+        log.warning("phase %d: the updated actor lost %d and gained %d of %d validation tasks (p = %.4f < %s); the "
+                    "start actor is published again", index, result.lost, result.gained, result.tasks, result.p,
+                    self.hp.evaluation.validation_alpha)
+        version = self.phase_state(index - 1).actor_version if index > 1 else None
+        return metrics, state.with_(actor_path=start, actor_version=version)
+
+    def validation_keys(self) -> list[str]:
+        """The ``evaluation.validation_tasks`` train-split tasks of the suite (origin "seed") that a phase's update is
+        validated on: their fixed stratified sample under seed 0 whatever the run's seed, so every run and seed
+        validates on the same tasks and shares the start actor's stored evaluation on them."""
+        keys = self._task_keys(split="train", origin="seed")
+        return stratified_sample(self.settings, keys, self.hp.evaluation.validation_tasks, 0, "train")
+
+    def _start_validation(self, index: int, keys: list[str], start: str) -> set[str]:
+        """The start actor's solved validation tasks: what the previous phase published, as its validate stage
+        recorded them, else its greedy episodes (:meth:`_validation_solved`)."""
+        previous = self.phase_metrics(index - 1) if index > 1 else {}
+        if previous.get("validate.keys") == keys and "validate.published_solved_tasks" in previous:
+            return set(previous["validate.published_solved_tasks"])
+        return self._validation_solved(index, keys, start, VALIDATION_ATTEMPT + 1, "start")
+
+    def _validation_solved(self, index: int, keys: list[str], actor: str, attempt: int, which: str) -> set[str]:
+        """The validation tasks ``actor`` solves greedily: read back from an evaluation stored under its content key
+        (the SFT actor's, stored by the first run that validated it), else its episodes (purpose "validate",
+        ``attempt``), stored for the next run."""
+        label = f"phase {index}: validate the {which} actor"
+        scores, _ = greedy_scores(self.settings, actor, keys, keys, self.hp.rollout, lambda: self._rollout_chunks(
+            keys, index, self._policy(actor, None, label), purpose=VALIDATION_PURPOSE, label=label, attempt=attempt),
+            split="train")
+        return set(solved_task_keys(scores))
+
     def phase_job(self, index: int) -> PhaseJob:
         """The ``train.phase`` job of phase ``index``: its checkpoints and the run's hyperparameters."""
         return PhaseJob(phase=index, run_id=self.run_id, actor=self.actor_for_phase(index),
@@ -468,7 +527,7 @@ class Pipeline:
         episodes."""
         rollout = self.hp.rollout
         concurrency = rollout.concurrency
-        if purpose == "eval" and self.hp.evaluation.concurrency is not None:
+        if purpose in ("eval", VALIDATION_PURPOSE) and self.hp.evaluation.concurrency is not None:
             concurrency = self.hp.evaluation.concurrency
         if isinstance(policy, CheckpointSpec) and policy.temperature:
             policy = policy.model_copy(update={"sampling_seed": sampling_seed(self.options.seed, phase, attempt)})
@@ -519,13 +578,15 @@ BASELINE_TABLE: StageTable = {
     "evaluate": Pipeline._stage_evaluate,
     "seed-rollout": Pipeline._stage_seed_rollout,
 }
-#: Each phase i >= 1 (docs/design.md, "The method in one page"): steps 1 (generate, filter), 2, 3, 4-6 and 7.
+#: Each phase i >= 1 (docs/design.md, "The method in one page"): steps 1 (generate, filter), 2, 3, 4-6 and 7, with
+#: this project's acceptance check of the update (validate) before the evaluation.
 PHASE_TABLE: StageTable = {
     "generate": Pipeline._stage_generate,
     "filter": Pipeline._stage_filter,
     "rollout": Pipeline._stage_rollout,
     "label": Pipeline._stage_label,
     "train": Pipeline._stage_train,
+    "validate": Pipeline._stage_validate,
     "evaluate": Pipeline._stage_evaluate,
 }
 #: The stage names alone, as the viewer and the report list them.

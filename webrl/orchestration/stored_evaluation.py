@@ -26,13 +26,15 @@ from webrl.store.evaluations import EvaluationKey, TaskResult, evaluation_key, f
 log = logging.getLogger(__name__)
 
 
-def key_for(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout) -> EvaluationKey:
-    """The content key of a greedy evaluation of ``actor`` on the test tasks ``keys`` (in that order)."""
+def key_for(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout,
+            split: str = "test") -> EvaluationKey:
+    """The content key of a greedy evaluation of ``actor`` on the ``split`` tasks ``keys`` (in that order): the test
+    tasks, or the train-split tasks a phase's update is validated on (``evaluation.validation_tasks``)."""
     with session_scope(settings) as s:
-        configs = {t.key: t.config or {} for t in repo.tasks_where(s, split="test")}
+        configs = {t.key: t.config or {} for t in repo.tasks_where(s, split=split)}
     missing = [k for k in keys if k not in configs]
     if missing:
-        raise ValueError(f"not test tasks of the suite: {', '.join(missing[:5])}")
+        raise ValueError(f"not {split} tasks of the suite: {', '.join(missing[:5])}")
     return evaluation_key(settings, Path(actor), [(k, configs[k]) for k in keys], rollout)
 
 
@@ -53,7 +55,8 @@ def store_trajectories(settings: Settings, key: EvaluationKey, trajectory_ids: l
     return save(settings, key, results, folder)
 
 
-def storable_key(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout) -> EvaluationKey | None:
+def storable_key(settings: Settings, actor: str | Path, keys: list[str], rollout: Rollout,
+                 split: str = "test") -> EvaluationKey | None:
     """:func:`key_for` when ``actor`` is a model folder whose evaluation can be stored, else None: the rollouts must
     load it here, in fp32 (through an actor service, the service's backend and dtype decide the tokens: vLLM serves
     in bf16, and the key would not name it)."""
@@ -61,7 +64,7 @@ def storable_key(settings: Settings, actor: str | Path, keys: list[str], rollout
 
     if settings.rollouts_through_actor or not is_model_folder(Path(actor)):
         return None
-    key = key_for(settings, actor, keys, rollout)
+    key = key_for(settings, actor, keys, rollout, split)
     return key if is_storable(key) else None
 
 
@@ -84,13 +87,13 @@ def store_if_complete(settings: Settings, key: EvaluationKey, trajectory_ids: li
 
 
 def greedy_scores(settings: Settings, actor: str | Path, keys: list[str], suite: list[str], rollout: Rollout,
-                  run: Callable[[], list[int]]) -> tuple[list[TaskScore], str | None]:
-    """The per-task scores of the greedy evaluation of ``actor`` on ``keys`` (tasks of ``suite``, the run's test
-    tasks) and, when they were read back, the stored key's digest (12 characters): from an evaluation of all of
-    ``suite`` stored under the actor's content key, else from the episodes ``run()`` evaluates (their trajectory ids),
-    stored for the next time when ``keys`` are the whole suite. The pipeline's evaluate stage and the offline bench
-    both read through here."""
-    key = storable_key(settings, actor, suite, rollout)
+                  run: Callable[[], list[int]], split: str = "test") -> tuple[list[TaskScore], str | None]:
+    """The per-task scores of the greedy evaluation of ``actor`` on ``keys`` (tasks of ``suite``: the run's test
+    tasks, or with ``split`` "train" its validation tasks) and, when they were read back, the stored key's digest (12
+    characters): from an evaluation of all of ``suite`` stored under the actor's content key, else from the episodes
+    ``run()`` evaluates (their trajectory ids), stored for the next time when ``keys`` are the whole suite. The
+    pipeline's evaluate and validate stages and the offline bench all read through here."""
+    key = storable_key(settings, actor, suite, rollout, split)
     stored = stored_scores(settings, key, keys) if key is not None else None
     if key is not None and stored is not None:
         return stored, key.digest()[:12]

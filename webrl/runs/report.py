@@ -158,11 +158,12 @@ def phase_seconds(row: dict[str, Any]) -> float:
 
 
 #: The phase table's minutes columns: each names the stages whose ``<stage>.seconds`` it adds up ("min other": the
-#: phase's stages named by none of them, generate, filter and label).
+#: phase's stages named by none of them, generate, filter and label). The validate stage's greedy episodes count as
+#: evaluation.
 MINUTES_COLUMNS: dict[str, tuple[str, ...]] = {
     "min rollout": ("rollout", "seed-rollout"),
     "min train": ("train",),
-    "min eval": ("evaluate",),
+    "min eval": ("evaluate", "validate"),
 }
 
 
@@ -204,10 +205,14 @@ def rollouts_cell(row: dict[str, Any]) -> str:
 def positive_steps_cell(row: dict[str, Any]) -> str:
     """The steps with A > 0 the phase's actor update had (``train.positive_steps``) with the replayed ones among them,
     and "actor kept" where the phase's own were fewer than ``actor.min_new_positive_steps`` so the actor was published
-    unchanged."""
+    unchanged, or "update refused" where the validate stage published the start actor again
+    (``evaluation.validation_tasks``): "12 (3 replayed), update refused (validation: 9 lost, 1 gained of 40)"."""
     cell = _fmt(row.get("train.positive_steps"))
     if row.get("train.replayed_positive_steps") is not None:
         cell += f" ({_fmt(row['train.replayed_positive_steps'])} replayed)"
+    if row.get("validate.accepted") is False:
+        return (f"{cell}, update refused (validation: {row.get('validate.lost')} lost, "
+                f"{row.get('validate.gained')} gained of {row.get('validate.tasks')})")
     return f"{cell}, actor kept" if row.get("train.actor_skipped") else cell
 
 

@@ -151,6 +151,11 @@ DEMONSTRATION_PURPOSE = "sft"
 #: A run's demonstrations are attempt 1 of phase 0: the seed rollouts (attempt 0) may pick the same train tasks,
 #: and trajectories are unique per (task, phase, attempt, run).
 DEMONSTRATION_ATTEMPT = 1
+#: Purpose of a phase's validation episodes (``evaluation.validation_tasks``): greedy, on train-split tasks that the
+#: phase's own rollouts may also have drawn, so they take attempts of their own: the updated actor's
+#: :data:`VALIDATION_ATTEMPT`, the start actor's the one after it (a rollout's retries count up from 0).
+VALIDATION_PURPOSE = "validate"
+VALIDATION_ATTEMPT = 1_000_000
 
 
 class RolloutRequest(Contract):
@@ -161,7 +166,7 @@ class RolloutRequest(Contract):
     attempt: int = Field(0, ge=0, le=DB_MAX_INT)
     run_id: DbCount = Field(0, description="The pipeline run (runs.id) the trajectories belong to; 0: none "
                             "(stand-alone evaluation, bootstrap, ORM data). Part of the idempotency key.")
-    purpose: Literal["train", "eval", "sft", "orm"] = "train"
+    purpose: Literal["train", "eval", "sft", "orm", "validate"] = "train"
     policy: PolicySpec
     concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
     max_steps: int = Field(MAX_STEPS, ge=1, le=MAX_EPISODE_STEPS)

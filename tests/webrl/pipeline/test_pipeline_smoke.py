@@ -73,7 +73,7 @@ def test_smoke_run_end_to_end_and_rerun_is_a_no_op(world: Settings, smoke_home: 
     with session_scope(world) as s:
         phases = s.scalars(select(m.Phase).order_by(m.Phase.index)).all()
         assert [(p.index, p.status) for p in phases] == [(0, "done"), (1, "done")]
-        assert phases[1].stages_done == ["generate", "filter", "rollout", "label", "train", "evaluate"]
+        assert phases[1].stages_done == ["generate", "filter", "rollout", "label", "train", "validate", "evaluate"]
         metrics = phases[1].metrics
         assert 0.0 <= metrics["evaluate.success"] <= 1.0 and metrics["evaluate.n"] == 8
         assert all(isinstance(p.metrics["evaluate.solved"], list) for p in phases)  # the keys the report lists

@@ -25,7 +25,7 @@ from webrl.orchestration.pipeline_metrics import failed_task_keys
 
 
 def test_the_stage_table_lists_the_methods_stages_in_order() -> None:
-    assert STAGES == tuple(PHASE_TABLE) == ("generate", "filter", "rollout", "label", "train", "evaluate")
+    assert STAGES == tuple(PHASE_TABLE) == ("generate", "filter", "rollout", "label", "train", "validate", "evaluate")
     assert BASELINE_STAGES == tuple(BASELINE_TABLE) == ("evaluate", "seed-rollout")
     for table in (PHASE_TABLE, BASELINE_TABLE):
         for stage, method in table.items():
