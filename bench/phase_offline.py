@@ -43,6 +43,10 @@ advantages: ``services/trainer/offline.py``) and is scored by what the update di
     # docs/runs/2026-12-06-phase-offline-renumbered-positives: 16 of 165, and 18 with actor.epochs=1)
     python bench/phase_offline.py run --fixture bench/fixtures/phase1-smollm2 --tasks 165 --seed 0 \
         --setting "renumbered:actor.max_grad_norm=0.01,actor.warmup_steps=3,actor.renumbered_positives=2"
+    # would the validate stage publish the first phase's clipped update? (evaluation.validation_tasks: the updated
+    # actor against the start actor on 40 train-split tasks, sign test)
+    python bench/phase_offline.py run --fixture bench/fixtures/phase1-smollm2 --validation-tasks 40 --seed 0 \
+        --setting "clip:actor.max_grad_norm=0.01,actor.warmup_steps=3"
     # the smoke path (tests): the tiny actor, two stored steps, one epoch, no browser
     python bench/phase_offline.py run --smoke
 
@@ -66,6 +70,7 @@ from rich.table import Table
 from services.trainer.intent_contrast import sandbox_train_intents
 from services.trainer.offline import demonstration_steps, export_phase, load_phase, rerun_update, setting
 from webrl.config import get_settings
+from webrl.method.acceptance import verdict
 from webrl.models.probe import load_probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,11 +138,12 @@ def sample_keys(settings: Any, n: int, stratified: bool = False) -> tuple[list[s
     return ordered[::step][:n], suite
 
 
-def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int, suite: list[str]) -> tuple[set[str], str]:
+def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int, suite: list[str],
+              split: str = "test") -> tuple[set[str], str]:
     """(the tasks of ``keys`` the actor at ``actor`` solves greedily, where the result came from): read back from an
     evaluation of all of ``suite`` stored under the actor's content key (the shipped SFT actor's:
     :mod:`webrl.store.evaluations`), else evaluated (once per actor state and horizon) and, when ``keys`` is the
-    suite, stored for the next comparison."""
+    suite, stored for the next comparison. ``split`` "train": the validation tasks (``--validation-tasks``)."""
     from webrl.method.hyperparams import Rollout
     from webrl.orchestration.evaluate import evaluation_episodes, solved_task_keys
     from webrl.orchestration.stored_evaluation import greedy_scores
@@ -148,7 +154,7 @@ def solved_on(settings: Any, actor: Path, keys: list[str], max_steps: int, suite
                                        on_progress=lambda _label, done, total: moved(done, total))
 
     # the request's early stops are the defaults, as Rollout's
-    scores, stored = greedy_scores(settings, actor, keys, suite, Rollout(max_steps=max_steps), run)
+    scores, stored = greedy_scores(settings, actor, keys, suite, Rollout(max_steps=max_steps), run, split)
     return set(solved_task_keys(scores)), f"stored evaluation {stored}" if stored else "evaluated"
 
 
@@ -190,6 +196,9 @@ def run_settings(
     stratified: bool = typer.Option(False, help="That sample stratified by template (65: one task of every "
                                     "template, the middle-phase sample of `make demo`); else spread over the "
                                     "suite's order."),
+    validation_tasks: int = typer.Option(0, min=0, help="Also score each setting's actor on the pipeline's "
+                                         "validation sample of this many train-split tasks and give the validate "
+                                         "stage's verdict against the start actor (evaluation.validation_tasks)."),
     max_steps: int = typer.Option(8, min=1, help="Horizon of that evaluation (the CPU presets': 8)."),
     probe_steps: int = typer.Option(0, min=0, help="Only the first N probe steps per site (0: all)."),
     output: Path = typer.Option(Path(".webrl/bench/phase_offline"), help="Where results.json and the plot go."),
@@ -213,10 +222,11 @@ def run_settings(
     max_trained = None
     if smoke:
         actor, tasks, max_trained, probe_set = TINY_ACTOR, 0, 2, probe_set[::max(1, len(probe_set) // 4)][:4]
+        validation_tasks = 0
         chosen = {name: {**o, "actor.epochs": 1} for name, o in list(chosen.items())[:2]}
     keys, suite, baseline = [], [], set()
-    sandbox, groups = None, None
-    if tasks:
+    sandbox, groups, validation, validated = None, None, [], set()
+    if tasks or validation_tasks:
         from webrl.db.migrate import upgrade
         from webrl.sandbox.server import running_sandbox, sandbox_ports
         from webrl.sandbox.tasks.suite import load_suite
@@ -225,10 +235,17 @@ def run_settings(
         load_suite(settings, settings.seed)
         sandbox = running_sandbox(settings, sandbox_ports(settings))
         sandbox.__enter__()
+    if tasks:
         keys, suite = sample_keys(settings, tasks, stratified)
         groups = sample_groups(settings, keys)
         baseline, source = solved_on(settings, actor, keys, max_steps, suite)
         console.print(f"start actor: {len(baseline)}/{len(keys)} of the task sample ({source})")
+    if validation_tasks:
+        from webrl.store.template_groups import validation_sample
+
+        validation = validation_sample(settings, validation_tasks)
+        validated, source = solved_on(settings, actor, validation, max_steps, validation, split="train")
+        console.print(f"start actor: {len(validated)}/{len(validation)} of the validation tasks ({source})")
     results = []
     try:
         for name, overrides in chosen.items():
@@ -236,26 +253,37 @@ def run_settings(
             console.rule(f"{name}: {overrides or 'the stored phase as it ran'}")
             with shown(f"update {name} (optimizer steps)") as moved:
                 result = rerun_update(settings, stored, actor, hp, probe=probe_set, max_steps=max_trained,
-                                      keep_model=bool(tasks), probe_every_epoch=probe_every_epoch, seed=seed,
+                                      keep_model=bool(tasks or validation_tasks),
+                                      probe_every_epoch=probe_every_epoch, seed=seed,
                                       anchors=load_probe(anchors) if hp.actor.anchor_kl > 0 else None,
                                       contrast=sandbox_train_intents(settings) if hp.actor.intent_contrast > 0
                                       else None,
                                       demonstrations=rehearsal_pool(demonstrations, hp), on_progress=moved)
             row = {"setting": name, "overrides": overrides, "seed": seed, **result.metrics,
                    "minutes": round(result.seconds / 60, 2), "epochs": result.epochs}
-            if tasks:
+            if tasks or validation_tasks:
                 # inside the artifacts store: the rollout workers load only model folders a request may name
                 folder = save_actor(settings, result.model, result.tokenizer,
                                     settings.artifacts_dir / "bench" / "phase_offline" / name, name)
+            if validation_tasks:
+                passed, _ = solved_on(settings, folder, validation, max_steps, validation, split="train")
+                judged = verdict(validation, validated, passed, hp.evaluation.validation_alpha)
+                row["validation"] = {**judged.to_json(), "solved_tasks": sorted(passed)}
+                console.print(f"{name}: validation {judged.start_solved} -> {judged.solved} of {judged.tasks} "
+                              f"({judged.gained} gained, {judged.lost} lost, p = {judged.p:.4f}): "
+                              + ("published" if judged.accepted else "refused"))
+                write_results([*results, row], output, meta(fixture, baseline, keys, validated, validation))
+            if tasks:
                 solved, _ = solved_on(settings, folder, keys, max_steps, suite)
                 row |= {"solved": len(solved), "tasks": len(keys), "gained": sorted(solved - baseline),
                         "lost": sorted(baseline - solved), **against_start(name, keys, groups, baseline, solved)}
             results.append(row)
-            write_results(results, output, meta(fixture, baseline, keys))  # a stopped comparison keeps what it ran
+            # a stopped comparison keeps what it ran
+            write_results(results, output, meta(fixture, baseline, keys, validated, validation))
     finally:
         if sandbox is not None:
             sandbox.__exit__(None, None, None)
-    report(results, output, meta(fixture, baseline, keys))
+    report(results, output, meta(fixture, baseline, keys, validated, validation))
 
 
 def rehearsal_pool(path: Path, hp: Any) -> list[Any] | None:
@@ -302,8 +330,24 @@ def vs_start_cell(row: dict[str, Any]) -> str:
     return f"{100 * overall['difference']:+.1f} ({100 * low:+.1f}..{100 * high:+.1f})"
 
 
-def meta(fixture: Path, baseline: set[str], keys: list[str]) -> dict[str, Any]:
-    return {"fixture": fixture.name, "baseline_solved": sorted(baseline), "tasks": keys}
+def meta(fixture: Path, baseline: set[str], keys: list[str], validated: set[str] | None = None,
+         validation: list[str] | None = None) -> dict[str, Any]:
+    """What the results share: the stored phase, the test sample and the start actor's solved tasks of it, and where
+    ``--validation-tasks`` ran, the validation tasks and the start actor's solved ones."""
+    info: dict[str, Any] = {"fixture": fixture.name, "baseline_solved": sorted(baseline), "tasks": keys}
+    if validation:
+        info |= {"validation_tasks": validation, "validation_baseline_solved": sorted(validated or ())}
+    return info
+
+
+def validation_cell(row: dict[str, Any]) -> str:
+    """"12 -> 3 refused (p 0.002)": the setting's actor on the validation tasks against the start actor, and the
+    validate stage's verdict; "-" when not measured."""
+    judged = row.get("validation")
+    if not judged:
+        return "-"
+    return (f"{judged['start_solved']} -> {judged['solved']} " + ("published" if judged["accepted"] else "refused")
+            + f" (p {judged['p']:.3g})")
 
 
 def write_results(results: list[dict[str, Any]], output: Path, info: dict[str, Any]) -> None:
@@ -314,7 +358,7 @@ def write_results(results: list[dict[str, Any]], output: Path, info: dict[str, A
 def report(results: list[dict[str, Any]], output: Path, info: dict[str, Any]) -> None:
     """The comparison as a table, ``results.json`` and a flips-against-KL plot."""
     table = Table("setting", "trained", "opt. steps", "KL exact", "k1", "flips", "shop", "admin", "reddit", "gitlab",
-                  "solved", "gained", "lost", "vs start (95%, templates)", "min")
+                  "solved", "gained", "lost", "vs start (95%, templates)", "validation", "min")
     fmt = lambda v, p=4: "-" if v is None else (f"{v:.{p}g}" if isinstance(v, float) else str(v))  # noqa: E731
     base_flips = results[0].get("flips") if results else None
     for r in results:
@@ -325,7 +369,7 @@ def report(results: list[dict[str, Any]], output: Path, info: dict[str, Any]) ->
                       fmt(r.get("flips_gitlab"), 3),
                       f"{r['solved']}/{r['tasks']}" if "solved" in r else "-",
                       fmt(len(r["gained"])) if "gained" in r else "-", fmt(len(r["lost"])) if "lost" in r else "-",
-                      vs_start_cell(r), fmt(r.get("minutes"), 3))
+                      vs_start_cell(r), validation_cell(r), fmt(r.get("minutes"), 3))
     console.print(table)
     if base_flips is not None:
         for r in results[1:]:

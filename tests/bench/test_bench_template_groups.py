@@ -26,6 +26,21 @@ def test_the_offline_bench_compares_each_setting_by_template_group(capsys, load_
     assert bench.against_start("clip", keys, None, set(), set()) == {} and bench.vs_start_cell({}) == "-"
 
 
+def test_the_offline_bench_gives_the_validate_stages_verdict(load_bench) -> None:
+    from webrl.method.acceptance import verdict
+
+    bench = load_bench("phase_offline")
+    tasks = [f"train/{i}" for i in range(10)]
+    refused = {"validation": verdict(tasks, tasks[:6], tasks[:1], alpha=0.05).to_json()}
+    published = {"validation": verdict(tasks, tasks[:6], tasks[2:8], alpha=0.05).to_json()}
+    assert bench.validation_cell(refused) == "6 -> 1 refused (p 0.0312)"
+    assert bench.validation_cell(published) == "6 -> 6 published (p 0.688)"
+    assert bench.validation_cell({}) == "-"
+    info = bench.meta(Path("phase1-smollm2"), {"t/1"}, ["t/1", "t/2"], set(tasks[:6]), tasks)
+    assert info["validation_tasks"] == tasks and info["validation_baseline_solved"] == sorted(tasks[:6])
+    assert "validation_tasks" not in bench.meta(Path("phase1-smollm2"), set(), [])
+
+
 def test_the_shipped_clip_result_by_template_group(load_bench) -> None:
     import json
 

@@ -63,7 +63,7 @@ from webrl.orchestration.pipeline_state import (
 from webrl.orchestration.stored_evaluation import greedy_scores
 from webrl.policies.actor_service import rollout_policy
 from webrl.prompts.actor import COMPLETION_BUDGET
-from webrl.store.template_groups import stratified_sample
+from webrl.store.template_groups import stratified_sample, validation_sample
 from webrl.wire import clients
 from webrl.wire.contracts import (
     DEMONSTRATION_ATTEMPT,
@@ -442,11 +442,10 @@ class Pipeline:
         return metrics, state.with_(actor_path=start, actor_version=version)
 
     def validation_keys(self) -> list[str]:
-        """The ``evaluation.validation_tasks`` train-split tasks of the suite (origin "seed") that a phase's update is
-        validated on: their fixed stratified sample under seed 0 whatever the run's seed, so every run and seed
-        validates on the same tasks and shares the start actor's stored evaluation on them."""
-        keys = self._task_keys(split="train", origin="seed")
-        return stratified_sample(self.settings, keys, self.hp.evaluation.validation_tasks, 0, "train")
+        """The ``evaluation.validation_tasks`` train-split tasks a phase's update is validated on
+        (:func:`webrl.store.template_groups.validation_sample`: the same for every run and seed, so they share the
+        start actor's stored evaluation on them)."""
+        return validation_sample(self.settings, self.hp.evaluation.validation_tasks)
 
     def _start_validation(self, index: int, keys: list[str], start: str) -> set[str]:
         """The start actor's solved validation tasks: what the previous phase published, as its validate stage

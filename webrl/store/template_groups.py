@@ -83,3 +83,14 @@ def stratified_sample(settings: Settings, keys: list[str], n: int, seed: int, sp
             if queue and len(chosen) < n:
                 chosen.append(queue.pop())
     return sorted(chosen, key=keys.index)
+
+
+def validation_sample(settings: Settings, n: int) -> list[str]:
+    """The suite's fixed validation tasks: :func:`stratified_sample` of ``n`` of its train-split tasks (origin "seed",
+    never a generated or a test task) under seed 0 whatever a run's seed, so every run, seed and offline comparison
+    validates an update on the same tasks (``evaluation.validation_tasks``)."""
+    with session_scope(settings) as s:
+        keys = [t.key for t in repo.tasks_where(s, split="train", origin="seed")]
+    if not keys:
+        raise RuntimeError("no train tasks in the database; run `webrl tasks load` first")
+    return stratified_sample(settings, keys, n, 0, "train")
