@@ -1,6 +1,7 @@
-"""``webrl evaluation store`` and ``webrl evaluation show``: an actor's greedy evaluation on the test tasks, stored
-under its content key (:mod:`webrl.store.evaluations`), so runs that start from that actor read it back instead of
-evaluating it again."""
+"""``webrl evaluation store`` and ``webrl evaluation show``: an actor's greedy evaluation on the test tasks (or, with
+``--validation-tasks N``, on the suite's validation sample of N train-split tasks that ``evaluation.validation_tasks``
+validates updates on), stored under its content key (:mod:`webrl.store.evaluations`), so runs that start from that
+actor read it back instead of evaluating it again."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ console = Console()
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Stored greedy evaluations of an actor on the test tasks, by content key.",
+    group = typer.Typer(help="Stored greedy evaluations of an actor on the test (or validation) tasks, by content key.",
                         no_args_is_help=True)
     group.command("store")(store)
     group.command("show")(show)
@@ -37,9 +38,11 @@ def store(
     concurrency: int = typer.Option(8, min=1, help="Browser episodes at once."),
     into: Path = typer.Option(None, help="Folder to write the stored evaluation to. Default: <artifacts>/evaluations; "
                               "webrl/assets/evaluations ships it with the package."),
+    validation_tasks: int = typer.Option(0, min=0, help="The suite's validation sample of this many train-split "
+                                         "tasks instead of the test tasks (a run's --validation-tasks)."),
 ) -> None:
-    """Evaluate ``--actor`` greedily on every test task (episodes it already has at this horizon are reused) and store
-    the per-task results under their content key."""
+    """Evaluate ``--actor`` greedily on every test task, or on the validation sample (episodes it already has at this
+    horizon are reused), and store the per-task results under their content key."""
     from webrl.commands.train import ensure_ready, sandbox_if_needed
     from webrl.orchestration.evaluate import evaluation_episodes
     from webrl.orchestration.stored_evaluation import key_for, store_trajectories
@@ -50,8 +53,8 @@ def store(
         raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
     check_loadable(settings, actor, "--actor", configured=settings.actor.model)
     ensure_ready(settings)
-    keys = _test_keys(settings)
-    key = key_for(settings, actor.resolve(), keys, _rollout(max_steps))
+    keys, split = _tasks(settings, validation_tasks)
+    key = key_for(settings, actor.resolve(), keys, _rollout(max_steps), split)
     if not is_storable(key):
         raise typer.BadParameter(f"a {key.dtype} evaluation is not stored: greedy decoding is batch-invariant only "
                                  "in float32 (WEBRL_MODELS__DTYPE=float32)")
@@ -65,6 +68,8 @@ def store(
 def show(
     actor: Path = typer.Option(..., help="The actor folder."),
     max_steps: int = typer.Option(8, min=1, max=MAX_EPISODE_STEPS, help="Horizon."),
+    validation_tasks: int = typer.Option(0, min=0, help="On the suite's validation sample of this many train-split "
+                                         "tasks instead of the test tasks."),
 ) -> None:
     """Whether an evaluation of ``--actor`` at this horizon is stored for the code and settings as they are now, and
     its success per site."""
@@ -75,7 +80,8 @@ def show(
     ensure_ready(settings)
     from webrl.orchestration.stored_evaluation import key_for
 
-    key = key_for(settings, actor.resolve(), _test_keys(settings), _rollout(max_steps))
+    keys, split = _tasks(settings, validation_tasks)
+    key = key_for(settings, actor.resolve(), keys, _rollout(max_steps), split)
     stored = find(settings, key)
     if stored is None:
         console.print(f"no stored evaluation under key {key.digest()[:12]} (a run starting from this actor "
@@ -91,9 +97,14 @@ def show(
     console.print(table)
 
 
-def _test_keys(settings: Settings) -> list[str]:
+def _tasks(settings: Settings, validation_tasks: int) -> tuple[list[str], str]:
+    """(the evaluated tasks, their split): every test task, or the validation sample of ``validation_tasks``
+    train-split tasks (:func:`webrl.store.template_groups.validation_sample`)."""
     from webrl.db import repository as repo
     from webrl.db.session import session_scope
+    from webrl.store.template_groups import validation_sample
 
+    if validation_tasks:
+        return validation_sample(settings, validation_tasks), "train"
     with session_scope(settings) as s:
-        return [t.key for t in repo.tasks_where(s, split="test")]
+        return [t.key for t in repo.tasks_where(s, split="test")], "test"

@@ -138,3 +138,44 @@ def test_the_shipped_sft_evaluation_matches_the_code_and_reproduces(with_smollm2
     with running_sandbox(settings, ports=sandbox_ports(settings)):
         ids = evaluation_episodes(settings, actor, again, concurrency=3, max_steps=hp.rollout.max_steps)
     assert task_results(settings, ids) == {k: stored.results[k] for k in again}
+
+
+def test_the_shipped_sft_validation_evaluation_matches_the_code_and_reproduces(with_smollm2: Settings,
+                                                                               free_sites: Settings) -> None:
+    """The shipped SFT actor's stored evaluation on the 40 validation tasks (``--validation-tasks 40``) is what a run
+    that validates its updates reads back for its first phase's start actor: its key must be the current code's, it
+    names train-split tasks only, and one solved and one failed task re-evaluated now give the stored results;
+    ``webrl evaluation show --validation-tasks 40`` finds it."""
+    from typer.testing import CliRunner
+
+    from webrl.cli import app
+    from webrl.db.migrate import upgrade
+    from webrl.sandbox.server import running_sandbox, sandbox_ports
+    from webrl.sandbox.tasks.suite import load_suite
+    from webrl.store.template_groups import validation_sample
+
+    settings = free_sites
+    upgrade(settings)
+    load_suite(settings, settings.seed)
+    hp = PRESETS["cpu-demo"]
+    keys = validation_sample(settings, 40)
+    with session_scope(settings) as s:
+        assert {t.split for t in repo.tasks_by_keys(s, keys)} == {"train"}
+    key = key_for(settings, SHIPPED_ACTOR, keys, hp.rollout, split="train")
+    stored = find(settings, key, folders=(SHIPPED,))
+    assert stored is not None, (
+        f"no shipped validation evaluation under the current key {key.digest()[:12]}; refresh it: WEBRL_HOME=<fresh> "
+        "webrl evaluation store --actor webrl/assets/actor-sft-smollm2 --validation-tasks 40 "
+        "--into webrl/assets/evaluations (and remove the stale file)")
+    assert sorted(stored.results) == sorted(keys)
+    by_steps = sorted(stored.results, key=lambda k: stored.results[k].steps)
+    solved = [k for k in by_steps if is_success(stored.results[k].score)]
+    again = solved[:1] + [k for k in by_steps if k not in solved][:1]
+    actor = settings.artifacts_dir / "models" / "actor-sft-smollm2"
+    shutil.copytree(SHIPPED_ACTOR, actor)
+    with running_sandbox(settings, ports=sandbox_ports(settings)):
+        ids = evaluation_episodes(settings, actor, again, concurrency=2, max_steps=hp.rollout.max_steps)
+    assert task_results(settings, ids) == {k: stored.results[k] for k in again}
+    shown = CliRunner().invoke(app, ["evaluation", "show", "--actor", str(SHIPPED_ACTOR), "--validation-tasks", "40"])
+    assert shown.exit_code == 0, shown.output
+    assert key.digest()[:12] in shown.output and f"│ {len(solved)} " in shown.output.split("overall")[1][:40]
