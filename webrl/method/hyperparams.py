@@ -130,7 +130,9 @@ class Evaluation:
     against the actor it started from (one-sided sign test at ``validation_alpha``:
     :mod:`webrl.method.acceptance`); else the start actor is published again and the critic's update kept. 0: every
     update is published (the paper). This project's: on the CPU demo an update on one or two successful episodes
-    can collapse the actor (docs/runs/2026-12-02-make-demo-seed1: 25 -> 10 of the 165 test tasks)."""
+    can collapse the actor (docs/runs/2026-12-02-make-demo-seed1: 25 -> 10 of the 165 test tasks). Measured at 40
+    (docs/measurements.md, 2026-12-06): that update of seed 1's refused (16 -> 6 of 40, p = 0.003; the run ended at
+    the SFT actor's 25/165), seed 0's first clipped phase, 47/165 on test, published (16 -> 14, p = 0.34)."""
     validation_alpha: Probability = 0.05
     """The sign test's level: the update is refused when P(losing at least that many by chance) < this."""
 

@@ -32,8 +32,9 @@ from typing import Any
 from webrl.method.hyperparams import WebRLHyperparams
 from webrl.orchestration.pipeline import BASELINE_STAGES, STAGES
 
-#: Stages whose time grows with the episodes they run, and the metric that counts those episodes.
-EPISODIC: dict[str, str] = {"seed-rollout": "rollouts", "rollout": "rollouts", "evaluate": "n"}
+#: Stages whose time grows with the episodes they run, and the metric that counts those episodes (the validate
+#: stage's: the updated actor's, one per validation task).
+EPISODIC: dict[str, str] = {"seed-rollout": "rollouts", "rollout": "rollouts", "evaluate": "n", "validate": "tasks"}
 
 
 @dataclass(frozen=True)
@@ -59,17 +60,20 @@ class Timing:
 
 
 def run_plan(hp: WebRLHyperparams) -> list[PlannedStage]:
-    """Every stage the run will run, in order, with the episodes of the episodic ones."""
+    """Every stage the run will run, in order, with the episodes of the episodic ones; the validate stage only where
+    the run validates its updates (``evaluation.validation_tasks``: else it passes at once)."""
     phases, tasks, subset = hp.curriculum.phases, hp.evaluation.tasks, hp.evaluation.subset
+    validated = hp.evaluation.validation_tasks
 
     def evaluated(index: int) -> int:
         return subset if subset is not None and subset < tasks and 0 < index < phases else tasks
 
-    episodes = {"seed-rollout": hp.curriculum.seed_tasks, "rollout": hp.curriculum.tasks_per_phase}
+    episodes = {"seed-rollout": hp.curriculum.seed_tasks, "rollout": hp.curriculum.tasks_per_phase,
+                "validate": validated}
     plan = [PlannedStage(0, stage, evaluated(0) if stage == "evaluate" else episodes.get(stage))
             for stage in BASELINE_STAGES]
     return plan + [PlannedStage(index, stage, evaluated(index) if stage == "evaluate" else episodes.get(stage))
-                   for index in range(1, phases + 1) for stage in STAGES]
+                   for index in range(1, phases + 1) for stage in STAGES if stage != "validate" or validated]
 
 
 def timing_of(stage: str, metrics: Mapping[str, Any]) -> Timing | None:

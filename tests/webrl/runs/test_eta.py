@@ -28,6 +28,10 @@ def test_the_plan_is_phase_0_then_every_stage_of_each_phase_with_its_episodes() 
     assert len(plan) == 2 + 2 * 6 and plan[-1] == PlannedStage(2, "evaluate", 165)  # the last phase all tasks
     assert run_plan(with_overrides(HP, {"evaluation.subset": None}))[7].episodes == 165
     assert plan[1].progress_label == "phase 0: seed rollout"
+    # a run that validates its updates plans that stage too, one episode per validation task
+    validated = run_plan(with_overrides(HP, {"evaluation.validation_tasks": 40}))
+    assert [(s.stage, s.episodes) for s in validated[6:9]] == [("train", None), ("validate", 40), ("evaluate", 65)]
+    assert len(validated) == 2 + 2 * 7
 
 
 def _after_phase_0(clock: Clock) -> RunEta:
