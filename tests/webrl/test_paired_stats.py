@@ -4,7 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from webrl.method.paired_stats import bootstrap_interval, mcnemar_exact_p, paired_comparison, wald_interval
+from webrl.method.paired_stats import (
+    bootstrap_interval,
+    mcnemar_exact_p,
+    paired_comparison,
+    sign_test_tail,
+    wald_interval,
+)
+
+
+def test_sign_test_tail_by_hand() -> None:
+    assert sign_test_tail(5, 5) == 1 / 32
+    assert sign_test_tail(4, 3) == pytest.approx((4 + 1) / 16)
+    assert sign_test_tail(6, 0) == 1.0
+    assert sign_test_tail(6, -2) == 1.0  # "at least a negative count" is certain
+    assert sign_test_tail(0, 0) == 1.0
+    assert sign_test_tail(3, 4) == 0.0  # more than n: impossible
 
 
 def test_mcnemar_exact_p_by_hand() -> None:

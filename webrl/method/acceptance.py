@@ -15,16 +15,16 @@ many as it loses, is published: the gate stops a collapse, not an update whose v
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from webrl.method.paired_stats import sign_test_tail
+
 
 def losses_p(gained: int, lost: int) -> float:
     """One-sided sign test: P(X >= lost) for X ~ Binomial(gained + lost, 1/2); 1.0 when no task is discordant."""
-    n = gained + lost
-    return sum(math.comb(n, k) for k in range(lost, n + 1)) / 2**n
+    return sign_test_tail(gained + lost, lost)
 
 
 @dataclass(frozen=True)

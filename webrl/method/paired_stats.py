@@ -60,13 +60,17 @@ class PairedComparison:
         return {**asdict(self), "macro_difference": self.macro_difference}
 
 
+def sign_test_tail(n: int, at_least: int) -> float:
+    """P(X >= at_least) for X ~ Binomial(n, 1/2): the chance of at least that many of ``n`` discordant tasks going
+    one way when gains and losses are equally likely (1.0 when ``at_least`` <= 0)."""
+    return sum(math.comb(n, k) for k in range(max(0, at_least), n + 1)) / 2**n
+
+
 def mcnemar_exact_p(gained: int, lost: int) -> float:
     """McNemar's exact test: under "no difference" each discordant task is a gain or a loss with probability 1/2,
-    so the smaller count is Binomial(gained + lost, 1/2); two-sided p = 2 P(X <= min(gained, lost)), at most 1
+    so the larger count is Binomial(gained + lost, 1/2); two-sided p = 2 P(X >= max(gained, lost)), at most 1
     (1.0 when no task is discordant)."""
-    n = gained + lost
-    tail = sum(math.comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    return min(1.0, 2 * sign_test_tail(gained + lost, max(gained, lost)))
 
 
 def wald_interval(gained: int, lost: int, n: int, z: float = Z_95) -> tuple[float, float]:
