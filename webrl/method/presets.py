@@ -32,7 +32,14 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # a bench and a whole run's last evaluation ~1.05x faster per step (docs/measurements.md, 2026-12-02). The local
     # backend prefills an episode's next step from its last prompt (the intent and earlier rounds it repeats): a
     # tenth fewer prompt tokens computed, 1.13x on an evaluation of 40, the same actions (2026-12-04).
-    evaluation=Evaluation(tasks=165, subset=40, concurrency=16),
+    # Each update is validated before it is published (the validate stage: 40 train-split tasks, one-sided sign test
+    # at 0.05): seed 1's phase 1, 9 positives of its own, scored 16 -> 6 and was refused, so the run ended at the SFT
+    # actor's 15.2% instead of the 6.1% its published collapse gave; every seed-0 update was published (16 -> 14
+    # offline, 16 -> 17 and 17 -> 14 in whole runs), so seed 0's climb is the preset's as it was (one whole run:
+    # 23.6%, the orders template 20/20; docs/runs/2026-12-06-make-demo-seed0-validated-end). It costs two greedy
+    # evaluations of 40 train tasks a run (about 5 min each on the Xeon that ran the preset in 44.3 min, 8-9.5 min on
+    # one 1.8x slower); the SFT actor's own is read back (webrl/assets/evaluations).
+    evaluation=Evaluation(tasks=165, subset=40, concurrency=16, validation_tasks=40),
     # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
     # training rollouts sample, evaluation is greedy
     # training rollouts sample in bf16 where the CPU computes it natively: batches of 8 prompts of ~1,000 tokens

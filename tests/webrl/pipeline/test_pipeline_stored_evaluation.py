@@ -142,10 +142,10 @@ def test_the_shipped_sft_evaluation_matches_the_code_and_reproduces(with_smollm2
 
 def test_the_shipped_sft_validation_evaluation_matches_the_code_and_reproduces(with_smollm2: Settings,
                                                                                free_sites: Settings) -> None:
-    """The shipped SFT actor's stored evaluation on the 40 validation tasks (``--validation-tasks 40``) is what a run
-    that validates its updates reads back for its first phase's start actor: its key must be the current code's, it
-    names train-split tasks only, and one solved and one failed task re-evaluated now give the stored results;
-    ``webrl evaluation show --validation-tasks 40`` finds it."""
+    """The shipped SFT actor's stored evaluation on the preset's 40 validation tasks is what ``make demo`` (and any
+    run with ``--validation-tasks 40``) reads back for its first phase's start actor: its key must be the current
+    code's, it names train-split tasks only, and one solved and one failed task re-evaluated now give the stored
+    results; ``webrl evaluation show --validation-tasks 40`` finds it."""
     from typer.testing import CliRunner
 
     from webrl.cli import app
@@ -158,7 +158,8 @@ def test_the_shipped_sft_validation_evaluation_matches_the_code_and_reproduces(w
     upgrade(settings)
     load_suite(settings, settings.seed)
     hp = PRESETS["cpu-demo"]
-    keys = validation_sample(settings, 40)
+    assert hp.evaluation.validation_tasks == 40  # the shipped evaluation's sample: refresh it if the preset changes
+    keys = validation_sample(settings, hp.evaluation.validation_tasks)
     with session_scope(settings) as s:
         assert {t.split for t in repo.tasks_by_keys(s, keys)} == {"train"}
     key = key_for(settings, SHIPPED_ACTOR, keys, hp.rollout, split="train")
