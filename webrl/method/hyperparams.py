@@ -132,7 +132,8 @@ class Evaluation:
     update is published (the paper). This project's: on the CPU demo an update on one or two successful episodes
     can collapse the actor (docs/runs/2026-12-02-make-demo-seed1: 25 -> 10 of the 165 test tasks). Measured at 40
     (docs/measurements.md, 2026-12-06): that update of seed 1's refused (16 -> 6 of 40, p = 0.003; the run ended at
-    the SFT actor's 25/165), seed 0's first clipped phase, 47/165 on test, published (16 -> 14, p = 0.34)."""
+    the SFT actor's 25/165), seed 0's first clipped phase, 47/165 on test, published (16 -> 14, p = 0.34). The
+    ``cpu-demo`` preset validates on 40."""
     validation_alpha: Probability = 0.05
     """The sign test's level: the update is refused when P(losing at least that many by chance) < this."""
 
