@@ -68,7 +68,7 @@ def sign_test_tail(n: int, at_least: int) -> float:
 
 def mcnemar_exact_p(gained: int, lost: int) -> float:
     """McNemar's exact test: under "no difference" each discordant task is a gain or a loss with probability 1/2,
-    so the larger count is Binomial(gained + lost, 1/2); two-sided p = 2 P(X >= max(gained, lost)), at most 1
+    so each count is Binomial(gained + lost, 1/2); two-sided p = 2 P(X >= max(gained, lost)), at most 1
     (1.0 when no task is discordant)."""
     return min(1.0, 2 * sign_test_tail(gained + lost, max(gained, lost)))
 

@@ -37,8 +37,8 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # actor's 15.2% instead of the 6.1% its published collapse gave; every seed-0 update was published (16 -> 14
     # offline, 16 -> 17 and 17 -> 14 in whole runs), so seed 0's climb is the preset's as it was (one whole run:
     # 23.6%, the orders template 20/20; docs/runs/2026-12-06-make-demo-seed0-validated-end). It costs two greedy
-    # evaluations of 40 train tasks a run (about 5 min each on the Xeon that ran the preset in 44.3 min, 8-9.5 min on
-    # one 1.8x slower); the SFT actor's own is read back (webrl/assets/evaluations).
+    # evaluations of 40 train tasks a run (9.4 and 8.3 min on a Xeon 1.8x slower than the one that ran the preset in
+    # 44.3 min); the SFT actor's own is read back (webrl/assets/evaluations).
     evaluation=Evaluation(tasks=165, subset=40, concurrency=16, validation_tasks=40),
     # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
     # training rollouts sample, evaluation is greedy
