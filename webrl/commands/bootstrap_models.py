@@ -33,6 +33,8 @@ def bootstrap(
                                                              " (default 3 tiny, 4 pretrained)."),
     site_demos: list[str] = typer.Option(None, help="SITE=N: N demonstrations per template of SITE instead of "
                                          "--demos-per-template (0 leaves the site out). Repeat the option."),
+    demo_seed: int = typer.Option(None, help="Seed of the demo sample alone, on the same suite (default --seed): "
+                                             "other train tasks for a stage on --start."),
     start: Path = typer.Option(None, help="An SFT actor adapter on --base to keep training on these "
                                           "demonstrations (default: a new adapter)."),
     sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default: "
@@ -65,7 +67,8 @@ def bootstrap(
 
     from webrl.models.pretrained_base import BASES
     from webrl.models.tiny import SIZES, pretokenize_pattern
-    from webrl.orchestration.bootstrap import STAGES, BootstrapConfig, run_bootstrap
+    from webrl.orchestration.bootstrap import STAGES, BootstrapConfig, run_bootstrap, sft_output
+    from webrl.serving.paths import PathOutsideArtifacts
 
     settings = get_settings()
     size = size or settings.models.tiny_size
@@ -92,11 +95,15 @@ def bootstrap(
     common = dict(seed=settings.seed if seed is None else seed, size=size, vocab_size=settings.models.tiny_vocab_size,
                   words=words, task_reminder=task_reminder, cosine=cosine, prompt_loss_weight=prompt_loss_weight,
                   relabelled_copies=relabelled_copies, concurrency=concurrency, evaluate=evaluate, output=output,
-                  site_demos=per_site, start=str(start.resolve()) if start is not None else None)
+                  site_demos=per_site, demo_seed=demo_seed, start=str(start.resolve()) if start is not None else None)
     if base is not None:
         config = BootstrapConfig.pretrained(base, **common, **overrides)
     else:
         config = BootstrapConfig(**{"sft_minutes": settings.models.bootstrap_minutes / 2, **common, **overrides})
+    try:
+        sft_output(settings, config)
+    except PathOutsideArtifacts as refused:
+        raise typer.BadParameter(str(refused).removeprefix(f"{refused.field}: "), param_hint="--output") from None
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
     quiet_model_loading()

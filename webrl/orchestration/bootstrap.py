@@ -61,6 +61,9 @@ class BootstrapConfig:
     site_demos: dict[str, int] = field(default_factory=dict)
     """Demonstrations per template on the named sites instead of ``demos_per_template`` (0 leaves a site out):
     more demonstrations where the actor is weakest, e.g. ``{"reddit": 8, "gitlab": 8}``."""
+    demo_seed: int | None = None
+    """Seeds the demo sample alone (None: ``seed``), on the same suite: a further stage on ``start`` draws other
+    train tasks of each template than the stage that trained it, where ``seed`` would change the split too."""
     start: str | None = None
     """An SFT actor (a LoRA adapter on ``base``) whose adapter keeps training on these demonstrations; None: a new
     adapter. The provenance of the result then names both runs."""
@@ -138,6 +141,12 @@ def demo_tasks(train: list[TaskConfig], per_template: int, seed: int,
         wanted = (per_site or {}).get(tasks[0].sites[0] if tasks[0].sites else "", per_template)
         chosen.extend(rng.sample(tasks, min(wanted, len(tasks))))
     return chosen
+
+
+def config_demo_tasks(config: BootstrapConfig, train: list[TaskConfig]) -> list[TaskConfig]:
+    """The train tasks ``config`` demonstrates: its sample (seeded by ``demo_seed``, else ``seed``), capped."""
+    sample_seed = config.seed if config.demo_seed is None else config.demo_seed
+    return demo_tasks(train, config.demos_per_template, sample_seed, config.site_demos)[:config.max_demos]
 
 
 def _demo_corpus(settings: Settings, trajectory_ids: list[int]) -> tuple[list[str], int]:
@@ -219,8 +228,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
 
     use_configured_threads(settings)  # the embedded SFT runs in this process
     assert settings.artifacts_dir is not None
-    models_dir = settings.artifacts_dir / "models"
-    output = (config.output or models_dir / "actor-sft").resolve()  # the trainer reads relative paths in the store
+    output = sft_output(settings, config)
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -233,7 +241,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
     upgrade(settings)
     load_suite(settings, config.seed)
     suite = build_suite(config.seed)
-    demos = demo_tasks(suite["train"], config.demos_per_template, config.seed, config.site_demos)[:config.max_demos]
+    demos = config_demo_tasks(config, suite["train"])
     done("tasks")
     with running_sandbox(settings, sandbox_ports(settings)):
         keys = [task_key("train", t) for t in demos]
@@ -272,6 +280,17 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
                              test_by_site=evaluation["by_site"] if evaluation else {})
     _write_report(settings, config, result)
     return result
+
+
+def sft_output(settings: Settings, config: BootstrapConfig) -> Path:
+    """Where the SFT actor is published, absolute (the trainer reads relative paths in the store); raises
+    :class:`~webrl.serving.paths.PathOutsideArtifacts` naming ``output`` when it lies outside the artifacts store,
+    where the SFT job may not write (so before the demonstrations, not after them)."""
+    from webrl.serving.paths import confined_path
+
+    assert settings.artifacts_dir is not None
+    output = (config.output or settings.artifacts_dir / "models" / "actor-sft").resolve()
+    return confined_path(settings, str(output), "output")
 
 
 def check_start(start: str, base: str) -> None:

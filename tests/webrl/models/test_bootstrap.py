@@ -24,6 +24,18 @@ def test_demo_sample_is_deterministic_and_covers_templates() -> None:
     assert [t.task_id for t in a] != [t.task_id for t in demo_tasks(train, 2, seed=2)]
 
 
+def test_demo_seed_draws_other_tasks_of_the_same_split() -> None:
+    from webrl.orchestration.bootstrap import config_demo_tasks
+    from webrl.sandbox.tasks.suite import build_suite
+
+    train = build_suite(0)["train"]
+    first = config_demo_tasks(BootstrapConfig(seed=0, demos_per_template=2), train)
+    further = config_demo_tasks(BootstrapConfig(seed=0, demos_per_template=2, demo_seed=5), train)
+    assert [t.task_id for t in further] == [t.task_id for t in demo_tasks(train, 2, seed=5)]
+    assert {t.intent_template_id for t in further} == {t.intent_template_id for t in first}
+    assert len({t.task_id for t in further} - {t.task_id for t in first}) > len(further) // 2
+
+
 def test_site_demos_change_the_count_on_their_sites_only() -> None:
     from collections import Counter
 
@@ -42,6 +54,7 @@ def test_site_demos_change_the_count_on_their_sites_only() -> None:
     (["--site-demos", "reddit=-1"], "use SITE=N"),
     (["--start", "NOT_ADAPTER", "--base", "smollm2-135m"], "not a webrl LoRA adapter folder"),
     (["--start", "ADAPTER"], "an adapter on 'smollm2-135m', not on --base"),
+    (["--output", "OUTSIDE", "--size", "test"], "is outside the artifacts store"),
 ])
 def test_bad_bootstrap_options_are_named(settings: Settings, tmp_path: Path, args: list[str], words: str) -> None:
     import json
@@ -54,11 +67,12 @@ def test_bad_bootstrap_options_are_named(settings: Settings, tmp_path: Path, arg
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
     (adapter / "webrl_adapter.json").write_text(json.dumps({"base": {"name": "smollm2-135m"}, "lora": {}}))
-    args = [{"ADAPTER": str(adapter), "NOT_ADAPTER": str(tmp_path)}.get(a, a) for a in args]
+    named = {"ADAPTER": str(adapter), "NOT_ADAPTER": str(tmp_path), "OUTSIDE": str(tmp_path / "actor")}
+    args = [named.get(a, a) for a in args]
     result = CliRunner().invoke(app, ["bootstrap", *args])
     assert result.exit_code == 2, result.output
-    text = " ".join(result.output.split())  # rich wraps the error box
-    option = "--site-demos" if "--site-demos" in args else "--start"
+    text = " ".join(result.output.replace("│", " ").split())  # rich wraps the error box
+    option = next(a for a in ("--site-demos", "--output", "--start") if a in args)
     assert option in text and words in text, text
 
 
