@@ -102,8 +102,9 @@ def bootstrap(
         config = BootstrapConfig(**{"sft_minutes": settings.models.bootstrap_minutes / 2, **common, **overrides})
     try:
         sft_output(settings, config)
-    except PathOutsideArtifacts as refused:
-        raise typer.BadParameter(str(refused).removeprefix(f"{refused.field}: "), param_hint="--output") from None
+    except PathOutsideArtifacts:  # its own hint (a path relative to the store) is the REST routes'; here it is cwd's
+        raise typer.BadParameter(f"{output} is outside the artifacts store {settings.artifacts_dir}, the only place "
+                                 "the SFT job writes (WEBRL_ARTIFACTS_DIR)", param_hint="--output") from None
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
     quiet_model_loading()
