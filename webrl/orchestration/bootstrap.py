@@ -227,7 +227,6 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
     from webrl.models.loading import use_configured_threads
 
     use_configured_threads(settings)  # the embedded SFT runs in this process
-    assert settings.artifacts_dir is not None
     output = sft_output(settings, config)
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
@@ -278,7 +277,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
                              test_success=evaluation["success_rate"] if evaluation else None,
                              test_tasks=int(evaluation["tasks"]) if evaluation else 0,
                              test_by_site=evaluation["by_site"] if evaluation else {})
-    _write_report(settings, config, result)
+    _write_report(settings, config, result, output)
     return result
 
 
@@ -337,9 +336,11 @@ def count_parameters(path: str | Path) -> int:
     return total
 
 
-def _write_report(settings: Settings, config: BootstrapConfig, result: BootstrapResult) -> Path:
+def _write_report(settings: Settings, config: BootstrapConfig, result: BootstrapResult, output: Path) -> Path:
+    """``reports/bootstrap-<output folder>.json``: named after the actor it describes, so a further stage written to
+    another folder keeps the report of the stage it started from."""
     assert settings.artifacts_dir is not None
-    out = settings.artifacts_dir / "reports" / f"bootstrap-{config.base or config.size}-seed{config.seed}.json"
+    out = settings.artifacts_dir / "reports" / f"bootstrap-{output.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
               "result": asdict(result)}

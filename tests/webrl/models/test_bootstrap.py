@@ -103,7 +103,7 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     assert pieces == ["BodyĠ", "Mist"] and "ns.task" in tokenizer.chat_template
     assert (base / "tokenizer.json").read_text() == (path / "tokenizer.json").read_text()
     assert result.sft_metrics["prompt_loss"] > 0  # the auxiliary loss on the pages reached the trainer
-    report = free_sites.artifacts_dir / "reports" / "bootstrap-test-seed0.json"
+    report = free_sites.artifacts_dir / "reports" / "bootstrap-actor-sft.json"  # named after the default output
     assert report.is_file()
 
     policy = LocalModelPolicy(path, free_sites, max_new_tokens=8)
