@@ -64,7 +64,6 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from services.trainer.intent_contrast import sandbox_train_intents
@@ -96,9 +95,9 @@ console = Console()
 @contextmanager
 def shown(label: str) -> Iterator[Callable[[int, int], None]]:
     """A progress bar named ``label`` while the block runs; yields the hook that moves it, ``(done, total)``."""
-    from webrl.commands.train import progress_columns
+    from webrl.commands.progress_display import progress_display
 
-    with Progress(*progress_columns(), console=console) as progress:
+    with progress_display(console) as progress:
         bar = progress.add_task(label, total=None)
         yield lambda done, total: progress.update(bar, completed=done, total=max(total, 1))
 

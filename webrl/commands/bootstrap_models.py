@@ -63,8 +63,9 @@ def bootstrap(
 ) -> None:
     """Build the SFT actor from oracle demonstrations -> artifacts/models/actor-sft (a LoRA adapter on --base, or
     the tiny CPU model from scratch)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
+    from webrl.commands.progress_display import ProgressDisplay
     from webrl.models.pretrained_base import BASES
     from webrl.models.tiny import SIZES, pretokenize_pattern
     from webrl.orchestration.bootstrap import STAGES, BootstrapConfig, run_bootstrap, sft_output
@@ -108,7 +109,7 @@ def bootstrap(
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
     quiet_model_loading()
-    with Progress(*columns) as progress:
+    with ProgressDisplay(*columns) as progress:
         bar = progress.add_task("bootstrap: tasks", total=len(STAGES))
 
         def on_stage(stage: str) -> None:

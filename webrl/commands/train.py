@@ -10,19 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress
 from rich.table import Table
-from rich.text import Text
 
 from webrl.commands import check_loadable, quiet_model_loading
+from webrl.commands.progress_display import progress_display
 from webrl.config import Settings, get_settings
 from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
 from webrl.models.folders import is_model_folder
@@ -98,23 +90,9 @@ class RichProgress:
         self.progress.update(self.run_bar, description=self.eta.line(), completed=len(self.eta.finished))
 
 
-class StageTimeRemaining(TimeRemainingColumn):
-    """rich's time left for a stage's bar; blank on the run-level bar, whose line gives its own estimate (rich's
-    would extrapolate stages of very different lengths)."""
-
-    def render(self, task: Task) -> Text:
-        return Text("") if task.fields.get("run") else super().render(task)
-
-
-def progress_columns() -> tuple[Any, ...]:
-    """The display's columns: label, bar, done of total, time elapsed, time left (:class:`StageTimeRemaining`)."""
-    return (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            StageTimeRemaining())
-
-
 def _progress() -> Progress:
     quiet_model_loading()
-    return Progress(*progress_columns(), console=console)
+    return progress_display(console)
 
 
 def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyperparams:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import Progress
 
-from webrl.commands.train import RichProgress, StageTimeRemaining, progress_columns
+from webrl.commands.progress_display import StageTimeRemaining, progress_columns
+from webrl.commands.train import RichProgress
 from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.runs.eta import RunEta, run_plan
 
