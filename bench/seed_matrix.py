@@ -223,15 +223,16 @@ def plot(cells: list[Cell], tasks: list[str], baseline: frozenset[str], groups: 
             values = [100 * (rate(group_success(tasks, groups, c.solved)) or 0.0) for c in group]
             xs = [x + 0.12 * (i - (len(group) - 1) / 2) for i in range(len(group))]  # seeds side by side
             ax.scatter(xs, values, s=50, zorder=3, color=f"C{x}")
-            for i, (c, xi, v) in enumerate(zip(group, xs, values, strict=True)):
-                ax.annotate(f"seed {c.seed}", (xi, v), textcoords="offset points", fontsize=7,
-                            xytext=(4, 4 if i % 2 == 0 else -10))  # equal values: labels above and below
+            for c, xi, v in zip(group, xs, values, strict=True):  # each seed's number right above its own point
+                ax.annotate(str(c.seed), (xi, v), textcoords="offset points", xytext=(0, 5), ha="center",
+                            fontsize=7)
         ax.axhline(100 * (rate(start) or 0.0), color="gray", linestyle="--", label=START)
         ax.set_xticks(range(len(settings)), settings, rotation=20)
         ax.set_xlim(-0.5, len(settings) - 0.3)
         ax.set_title(title)
         ax.grid(alpha=0.3, axis="y")
     axes[0].set_ylabel("test tasks solved (%)")
+    fig.supxlabel("each point one seed, labelled with its number", fontsize=8)
     axes[0].legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
