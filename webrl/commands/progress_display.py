@@ -10,8 +10,6 @@ each time it passes another tenth of its total, or when a minute has passed sinc
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -68,16 +66,15 @@ def milestone_line(task: Task) -> str:
 class ProgressDisplay(Progress):
     """rich's :class:`~rich.progress.Progress`, which also prints :func:`milestone_line` for a bar on a console
     that is not a terminal whenever the bar has passed another ``every_fraction`` of its total (and when it
-    finishes), or ``every_seconds`` have passed since that bar's last line and it moved."""
+    finishes), or ``every_seconds`` have passed since that bar's last line and it moved (on rich's clock,
+    ``get_time``)."""
 
-    def __init__(self, *columns: Any, every_fraction: float = 0.1, every_seconds: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
+    def __init__(self, *columns: Any, every_fraction: float = 0.1, every_seconds: float = 60.0, **kwargs: Any) -> None:
         super().__init__(*columns, **kwargs)
         if not 0 < every_fraction <= 1:
             raise ValueError(f"every_fraction must be in (0, 1], got {every_fraction}")
         self.every_fraction = every_fraction
         self.every_seconds = every_seconds
-        self.clock = clock
         self.logged: dict[TaskID, tuple[int, float, float]] = {}  # bar -> (tenth, completed, when) of its last line
 
     def update(self, task_id: TaskID, **kwargs: Any) -> None:  # type: ignore[override]
@@ -91,13 +88,12 @@ class ProgressDisplay(Progress):
     def log_milestone(self, task_id: TaskID) -> None:
         if self.console.is_terminal:
             return
-        with self._lock:
-            task = self._tasks.get(task_id)
+        task = next((t for t in self.tasks if t.id == task_id), None)
         if task is None:
             return
         share = task.completed / task.total if task.total else 0.0
         step = min(int(share / self.every_fraction + 1e-9), int(1 / self.every_fraction + 1e-9))
-        now = self.clock()
+        now = self.get_time()
         last = self.logged.get(task_id)
         if last is None:
             due = task.completed > 0 or task.fields.get("run", False)

@@ -14,7 +14,7 @@ def logged(every_seconds: float = 60.0) -> tuple[ProgressDisplay, io.StringIO, l
     out = io.StringIO()
     now = [0.0]
     display = ProgressDisplay(*progress_columns(), console=Console(file=out, width=200), every_seconds=every_seconds,
-                              clock=lambda: now[0])
+                              get_time=lambda: now[0])
     return display, out, now
 
 
