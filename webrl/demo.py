@@ -3,8 +3,8 @@
 1. migrate the SQLite database under ``.webrl/`` and load the sandbox task suite;
 2. get the SFT actor: a LoRA adapter on SmolLM2-135M-Instruct, whose base is converted from the installed PyPI
    wheel on first use (``webrl models base smollm2-135m``). The shipped adapter (``webrl/assets/actor-sft-smollm2``,
-   made by ``webrl bootstrap --base smollm2-135m``; ``webrl/assets/PROVENANCE.md`` has the command and seed) after
-   checking its sha256, else ``webrl bootstrap --base smollm2-135m``;
+   made by two ``webrl bootstrap`` stages; ``webrl/assets/PROVENANCE.md`` has the commands and seeds) after checking
+   its sha256, else those two stages again (:data:`SFT_STAGES`, about two hours on 2 cores);
 3. ``webrl train --preset cpu-demo``: two WebRL phases with progress bars, then the report
    (``.webrl/artifacts/reports/cpu-demo/report.md`` with its PNG plots). The SFT actor's evaluation (phase 0) is
    read back from ``webrl/assets/evaluations`` when its content key still matches (``webrl.store.evaluations``), so
@@ -35,6 +35,14 @@ SHIPPED_PROBE = Path(__file__).parent / "assets" / "probe-smollm2.jsonl.gz"
 #: Its anchor steps (``webrl probe anchors``), which ``--anchor-kl`` holds the policy on; unread without it.
 SHIPPED_ANCHORS = Path(__file__).parent / "assets" / "anchors-smollm2.jsonl.gz"
 PRESET = RUN = "cpu-demo"
+#: The shipped actor's recipe (webrl/assets/PROVENANCE.md), run when no intact adapter is shipped: stage 1 is
+#: ``webrl bootstrap``'s own defaults on the base (4 demonstrations per template, one epoch: 9.1% of the test
+#: tasks); stage 2 trains it one more epoch on demonstrations weighted to reddit and gitlab (15.2%).
+SFT_STAGES = (
+    ["--base", BASE],
+    ["--base", BASE, "--demos-per-template", "1", "--site-demos", "reddit=3", "--site-demos", "gitlab=3",
+     "--sft-minutes", "35", "--lr", "3e-4", "--warmup-steps", "5"],
+)
 
 
 def shipped_actor_is_intact(folder: Path = SHIPPED_ACTOR) -> bool:
@@ -64,8 +72,13 @@ def sft_actor(settings: Settings) -> Path:
         shutil.copytree(SHIPPED_ACTOR, target)
         console.print(f"SFT actor: copied the shipped adapter to {target} (see webrl/assets/PROVENANCE.md)")
         return target
-    console.print(f"SFT actor: none shipped, running `webrl bootstrap --base {BASE}` (about 40 minutes)")
-    app(["bootstrap", "--base", BASE, "--output", str(target)], standalone_mode=False)
+    console.print("SFT actor: none shipped; building it as webrl/assets/PROVENANCE.md records, two `webrl bootstrap` "
+                  "stages (about two hours on 2 cores)")
+    stage_1 = target.with_name(f"{target.name}-stage1")
+    first, second = SFT_STAGES
+    if not is_model_folder(stage_1):
+        app(["bootstrap", *first, "--output", str(stage_1)], standalone_mode=False)
+    app(["bootstrap", *second, "--start", str(stage_1), "--output", str(target)], standalone_mode=False)
     return target
 
 

@@ -35,3 +35,19 @@ def test_a_flag_the_demo_sets_itself_is_refused_naming_it(flag: str, capsys: pyt
         parse_demo_args(["--min-solved", "6", flag, "x"] if "=" not in flag else [flag])
     assert stopped.value.code == 2
     assert f"{flag.split('=')[0]}: the demo runs the shipped SFT actor" in capsys.readouterr().err
+
+
+def test_without_a_shipped_actor_the_demo_builds_it_by_its_recorded_recipe() -> None:
+    """The fallback's two `webrl bootstrap` stages are the commands webrl/assets/PROVENANCE.md records for the
+    shipped adapter (stage 1: the bootstrap defaults, which the record says reproduce it; stage 2 flag for flag)."""
+    import re
+    import shlex
+
+    from webrl.demo import SFT_STAGES, SHIPPED_ACTOR
+
+    record = (SHIPPED_ACTOR.parent / "PROVENANCE.md").read_text()
+    command = re.search(r"stage 2: `webrl bootstrap ([^`]+)`", record).group(1)
+    assert " --start <stage 1> " in command
+    assert shlex.split(command.replace(" --start <stage 1>", "")) == SFT_STAGES[1]
+    assert SFT_STAGES[0] == ["--base", "smollm2-135m"]
+    assert "so `webrl bootstrap --base smollm2-135m` alone reproduces it" in record

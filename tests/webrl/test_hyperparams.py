@@ -65,6 +65,14 @@ def test_presets_are_records_and_round_trip_through_json() -> None:
         assert parse_hyperparams(json.loads(json.dumps(dataclasses.asdict(preset)))) == preset
 
 
+def test_the_longer_cpu_schedule_changes_only_the_run_scale_of_cpu_demo() -> None:
+    demo, long = dataclasses.asdict(PRESETS["cpu-demo"]), dataclasses.asdict(PRESETS["cpu-long"])
+    changed = {f"{group}.{name}" for group in demo for name in demo[group] if demo[group][name] != long[group][name]}
+    assert changed == {"curriculum.phases", "curriculum.tasks_per_phase", "curriculum.candidates_per_phase",
+                       "curriculum.seed_tasks", "evaluation.subset"}
+    assert PRESETS["cpu-long"].evaluation.validation_tasks == 40
+
+
 def test_a_misspelt_key_is_an_error_that_names_it() -> None:
     with pytest.raises(TypeError, match="betta"):
         ActorLoss(betta=2.0)  # a preset is Python: it fails when webrl.method.presets is imported
@@ -217,4 +225,21 @@ def test_a_probe_that_is_no_probe_file_is_refused_in_one_line(settings: Settings
     for probe, says in ((bad, "is not a probe file"), (Path("/etc/passwd"), "outside the artifacts store")):
         result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--probe", str(probe)],
                                     env={"COLUMNS": "200"})
+        assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_train_refuses_another_seed_or_preset_on_a_stored_run_naming_the_flag(settings: Settings,
+                                                                              tmp_path: Path) -> None:
+    from webrl.cli import app
+    from webrl.orchestration.pipeline import Pipeline, PipelineOptions
+
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}")
+    upgrade(settings)
+    Pipeline(settings, PipelineOptions(run="r", actor=str(actor.resolve()), seed=0, hyperparams=PRESETS["smoke"]))
+    for flags, says in ((["--seed", "1"], "--seed asks 1, the run has seed = 0"),
+                        (["--preset", "cpu-demo"], "--preset cpu-demo asks ")):
+        result = CliRunner().invoke(app, ["train", "--run", "r", "--actor", str(actor), *flags],
+                                    env={"COLUMNS": "300"})
         assert result.exit_code == 2 and says in result.output, result.output

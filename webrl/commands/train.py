@@ -114,24 +114,47 @@ def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyper
         raise typer.BadParameter(str(exc)) from exc
 
 
-def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict[str, tuple[str, Any]]) -> None:
+def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict[str, tuple[str, Any]],
+                                       given_options: dict[str, tuple[str, Any]] | None = None,
+                                       preset: tuple[str, WebRLHyperparams] | None = None) -> None:
     """A resumed run goes on with the options it started with (:func:`webrl.orchestration.pipeline_state.
     resumed_options`), so a flag that asks for another value would be ignored: a ``typer.BadParameter`` naming each
-    such flag, before anything runs. ``given``: flag -> (hyperparameter, value; None: not given)."""
+    such flag, before anything runs. ``given``: flag -> (hyperparameter, value; None: not given); ``given_options``:
+    flag -> (a field of the run's options beside its record, as ``seed`` or ``actor``; value, None: not given);
+    ``preset``: the preset's name and the record it gives with ``given`` applied, compared field by field (the
+    phase count aside: a resume may grow it)."""
     from webrl.orchestration.pipeline_state import changed_on_resume, options_of_run
     from webrl.wire.contracts import InvalidRequest
 
     try:
-        stored = options_of_run(settings, run).hyperparams
+        stored_options = options_of_run(settings, run)
     except InvalidRequest:  # a new run
         return
+    stored = stored_options.hyperparams
     flag_of = {key: flag for flag, (key, _) in given.items()}
     changed = changed_on_resume(stored, dict(given.values()))
-    if changed:
-        asked = "; ".join(f"{flag_of[key]} asks {new!r}, the run has {key} = {old!r}"
-                          for key, (old, new) in changed.items())
-        raise typer.BadParameter(f"run {run!r} resumes with the options it started with: {asked}. Leave the flag "
-                                 "out to resume it, or start a new --run", param_hint=flag_of[next(iter(changed))])
+    asked = [(flag_of[key], f"{new!r}, the run has {key} = {old!r}") for key, (old, new) in changed.items()]
+    record = stored_options.to_json()
+    asked += [(flag, f"{value!r}, the run has {name} = {record[name]!r}")
+              for flag, (name, value) in (given_options or {}).items()
+              if value is not None and record[name] != value]
+    if preset is not None:
+        from dataclasses import asdict
+
+        name, hyperparams = preset
+        fields = {f"{group}.{field}": value for group, values in asdict(hyperparams).items()
+                  for field, value in values.items()}
+        differ = [(key, old, new) for key, (old, new) in changed_on_resume(stored, fields).items()
+                  if key not in changed]
+        if differ:
+            shown = ", ".join(f"{key} = {new!r} (the run: {old!r})" for key, old, new in differ[:3])
+            more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+            asked.append((f"--preset {name}", f"{shown}{more}"))
+    if asked:
+        raise typer.BadParameter(f"run {run!r} resumes with the options it started with: "
+                                 + "; ".join(f"{flag} asks {what}" for flag, what in asked)
+                                 + ". Leave the flag out to resume it, or start a new --run",
+                                 param_hint=asked[0][0].split()[0])
 
 
 def check_probe(settings: Settings, probe: Path, flag: str = "--probe") -> None:
@@ -251,7 +274,7 @@ def register(app: typer.Typer) -> None:
         candidates_per_phase: int = typer.Option(None, min=1, help="Tasks generated per phase before the filter, "
                                                  "at least --tasks-per-phase (equal: the filter keeps every "
                                                  "candidate). Default: the preset's."),
-        seed: int = typer.Option(0, help="Random seed."),
+        seed: int = typer.Option(None, help="Random seed. Default: 0 (a resumed run: its own)."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
         max_steps: int = typer.Option(None, min=1, max=MAX_EPISODE_STEPS, help="Rollout horizon: actions per "
@@ -286,8 +309,9 @@ def register(app: typer.Typer) -> None:
         log_with: LogWith = typer.Option("tensorboard", help="Where training metrics go: TensorBoard event files "
                                          "in artifacts/tensorboard/<run> (the default), or W&B / MLflow (the "
                                          "webrl[wandb] / webrl[mlflow] extras)."),
-        screenshots: bool = typer.Option(False, "--screenshots/--no-screenshots", help="Store a screenshot of "
-                                         "every rollout step for `webrl ui` (costs time: bench/browser_pool.py)."),
+        screenshots: bool = typer.Option(None, "--screenshots/--no-screenshots", help="Store a screenshot of "
+                                         "every rollout step for `webrl ui` (costs time: bench/browser_pool.py). "
+                                         "Default: off."),
         objective: str = typer.Option(None, help="The actor objective: smooth-l1 (the published trainer's, on "
                                       "A > 0 steps) or squared (the paper's, on every step). Default: the preset's."),
         failed_positives: str = typer.Option(None, help="A > 0 steps of reward-0 trajectories: keep, confident "
@@ -347,7 +371,8 @@ def register(app: typer.Typer) -> None:
                                        "paper): the first batch that takes it above ends the update, without its "
                                        "step. Default: the preset's (none)."),
     ) -> None:
-        """Run every WebRL phase (generate, filter, roll out, label, train, evaluate); resumes after a crash."""
+        """Run every WebRL phase (generate, filter, roll out, label, train, validate, evaluate); resumes after a
+        crash."""
         from webrl.orchestration.pipeline import Pipeline, PipelineOptions, StageReport
         from webrl.runs.report import write_report
         from webrl.runs.tracking import Tracker
@@ -395,8 +420,9 @@ def register(app: typer.Typer) -> None:
         }
         hyperparams = hyperparams_for(preset, dict(given.values()))
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
-                                  orm=str(orm_path.resolve()) if orm_path else "", seed=seed, hyperparams=hyperparams,
-                                  screenshots=screenshots, probe=str(probe.resolve()) if probe else "",
+                                  orm=str(orm_path.resolve()) if orm_path else "", seed=seed or 0,
+                                  hyperparams=hyperparams, screenshots=bool(screenshots),
+                                  probe=str(probe.resolve()) if probe else "",
                                   anchors=str(anchors.resolve()) if anchors else "")
         if probe is not None:
             check_probe(settings, probe)
@@ -406,7 +432,12 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"actor.anchor_kl is {hyperparams.actor.anchor_kl}: name the anchor steps it "
                                      "holds the policy on (`webrl probe anchors`)", param_hint="--anchors")
         ensure_ready(settings)
-        refuse_flags_a_resume_would_ignore(settings, run, given)
+        given_options = {"--seed": ("seed", seed), "--screenshots": ("screenshots", screenshots),
+                         "--actor": ("actor", options.actor if actor is not None else None),
+                         "--orm": ("orm", options.orm if orm is not None else None),
+                         "--probe": ("probe", options.probe or None), "--anchors": ("anchors", options.anchors or None)}
+        refuse_flags_a_resume_would_ignore(settings, run, given, given_options,
+                                           preset=(preset, hyperparams) if preset else None)
 
         tracker = Tracker(settings, tracking, "pipeline")
         shown_progress: list[RichProgress] = []  # the display on_stage also feeds (made with the Progress below)

@@ -88,11 +88,11 @@ _PRETRAINED_CPU = WebRLHyperparams(
 PRESETS: dict[str, WebRLHyperparams] = {
     # What `make demo` runs: the shipped pretrained SFT actor (webrl/assets/actor-sft-smollm2), 2 phases.
     "cpu-demo": _PRETRAINED_CPU,
-    # The longer CPU schedule: twice the phases and tasks per phase, the same per-step settings.
+    # The longer CPU schedule: more phases and tasks per phase, the same per-step settings and validate stage.
     "cpu-long": replace(
         _PRETRAINED_CPU,
         curriculum=Curriculum(phases=6, tasks_per_phase=48, candidates_per_phase=96, seed_tasks=48),
-        evaluation=Evaluation(tasks=165, subset=65, concurrency=16),
+        evaluation=replace(_PRETRAINED_CPU.evaluation, subset=65),
     ),
     # The tiny from-scratch actor (webrl/assets/actor-sft, 0.9M parameters): 3 phases in ~30 minutes.
     "tiny-demo": WebRLHyperparams(

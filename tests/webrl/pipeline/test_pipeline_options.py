@@ -102,3 +102,32 @@ def test_a_flag_a_resume_would_ignore_is_refused_naming_it(settings: Settings) -
     refuse_flags_a_resume_would_ignore(settings, "r", {**given, "--actor-lr": ("actor.lr", 1e-4)})
     with session_scope(settings) as s:  # the refusal changed nothing stored
         assert PipelineOptions.from_json(s.scalar(select(m.Run.options))).hyperparams == stored
+
+
+def test_a_resume_refuses_another_seed_actor_or_preset_naming_the_flag(settings: Settings) -> None:
+    """``make demo DEMO_ARGS="--seed 1 --run cpu-demo"`` on seed 0's stored run, or ``--preset cpu-long`` on a
+    cpu-demo run, would go on with the stored seed and record: refused, naming the flag; the stored values resume."""
+    import typer
+
+    from webrl.commands.train import refuse_flags_a_resume_would_ignore
+    from webrl.method.presets import PRESETS
+
+    upgrade(settings)
+    Pipeline(settings, PipelineOptions(run="demo", actor="/models/sft", seed=0, hyperparams=PRESETS["cpu-demo"]))
+    same = {"--seed": ("seed", 0), "--actor": ("actor", "/models/sft"), "--orm": ("orm", None),
+            "--screenshots": ("screenshots", None)}
+    refuse_flags_a_resume_would_ignore(settings, "demo", {}, same, preset=("cpu-demo", PRESETS["cpu-demo"]))
+    grown = with_overrides(PRESETS["cpu-demo"], {"curriculum.phases": 4})  # a resume may grow the phase count
+    refuse_flags_a_resume_would_ignore(settings, "demo", {}, same, preset=("cpu-demo", grown))
+
+    with pytest.raises(typer.BadParameter, match=r"--seed asks 1, the run has seed = 0") as refused:
+        refuse_flags_a_resume_would_ignore(settings, "demo", {}, {**same, "--seed": ("seed", 1)})
+    assert refused.value.param_hint == "--seed"
+    with pytest.raises(typer.BadParameter, match=r"--actor asks '/models/other', the run has actor = '/models/sft'"):
+        refuse_flags_a_resume_would_ignore(settings, "demo", {}, {**same, "--actor": ("actor", "/models/other")})
+    with pytest.raises(typer.BadParameter, match=r"--preset cpu-long asks curriculum.tasks_per_phase = 48 "
+                                                 r"\(the run: 24\)") as refused:
+        refuse_flags_a_resume_would_ignore(settings, "demo", {}, same, preset=("cpu-long", PRESETS["cpu-long"]))
+    assert refused.value.param_hint == "--preset"
+    with session_scope(settings) as s:  # the refusals changed nothing stored
+        assert PipelineOptions.from_json(s.scalar(select(m.Run.options))).seed == 0
