@@ -62,10 +62,11 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # warm-up: these norms are 0.02-0.73, so every step is clipped and AdamW sees each batch's gradient at one scale.
     # Re-running one stored phase's update both ways (the same data, start actor and epochs), the clipped update
     # solved 47/165 test tasks (SFT 25: gained 25, lost 3) and the unclipped one 17/165 (gained 2, lost 10)
-    # (docs/runs/2026-11-29-phase-offline-clip, measured 2026-11-29, commit ec8c8d7); over three seeds of that phase,
-    # clip vs unclipped +10.7 points (+1.5 .. +23.5 over templates), but on a second stored phase (seed 0) the
-    # unclipped update solved 45/165 and the clipped 28: each time the held-out orders template decided it
-    # (docs/runs/2026-12-04-phase-offline-clip-seeds, 2026-12-04-phase-offline-clip-second-phase)
+    # (docs/runs/2026-11-29-phase-offline-clip, measured 2026-11-29, commit ec8c8d7); over three seeds of that phase
+    # (47 / 35 / 33 against 17 / 24 / 26), clip vs unclipped +9.7 points (+1.1 .. +21.6 over templates), but on a
+    # second stored phase (28 / 25 / 44 against 45 / 44) -7.4 (-22.1 .. +4.6): each time the held-out orders template
+    # decided it, and neither setting learns it in every seed. The clip is the published setting, not a shown lever
+    # (docs/runs/2026-12-06-phase-offline-clip-rehearsal, 2026-12-06-phase-offline-second-phase-seeds)
     # An update needs 5 steps with A > 0 from the phase's own rollouts (about one solved episode; replayed ones do not
     # count), or the actor is kept as it is. Two runs of this preset: seed 0's phase 1 trained on 19 (11 its own) and
     # rose from 14/65 to 19/65 test tasks; seed 1's rollouts solved 0 of 24, so it trained on 6 replayed ones alone,
