@@ -95,8 +95,13 @@ chromium:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }'; \
 	fi
 
+# The speed benches: each prints a ratio against a baseline measured in the same run, with no arguments. The other
+# scripts in bench/ are experiments that take their inputs as arguments (each one's docstring says how to run it).
+SPEED_BENCHES ?= actor actor_prompt allow_list_proxy browser_pool critic eval_concurrency observe_call orm phase \
+	reset_floor settle step_parts trainer
+
 bench: setup
-	for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
+	set -e; for b in $(SPEED_BENCHES); do echo "== bench/$$b.py"; $(PY) bench/$$b.py; done
 
 clean:
 	rm -rf .webrl .pytest_cache .ruff_cache

@@ -42,6 +42,8 @@ def test_defaults_are_the_papers_and_the_published_codes_values() -> None:
     assert d.evaluation.tasks == 165  # WebArena-Lite's test set
     paper = PRESETS["paper"]
     assert (paper.curriculum.phases, paper.curriculum.tasks_per_phase) == (8, 500)
+    assert (paper.actor.lr, paper.actor.max_grad_norm) == (1e-6, 0.01)  # published config: lm_lr, max_grad_norm
+    assert paper.rollout.temperature is None  # greedy rollouts unless --rollout-temperature (docs/running.md)
 
 
 def test_every_field_has_a_docstring_that_names_its_source() -> None:

@@ -308,7 +308,7 @@ def register(app: typer.Typer) -> None:
         report: Path = typer.Option(None, help="Report folder. Default: artifacts/reports/<run>."),
         log_with: LogWith = typer.Option("tensorboard", help="Where training metrics go: TensorBoard event files "
                                          "in artifacts/tensorboard/<run> (the default), or W&B / MLflow (the "
-                                         "webrl[wandb] / webrl[mlflow] extras)."),
+                                         "wandb / mlflow extras: pip install -e .\\[wandb])."),
         screenshots: bool = typer.Option(None, "--screenshots/--no-screenshots", help="Store a screenshot of "
                                          "every rollout step for `webrl ui` (costs time: bench/browser_pool.py). "
                                          "Default: off."),

@@ -227,7 +227,8 @@ class ActorLoss:
     epochs: Count = 1
     """Passes over the phase's experience (published code ``actor_epochs``)."""
     max_grad_norm: PositiveFloat = 1.0
-    """Clip the actor's gradient norm at this (published config ``max_grad_norm``: 0.01, for 8B full weights)."""
+    """Clip the actor's gradient norm at this (published config ``max_grad_norm``: 0.01, for 8B full weights, which
+    the ``paper`` and CPU presets take; 1.0 is this project's for the tiny from-scratch actor's large steps)."""
     warmup_steps: Annotated[int, Field(ge=0)] = 0
     """Linear learning-rate warm-up over this many optimizer steps of each phase (the published code has none)."""
     min_new_positive_steps: Annotated[int, Field(ge=0)] = 0

@@ -124,7 +124,7 @@ PRESETS: dict[str, WebRLHyperparams] = {
         curriculum=Curriculum(phases=8, tasks_per_phase=500, candidates_per_phase=1000, seed_tasks=1000),
         evaluation=Evaluation(tasks=165),
         rollout=Rollout(chunk=64, concurrency=16, max_steps=30),
-        actor=ActorLoss(lr=1e-6, epochs=1),
+        actor=ActorLoss(lr=1e-6, epochs=1, max_grad_norm=0.01),  # the published config's lm_lr and max_grad_norm
         critic=Critic(lr=1e-6, epochs=1),
         batching=Batching(batch_size=32),
     ),
