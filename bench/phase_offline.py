@@ -70,6 +70,7 @@ from services.trainer.intent_contrast import sandbox_train_intents
 from services.trainer.offline import demonstration_steps, export_phase, load_phase, rerun_update, setting
 from webrl.config import get_settings
 from webrl.method.acceptance import verdict
+from webrl.method.hyperparams import WebRLHyperparams
 from webrl.models.probe import load_probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,6 +118,25 @@ def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
         except json.JSONDecodeError:
             overrides[key.strip()] = value.strip()
     return name, overrides
+
+
+def checked_settings(stored: WebRLHyperparams, texts: list[str] | None) -> dict[str, dict[str, Any]]:
+    """The ``--setting`` values by name (the defaults when none is given), each applied to the stored phase's record
+    before anything runs: an unknown or invalid field, or a name given twice, is a usage error naming the option,
+    not a failure after the sandbox, the start actor's evaluation and the earlier settings' updates."""
+    if not texts:
+        return dict(DEFAULT_SETTINGS)
+    chosen: dict[str, dict[str, Any]] = {}
+    for text in texts:
+        name, overrides = parse_setting(text)
+        if name in chosen:
+            raise typer.BadParameter(f"the name {name!r} is given twice", param_hint="--setting")
+        try:
+            setting(stored, overrides)
+        except (ValueError, TypeError) as exc:
+            raise typer.BadParameter(f"{name}: {exc}", param_hint="--setting") from None
+        chosen[name] = overrides
+    return chosen
 
 
 def sample_keys(settings: Any, n: int, stratified: bool = False) -> tuple[list[str], list[str]]:
@@ -212,9 +232,15 @@ def run_settings(
 
     quiet_model_loading()  # the update's and the evaluation's bars are the display
     settings = get_settings()
-    stored = load_phase(fixture)
-    chosen = dict(parse_setting(s) for s in setting_args) if setting_args else dict(DEFAULT_SETTINGS)
-    probe_set = load_probe(probe)
+    try:
+        stored = load_phase(fixture)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fixture") from None
+    chosen = checked_settings(stored.hyperparams, setting_args)
+    try:
+        probe_set = load_probe(probe)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"{probe} is not a probe file ({exc})", param_hint="--probe") from None
     if probe_steps:
         probe_set = [s for site in sorted({p.site for p in probe_set})
                      for s in [p for p in probe_set if p.site == site][:probe_steps]]

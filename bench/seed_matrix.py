@@ -72,10 +72,19 @@ def load_cell(setting: str, seed: int, path: Path, row: str) -> Cell:
     """The cell of ``row`` in ``path`` (a bench ``results.json`` or a record of solved sets)."""
     if not path.is_file():
         raise typer.BadParameter(f"{path} is not a file", param_hint="--cell")
-    record = json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"{path} is not JSON ({exc})", param_hint="--cell") from None
+    if not isinstance(record, dict):
+        raise typer.BadParameter(f"{path} is not a results record (a JSON object)", param_hint="--cell")
     tasks = tuple(record.get("tasks") or ())
     if not tasks:
         raise typer.BadParameter(f"{path} names no evaluated tasks", param_hint="--cell")
+    start = "baseline_solved" if "results" in record else "sft_solved"
+    if start not in record:
+        raise typer.BadParameter(f"{path} does not record the start actor's solved tasks ({start})",
+                                 param_hint="--cell")
     if "results" in record:  # bench/phase_offline.py's results.json
         baseline = frozenset(record["baseline_solved"])
         named = [r for r in record["results"] if r.get("setting") == row and "solved" in r]

@@ -20,17 +20,22 @@ class PortBusy(UserError):
 
 
 def bind_or_explain(host: str, port: int, what: str, fix: str) -> socket.socket:
-    """A listening socket on ``host:port``; :class:`PortBusy` naming ``what`` and ``fix`` when it is taken."""
+    """A listening socket on ``host:port``; :class:`PortBusy` naming ``what`` and ``fix`` when it is taken, a
+    :class:`UserError` naming the address when it cannot be listened on at all (a port out of range, an unknown
+    host name, an address this machine does not have)."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"port {port} for {what} is out of range (0-65535)")
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
     except OSError as exc:
         sock.close()
-        if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
-            raise
-        taken = "in use" if exc.errno == errno.EADDRINUSE else "not allowed"
-        raise PortBusy(f"port {port} on {host} for {what} is {taken}: {fix}") from None
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            taken = "in use" if exc.errno == errno.EADDRINUSE else "not allowed"
+            raise PortBusy(f"port {port} on {host} for {what} is {taken}: {fix}") from None
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot listen on {host}:{port} for {what}: {reason}") from None
     sock.listen(128)
     return sock
 

@@ -10,9 +10,11 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field, model_validator
+from starlette.concurrency import run_in_threadpool
 
 from services.browser_pool.episode import StartUrlRefused, StorageStateRefused
 from services.browser_pool.pool import BrowserPool
+from services.browser_pool.rollout import check_task_keys
 from services.browser_pool.sessions import EpisodeManager, EpisodeNotFound, JobView, PoolBusy
 from webrl.agent.schemas import Observation, TaskConfig
 from webrl.config import Settings, get_settings
@@ -151,6 +153,7 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
     @app.post("/v1/rollouts", response_model=JobView, status_code=202, tags=["jobs"])
     async def start_rollout(body: RolloutRequest, manager: ManagerDep) -> JobView:
         check_policy_spec(body.policy, settings)  # InvalidRequest: a 422 naming policy
+        await run_in_threadpool(check_task_keys, body, settings)  # UnknownTasksError: a 422 naming task_keys
         return manager.submit(body)
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["jobs"])

@@ -14,10 +14,13 @@ from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from sqlalchemy.orm import Session
+
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.runs import run_batch
 from webrl.agent.schemas import TaskConfig, Trajectory
 from webrl.config import Settings
+from webrl.db import models as m
 from webrl.db import repository
 from webrl.db.session import session_scope
 from webrl.policies.specs import policy_from_spec
@@ -36,14 +39,26 @@ class UnknownTasksError(InvalidRequest):
         super().__init__("task_keys", message)
 
 
+def _known_tasks(session: Session, keys: list[str]) -> list[m.Task]:
+    """The task rows of ``keys``; :class:`UnknownTasksError` (a 422 naming ``task_keys``) when any is missing."""
+    rows = repository.tasks_by_keys(session, keys)
+    missing = sorted(set(keys) - {r.key for r in rows})
+    if missing:
+        raise UnknownTasksError(f"unknown task keys (not in the database; run `webrl tasks load`?): "
+                                f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
+    return rows
+
+
+def check_task_keys(payload: RolloutRequest, settings: Settings) -> None:
+    """Refuse a request naming tasks the database does not hold before its job is queued (the job checks again)."""
+    with session_scope(settings) as session:
+        _known_tasks(session, payload.task_keys)
+
+
 def _plan(payload: RolloutRequest, settings: Settings) -> tuple[list[tuple[int, TaskConfig]], dict[int, int]]:
     """Tasks still to run as (db id, config), and db task id -> stored trajectory id for those already run."""
     with session_scope(settings) as session:
-        rows = repository.tasks_by_keys(session, payload.task_keys)
-        missing = sorted(set(payload.task_keys) - {r.key for r in rows})
-        if missing:
-            raise UnknownTasksError(f"unknown task keys (not in the database; run `webrl tasks load`?): "
-                                    f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
+        rows = _known_tasks(session, payload.task_keys)
         todo, done = [], {}
         for row in rows:
             stored = repository.find_trajectory(session, row.id, payload.phase, payload.attempt,

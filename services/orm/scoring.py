@@ -31,6 +31,7 @@ from webrl.db import models as m
 from webrl.db.repository import load_trajectory, save_label
 from webrl.db.session import session_scope
 from webrl.method.rewards import reward_of
+from webrl.models.folders import is_model_folder
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
 from webrl.prompts.orm_prompt import (
     NO,
@@ -199,7 +200,9 @@ def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBac
     if not model:
         raise NotServing("no ORM model: set WEBRL_ORM__MODEL to a model folder")
     if path:
-        requested_model_folder(settings, path, "orm", configured=settings.orm.model)
+        folder = requested_model_folder(settings, path, "orm", configured=settings.orm.model)
+        if not is_model_folder(folder):  # the models folder itself, say: loading it would fail as a 500
+            raise InvalidRequest("orm", f"{path!r} is not a model folder (no config.json or adapter_config.json)")
     return LocalOrm(model, settings)
 
 

@@ -36,6 +36,29 @@ def test_a_bench_cell_is_the_start_actors_tasks_with_its_gains_and_without_its_l
         matrix.parse_cell("clip")
     with pytest.raises(typer.BadParameter, match="is not a file"):
         matrix.load_cell("clip", 0, tmp_path / "missing.json", "clip")
+    (tmp_path / "log.txt").write_text("update clip: 1/54\n")
+    with pytest.raises(typer.BadParameter, match="is not JSON"):
+        matrix.load_cell("clip", 0, tmp_path / "log.txt", "clip")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(typer.BadParameter, match="not a results record"):
+        matrix.load_cell("clip", 0, tmp_path / "list.json", "clip")
+    (tmp_path / "no-start.json").write_text(json.dumps({"tasks": tasks, "clip": {"solved": []}}))
+    with pytest.raises(typer.BadParameter, match="start actor's solved tasks"):
+        matrix.load_cell("clip", 0, tmp_path / "no-start.json", "clip")
+
+
+def test_a_setting_is_checked_against_the_stored_record_before_anything_runs(load_bench) -> None:
+    offline = load_bench("phase_offline")
+    from webrl.method.hyperparams import DEFAULTS
+
+    chosen = offline.checked_settings(DEFAULTS, ["clip:", "unclipped:actor.max_grad_norm=1.0,actor.warmup_steps=0"])
+    assert chosen == {"clip": {}, "unclipped": {"actor.max_grad_norm": 1.0, "actor.warmup_steps": 0}}
+    assert offline.checked_settings(DEFAULTS, None) == offline.DEFAULT_SETTINGS
+    for texts, problem in ((["a:actor.lrr=1e-5"], "unknown hyperparameter 'actor.lrr'"),
+                           (["a:actor.lr=-1"], "actor.lr"),
+                           (["a:actor.lr=1e-5", "a:"], "given twice")):
+        with pytest.raises(typer.BadParameter, match=problem):
+            offline.checked_settings(DEFAULTS, texts)
 
 
 def test_cells_must_share_their_tasks_and_start_actor(tmp_path: Path, load_bench) -> None:

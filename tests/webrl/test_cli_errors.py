@@ -154,3 +154,49 @@ def test_train_and_eval_refuse_an_actor_the_services_may_not_load(settings: Sett
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         words = " ".join(done.stderr.replace("│", " ").split())
         assert "Invalid value for --actor" in words and "WEBRL_SECURITY__MODEL_DIRS" in words, words
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    (("serve", "taskgen", "--host", "no-such-host.invalid"), "cannot listen on no-such-host.invalid"),
+    (("sites", "serve", "--site", "shopping", "--port-offset", "70000"), "out of range (0-65535)"),
+    (("db", "upgrade", "no-such-revision"), "no-such-revision"),
+])
+def test_an_address_or_revision_that_cannot_be_used_is_one_line(settings: Settings, args: tuple[str, ...],
+                                                                problem: str) -> None:
+    line = _one_line_error(_run(settings, *args, env={"WEBRL_SECURITY__API_KEY": "k" * 32}))
+    assert problem in line, line
+
+
+def test_a_bad_path_or_value_is_refused_naming_its_option_before_any_work(settings: Settings,
+                                                                          tmp_path: Path) -> None:
+    """Each mistake is typer's usage error (exit 2) naming the option, in the process that parses it: no database,
+    no browser, no model is touched first."""
+    from typer.testing import CliRunner
+
+    from webrl.cli import app
+
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
+    a_file = tmp_path / "report.md"
+    a_file.write_text("kept\n")
+    cases = [
+        (["eval", "--actor", str(TINY_ACTOR), "--split", "val"], "--split", "got val"),
+        (["tasks", "export", "--out", str(tmp_path)], "--out", "is a folder"),
+        (["evaluation", "show", "--actor", str(tmp_path / "typo")], "--actor", "no model at"),
+        (["evaluation", "store", "--actor", str(TINY_ACTOR), "--into", str(a_file)], "--into", "is a file"),
+        (["probe", "build", "--actor", str(not_a_model), "--output", "p.jsonl.gz"], "--actor", "no model at"),
+        (["probe", "anchors", "--actor", str(not_a_model), "--output", "a.jsonl.gz"], "--actor", "no model at"),
+        (["train", "--actor", str(TINY_ACTOR), "--report", str(a_file)], "--report", "is a file"),
+        (["serve", "taskgen", "--port", "70000"], "--port", "65535"),
+        (["train-orm", "--actor", str(TINY_ACTOR), "--policy", "checkpoint:/etc"], "--policy",
+         "outside the artifacts store"),
+        (["train-orm", "--actor", str(TINY_ACTOR), "--output", str(tmp_path / "orm")], "--output",
+         "outside the artifacts store"),
+    ]
+    for args, option, problem in cases:
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "200", "WEBRL_HOME": str(settings.home)})
+        words = " ".join(result.output.replace("│", " ").replace("'", "").split())
+        assert result.exit_code == 2, (args, result.output)
+        assert f"Invalid value for {option}" in words and problem in words, (args, words)
+    assert a_file.read_text() == "kept\n"
+    assert not (settings.home / "webrl.db").exists()  # refused before the database was created

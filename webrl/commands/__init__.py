@@ -6,6 +6,51 @@ from pathlib import Path
 
 from webrl.config import Settings
 
+#: The built-in suite's task splits (``webrl.sandbox.tasks.suite.build_suite``).
+SPLITS = ("train", "test")
+
+
+def check_split(split: str) -> str:
+    """A ``--split`` option's callback: one of :data:`SPLITS`, else a usage error naming the option."""
+    import typer
+
+    if split not in SPLITS:
+        raise typer.BadParameter(f"split must be one of {list(SPLITS)}, got {split!r}", param_hint="--split")
+    return split
+
+
+def check_model_folder(folder: Path, option: str) -> Path:
+    """Raise :class:`typer.BadParameter` naming ``option`` unless ``folder`` holds a model (``config.json``) or an
+    adapter (``adapter_config.json``): a mistyped path is refused before anything loads or is hashed."""
+    import typer
+
+    from webrl.models.folders import is_model_folder
+
+    if not is_model_folder(folder):
+        raise typer.BadParameter(f"no model at {folder} (neither config.json nor adapter_config.json)",
+                                 param_hint=option)
+    return folder
+
+
+def check_output_file(path: Path | None, option: str) -> Path | None:
+    """Raise :class:`typer.BadParameter` naming ``option`` when a file to be written is an existing folder, before the
+    work whose result it holds."""
+    import typer
+
+    if path is not None and path.is_dir():
+        raise typer.BadParameter(f"{path} is a folder; name a file", param_hint=option)
+    return path
+
+
+def check_output_folder(path: Path | None, option: str) -> Path | None:
+    """Raise :class:`typer.BadParameter` naming ``option`` when a folder to be written is an existing file, before the
+    work whose results it holds."""
+    import typer
+
+    if path is not None and path.exists() and not path.is_dir():
+        raise typer.BadParameter(f"{path} is a file; name a folder", param_hint=option)
+    return path
+
 
 def quiet_model_loading() -> None:
     """Turn off transformers' per-load "Loading weights" bars: a command's own rich progress bars are live while

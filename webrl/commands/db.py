@@ -13,6 +13,7 @@ def register(app: typer.Typer) -> None:
     @db.command("upgrade")
     def upgrade(revision: str = typer.Argument("head", help="Alembic revision to upgrade to.")) -> None:
         """Create or migrate the database at WEBRL_DATABASE__URL (SQLite under WEBRL_HOME by default)."""
+        from alembic.util import CommandError
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import OperationalError
 
@@ -30,6 +31,8 @@ def register(app: typer.Typer) -> None:
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
             reason = mask_password(reason, settings.database.url)  # the field, not its letters in other words
             raise UserError(f"cannot reach the database at {where}: {reason} (WEBRL_DATABASE__URL)") from None
+        except CommandError as exc:  # a revision the migrations do not have
+            raise UserError(f"{exc} (REVISION: 'head' or one of webrl/db/migrations/versions)") from None
         except ModuleNotFoundError as exc:  # the URL's dialect is known, its driver is not installed
             driver = make_url(settings.database.url).drivername
             raise UserError(f"the driver of {driver!r} is not installed (no module {exc.name!r}); webrl ships "

@@ -11,10 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from webrl.commands import check_loadable, quiet_model_loading
+from webrl.commands import check_loadable, check_model_folder, check_output_folder, quiet_model_loading
 from webrl.config import Settings, get_settings
 from webrl.method.hyperparams import MAX_EPISODE_STEPS, Rollout
-from webrl.models.folders import is_model_folder
 
 console = Console()
 
@@ -49,9 +48,9 @@ def store(
     from webrl.store.evaluations import is_storable
 
     settings = get_settings()
-    if not is_model_folder(actor):
-        raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
+    check_model_folder(actor, "--actor")
     check_loadable(settings, actor, "--actor", configured=settings.actor.model)
+    check_output_folder(into, "--into")
     ensure_ready(settings)
     keys, split = _tasks(settings, validation_tasks)
     key = key_for(settings, actor.resolve(), keys, _rollout(max_steps), split)
@@ -76,6 +75,7 @@ def show(
     from webrl.commands.train import ensure_ready
     from webrl.store.evaluations import find
 
+    check_model_folder(actor, "--actor")  # a mistyped path would hash to a key with nothing stored under it
     settings = get_settings()
     ensure_ready(settings)
     from webrl.orchestration.stored_evaluation import key_for

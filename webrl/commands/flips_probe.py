@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from webrl.commands import quiet_model_loading
+from webrl.commands import check_model_folder, quiet_model_loading
 from webrl.config import get_settings
 from webrl.orchestration.probe_build import ProbeBuild
 
@@ -23,7 +23,8 @@ def register(app: typer.Typer) -> None:
 
 
 def build(
-    actor: Path = typer.Option(..., exists=True, file_okay=False, help="The actor (SFT) folder the probe is for."),
+    actor: Path = typer.Option(..., exists=True, file_okay=False, callback=lambda actor: check_model_folder(
+                               actor, "--actor"), help="The actor (SFT) folder the probe is for."),
     output: Path = typer.Option(..., help="The probe file to write (*.jsonl.gz)."),
     per_site: int = typer.Option(24, min=1, help="Probe steps per site at most (each is one forward per epoch)."),
     per_template: int = typer.Option(1, min=1, help="Train tasks per template the oracle demonstrates."),
@@ -42,8 +43,8 @@ def build(
 
 
 def anchors(
-    actor: Path = typer.Option(..., exists=True, file_okay=False,
-                               help="The actor whose tokenizer renders the prompts."),
+    actor: Path = typer.Option(..., exists=True, file_okay=False, callback=lambda actor: check_model_folder(
+                               actor, "--actor"), help="The actor whose tokenizer renders the prompts."),
     output: Path = typer.Option(..., help="The anchors file to write (*.jsonl.gz)."),
     per_template: int = typer.Option(1, min=1, help="Train tasks per template the oracle demonstrates."),
     seed: int = typer.Option(2, help="Seed of the task sample (the SFT demos used 0, the shipped probe 1)."),

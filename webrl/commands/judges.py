@@ -127,10 +127,19 @@ def register(app: typer.Typer) -> None:
         if base != actor and base not in BASES:  # the ORM's SFT starts from it
             check_loadable(settings, Path(base), "--base", configured=settings.orm.model)
         policies = list(policy) if policy else default_policies(actor)
-        try:
-            [parse_policy(split_policy_cap(p)[0], actor, seed) for p in policies]
-        except ValueError as exc:
+        from webrl.policies.specs import check_policy_spec
+        from webrl.serving.paths import confined_path
+        from webrl.wire.contracts import InvalidRequest
+
+        try:  # each policy's job and the ORM's publish check these again; refused here, before any rollout
+            for text in policies:
+                check_policy_spec(parse_policy(split_policy_cap(text)[0], actor, seed), settings)
+        except (ValueError, InvalidRequest) as exc:
             raise typer.BadParameter(str(exc), param_hint="--policy") from exc
+        try:
+            confined_path(settings, str(output or artifacts / "models" / "orm"), "--output")
+        except InvalidRequest as exc:
+            raise typer.BadParameter(str(exc).removeprefix("--output: "), param_hint="--output") from exc
         options = TrainOrmOptions(base=base, output=str(Path(output or artifacts / "models" / "orm").resolve()),
                                   actor=actor, policies=policies, train_tasks=train_tasks, test_tasks=test_tasks,
                                   lora_rank=lora_rank, max_prompt_tokens=max_prompt_tokens, objective=objective,

@@ -21,9 +21,9 @@ def register(app: typer.Typer) -> None:
         service: str = typer.Argument(..., help=f"One of {', '.join(SERVICES)}."),
         host: str = typer.Option("127.0.0.1", help="Address to listen on. Off loopback an API key is required "
                                  "(WEBRL_SECURITY__API_KEY) unless WEBRL_SECURITY__ALLOW_NO_AUTH=1."),
-        port: int | None = typer.Option(None, help="Port (default: the port of the service's URL setting where "
-                                        "it has one, WEBRL_ACTOR__URL or WEBRL_BROWSER__POOL_URL, else the "
-                                        "service's own: 8101 .. 8106)."),
+        port: int | None = typer.Option(None, min=1, max=65535, help="Port (default: the port of the service's "
+                                        "URL setting where it has one, WEBRL_ACTOR__URL or WEBRL_BROWSER__POOL_URL, "
+                                        "else the service's own: 8101 .. 8106)."),
     ) -> None:
         """Serve SERVICE's REST API (what the containers run)."""
         from webrl.serving.factory import unauthenticated_bind_problem

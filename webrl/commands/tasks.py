@@ -8,15 +8,8 @@ from pathlib import Path
 
 import typer
 
+from webrl.commands import check_output_file, check_split
 from webrl.config import get_settings
-
-SPLITS = ("train", "test")
-
-
-def _check_split(split: str) -> str:
-    if split not in SPLITS:
-        raise typer.BadParameter(f"split must be one of {list(SPLITS)}, got {split!r}", param_hint="--split")
-    return split
 
 
 def register(app: typer.Typer) -> None:
@@ -24,14 +17,14 @@ def register(app: typer.Typer) -> None:
 
     @tasks.command("export")
     def export(
-        split: str = typer.Option("test", help="train or test."),
-        out: Path | None = typer.Option(None, help="Write here (default: stdout)."),
+        split: str = typer.Option("test", callback=check_split, help="train or test."),
+        out: Path | None = typer.Option(None, callback=lambda out: check_output_file(out, "--out"),
+                                        help="Write here (default: stdout)."),
         seed: int | None = typer.Option(None, help="Suite seed (default: WEBRL_SEED)."),
     ) -> None:
         """Write a split as a JSON list of WebArena task configs (placeholder URLs, like test.raw.json)."""
         from webrl.sandbox.tasks.suite import build_suite
 
-        _check_split(split)
         configs = build_suite(get_settings().seed if seed is None else seed)[split]
         text = json.dumps([c.to_json() for c in configs], indent=2, ensure_ascii=False)
         if out is None:

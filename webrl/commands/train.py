@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from webrl.commands import check_loadable, quiet_model_loading
+from webrl.commands import check_loadable, check_output_folder, check_split, quiet_model_loading
 from webrl.commands.progress_display import progress_display
 from webrl.config import Settings, get_settings
 from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
@@ -305,7 +305,8 @@ def register(app: typer.Typer) -> None:
                                              "critic's backbone with its value heads (WebRL), or only the heads on "
                                              "the frozen backbone, each state encoded once (cheap on a CPU). "
                                              "Default: the preset's."),
-        report: Path = typer.Option(None, help="Report folder. Default: artifacts/reports/<run>."),
+        report: Path = typer.Option(None, callback=lambda report: check_output_folder(report, "--report"),
+                                    help="Report folder. Default: artifacts/reports/<run>."),
         log_with: LogWith = typer.Option("tensorboard", help="Where training metrics go: TensorBoard event files "
                                          "in artifacts/tensorboard/<run> (the default), or W&B / MLflow (the "
                                          "wandb / mlflow extras: pip install -e .\\[wandb])."),
@@ -481,7 +482,7 @@ def register(app: typer.Typer) -> None:
         stratified: int = typer.Option(None, min=1, help="With --run: only the run's fixed stratified sample of N "
                                        "test tasks (the sample its middle phases evaluate when N is the preset's "
                                        "evaluation subset, 40 for cpu-demo)."),
-        split: str = typer.Option("test", help="Task split of the built-in suite."),
+        split: str = typer.Option("test", callback=check_split, help="Task split of the built-in suite."),
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
         concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes (--run: the run's own)."),

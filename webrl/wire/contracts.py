@@ -34,6 +34,9 @@ MAX_ACT_BATCH = 256  # one act request carries at most this many observations
 
 DbId = Annotated[int, Field(ge=1, le=DB_MAX_INT)]
 DbCount = Annotated[int, Field(ge=0, le=DB_MAX_INT)]  # a phase or an attempt number
+#: What a trajectory was rolled out for: a phase's training tasks, an evaluation, SFT demonstrations, ORM training
+#: data, the validation sample. A request naming another is a 422, not an empty selection.
+Purpose = Literal["train", "eval", "sft", "orm", "validate"]
 
 
 class Contract(BaseModel):
@@ -166,7 +169,7 @@ class RolloutRequest(Contract):
     attempt: int = Field(0, ge=0, le=DB_MAX_INT)
     run_id: DbCount = Field(0, description="The pipeline run (runs.id) the trajectories belong to; 0: none "
                             "(stand-alone evaluation, bootstrap, ORM data). Part of the idempotency key.")
-    purpose: Literal["train", "eval", "sft", "orm", "validate"] = "train"
+    purpose: Purpose = "train"
     policy: PolicySpec
     concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
     max_steps: int = Field(MAX_STEPS, ge=1, le=MAX_EPISODE_STEPS)
@@ -288,7 +291,7 @@ class ScoreRequest(Contract):
     trajectory_ids: list[DbId] | None = Field(None, min_length=1)
     phase: int | None = Field(None, ge=0, le=DB_MAX_INT, description="Every trajectory of this phase (and purpose, "
                               "and run).")
-    purpose: str = "train"
+    purpose: Purpose = "train"
     run_id: DbCount = Field(0, description="With phase: the run whose trajectories are scored (0: those of none).")
     orm: str | None = Field(None, min_length=1, description="ORM folder (or served name); default WEBRL_ORM__MODEL.")
     threshold: float = Field(DEFAULTS.reward.orm_threshold, ge=0.0, le=1.0, description="reward = 1 if p >= this.")
@@ -426,7 +429,7 @@ class PhaseJob(Contract):
     seed: int = 0
     max_minutes: float | None = Field(None, gt=0, description="Budget for each of critic and actor training.")
     max_length: int | None = Field(None, ge=16)
-    purpose: str = "train"
+    purpose: Purpose = "train"
     actor_output: str | None = None
     critic_output: str | None = None
     tracking: TrackingSpec | None = Field(None, description="Log every optimizer step's metrics (losses, KL, "
@@ -442,7 +445,7 @@ class SftJob(Contract):
     kind: Literal["actor", "orm"] = "actor"
     trajectory_ids: list[DbId] | None = Field(None, description="Trajectories to learn from; else phase/purpose.")
     phase: DbCount | None = None
-    purpose: str | None = Field(None, description="Trajectory purpose filter (e.g. 'sft', 'orm').")
+    purpose: Purpose | None = Field(None, description="Trajectory purpose filter (e.g. 'sft', 'orm').")
     epochs: int = Field(1, ge=1)
     lr: float = Field(1e-5, gt=0)
     seed: int = 0

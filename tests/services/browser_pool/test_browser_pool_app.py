@@ -82,6 +82,18 @@ def test_validation_errors_name_the_field(client, fixture_url, make_task):
     assert client.delete("/v1/episodes/nope").status_code == 404
 
 
+def test_a_rollout_of_tasks_the_database_lacks_is_a_422_before_any_job(pool_settings, tmp_path):
+    from webrl.db.migrate import upgrade
+
+    settings = pool_settings.replace(browser={"pool_size": 1}, database={"url": f"sqlite:///{tmp_path / 'w.db'}"})
+    upgrade(settings)  # an empty task table
+    with TestClient(create_app_for_service(settings)) as c:
+        unknown = c.post("/v1/rollouts", json={"task_keys": ["no-such-task"], "policy": {"kind": "oracle"}})
+    error = unknown.json()["error"]  # refused as the request, not a queued job that fails later
+    assert unknown.status_code == 422 and error["fields"][0]["field"] == "task_keys", unknown.text
+    assert "no-such-task" in error["message"] and "webrl tasks load" in error["message"]
+
+
 @pytest.mark.parametrize("url", [
     "http://127.0.0.1:18999\\@127.0.0.1:8102",  # urlsplit: the actor's port; a WHATWG reader: port 18999
     "http://user:secret@127.0.0.1:8102",

@@ -65,6 +65,7 @@ def test_a_higher_threshold_flips_rewards(client, make_trajectory) -> None:
     ({"trajectory_ids": [1], "threshold": 1.5}, "threshold"),
     ({"trajectory_ids": ["one"]}, "trajectory_ids.0"),
     ({"trajectories": [{"task_id": "t"}]}, "trajectories.0.intent"),
+    ({"phase": 1, "purpose": "trian"}, "purpose"),  # not an empty selection scored as mean reward 0
 ])
 def test_bad_requests_get_422_naming_the_problem(client, body, field) -> None:
     resp = client.post("/v1/orm/score", json=body)
@@ -81,6 +82,18 @@ def test_an_unconfigured_orm_answers_503(db_settings, make_trajectory) -> None:
     client = TestClient(create_orm_app(db_settings))  # no WEBRL_ORM__MODEL, no backend
     resp = client.post("/v1/orm/score", json={"trajectories": [make_trajectory(0).model_dump(mode="json")]})
     assert resp.status_code == 503 and "WEBRL_ORM__MODEL" in resp.json()["error"]["message"]
+
+
+def test_an_orm_folder_that_holds_no_model_is_a_422_naming_it(db_settings, make_trajectory) -> None:
+    """A folder a request may name (inside the artifacts store) that is not a model: refused before loading, which
+    would fail as a 500."""
+    folder = db_settings.artifacts_dir / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    client = TestClient(create_orm_app(db_settings))
+    resp = client.post("/v1/orm/score", json={"trajectories": [make_trajectory(0).model_dump(mode="json")],
+                                              "orm": str(folder)})
+    assert resp.status_code == 422, resp.text
+    assert "orm" in resp.json()["error"]["message"] and "not a model folder" in resp.json()["error"]["message"]
 
 
 def test_rest_route_and_celery_task_label_a_phase_alike(tiny_orm_dir, db_settings, make_trajectory, store) -> None:
