@@ -88,7 +88,7 @@ def run_orm_head(settings: Settings, job: OrmHeadJob) -> CheckpointInfo:
     """Fit and publish the ORM of ``job`` (see the module docstring)."""
     version = payload_version("orm-head", job.model_dump())
     output = confined_path(settings, job.output, "output")  # it is replaced: only inside the artifacts store
-    done = already_published(output, version)
+    done = already_published(settings, output, version)
     if done is not None:
         log.info("orm head %s already published at %s", version, output)
         return done

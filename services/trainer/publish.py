@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +20,10 @@ from typing import Any
 from accelerate import Accelerator
 
 from webrl.config import Settings
+from webrl.db.session import session_scope
 from webrl.models.adapters import is_peft_model, save_adapter
 from webrl.models.loading import save_tokenizer
-from webrl.store.checkpoints import MANIFEST_FILE, CheckpointInfo, publish, read_manifest, verify
+from webrl.store.checkpoints import MANIFEST_FILE, CheckpointInfo, publish, read_manifest, record, verify
 
 
 def payload_version(prefix: str, payload: dict[str, Any]) -> str:
@@ -31,16 +33,21 @@ def payload_version(prefix: str, payload: dict[str, Any]) -> str:
     return f"{prefix}-{digest[:10]}"
 
 
-def already_published(output: Path, version: str) -> CheckpointInfo | None:
+def already_published(settings: Settings, output: Path, version: str) -> CheckpointInfo | None:
     """The checkpoint at ``output`` when it is ``version`` and its files verify, else None: a job that already
-    ran finds its result there instead of training again."""
+    ran finds its result there instead of training again. Its checkpoints row is recorded again (idempotent), so a
+    job killed between publishing the folder and recording the row leaves no checkpoint the API never lists."""
     if not (output.is_dir() and verify(output)):
         return None
     manifest = read_manifest(output)
     if manifest.get("version") != version:
         return None
-    return CheckpointInfo(**{k: manifest.get(k) for k in ("role", "version", "path", "sha256", "phase",
+    info = CheckpointInfo(**{k: manifest.get(k) for k in ("role", "version", "path", "sha256", "phase",
                                                            "parent_version", "metrics")})
+    if os.environ.get("RANK", "0") == "0":  # one writer under a multi-process launch (accelerate sets RANK)
+        with session_scope(settings) as session:
+            record(session, info)
+    return info
 
 
 def checkpoint_dir(settings: Settings, role: str, version: str) -> Path:

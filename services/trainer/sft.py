@@ -151,7 +151,7 @@ def run_sft(settings: Settings, job: SftJob) -> CheckpointInfo | None:
     later = {name for name in ("relabelled_copies", "lora_rank") if not getattr(job, name)}
     version = payload_version(f"{job.kind}-sft", job.model_dump(exclude=later))
     output = confined_path(settings, job.output, "output")  # it is replaced: only inside the artifacts store
-    done = already_published(output, version)
+    done = already_published(settings, output, version)
     if done is not None:
         log.info("sft %s already published at %s", version, output)
         return done

@@ -47,6 +47,24 @@ def test_publish_writes_manifest_digest_and_row(db: Settings, tmp_path: Path) ->
     assert not ck.verify(dest)
 
 
+def test_a_version_published_again_brings_its_row_to_the_folder_on_disk(db: Settings, tmp_path: Path) -> None:
+    """A retried job whose retrain is not bit-identical publishes its version again (replace=True): the row must
+    describe the new folder, or its sha256 never verifies and every later delivery retrains."""
+    dest = tmp_path / "models" / "critic" / "v1"
+    first = ck.publish(db, _write_files, dest, role="critic", version="v1", metrics={"loss": 0.5})
+
+    def other_weights(folder: Path) -> None:
+        _write_files(folder)
+        (folder / "sub" / "weights.bin").write_bytes(b"\x02" * 2000)
+
+    again = ck.publish(db, other_weights, dest, role="critic", version="v1", metrics={"loss": 0.4}, replace=True)
+    assert again.sha256 != first.sha256 and ck.verify(dest, again.sha256)
+    with session_scope(db) as session:
+        (row,) = ck.list_checkpoints(session, "critic")
+    assert (row.sha256, row.metrics) == (again.sha256, {"loss": 0.4})
+    assert ck.verify(row.path, row.sha256)
+
+
 def test_manifest_names_the_folder_relative_to_the_store_and_reads_back_where_it_is(db: Settings,
                                                                                     tmp_path: Path) -> None:
     """A published folder records no machine's path: the manifest file says ``models/actor/v1`` (relative to the

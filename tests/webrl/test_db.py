@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -210,6 +211,9 @@ def test_step_values_are_stored_once_per_step_and_critic(db: Settings) -> None:
                   for i in range(3)]
         assert repo.save_step_values(s, "c1", 1, [*values, repo.StepValues(traj.id, 9, 0, 0, 0, 0, False)]) == 3
         assert repo.save_step_values(s, "c1", 1, values) == 0  # idempotent
+        retrained = [dataclasses.replace(v, v_s=0.3) if v.index == 1 else v for v in values]  # a retry, not identical
+        assert repo.save_step_values(s, "c1", 1, retrained) == 0  # still one row per step: the retry's values
+        assert sorted(s.scalars(select(m.StepValue.v_s).where(m.StepValue.critic_version == "c1"))) == [0.2, 0.2, 0.3]
         assert repo.save_step_values(s, "c2", 2, values[:1]) == 1  # another phase's critic: its own row
     with session_scope(db) as s:
         rows = s.scalars(select(m.StepValue).order_by(m.StepValue.id)).all()

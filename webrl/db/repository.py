@@ -244,22 +244,28 @@ class StepValues:
 
 
 def save_step_values(session: Session, critic_version: str, phase: int, values: Iterable[StepValues]) -> int:
-    """Store each step's values under ``critic_version``; idempotent per (step, critic). Returns how many were new."""
+    """Store each step's values under ``critic_version``, one row per (step, critic): a retried phase that trained
+    its critic again (not bit-identical on a GPU) overwrites them, so the stored values are the ones its actor
+    trained with. Returns how many rows were new."""
     values = list(values)
     rows = session.execute(select(m.StepRow.trajectory_id, m.StepRow.index, m.StepRow.id)
                            .where(m.StepRow.trajectory_id.in_({v.trajectory_id for v in values}))).all()
     step_ids = {(trajectory_id, index): step_id for trajectory_id, index, step_id in rows}
-    stored = set(session.scalars(select(m.StepValue.step_id).where(
-        m.StepValue.critic_version == critic_version, m.StepValue.step_id.in_(list(step_ids.values())))))
+    stored = {row.step_id: row for row in session.scalars(select(m.StepValue).where(
+        m.StepValue.critic_version == critic_version, m.StepValue.step_id.in_(list(step_ids.values()))))}
     new = 0
     for v in values:
         step_id = step_ids.get((v.trajectory_id, v.index))
-        if step_id is None or step_id in stored:
+        if step_id is None:
             continue
-        stored.add(step_id)
-        session.add(m.StepValue(step_id=step_id, critic_version=critic_version, phase=phase, v_s=v.v_s,
-                                v_next=v.v_next, advantage=v.advantage, advantage_binarised=v.advantage_binarised,
-                                used=v.used))
+        fields = {"phase": phase, "v_s": v.v_s, "v_next": v.v_next, "advantage": v.advantage,
+                  "advantage_binarised": v.advantage_binarised, "used": v.used}
+        if step_id in stored:
+            for name, value in fields.items():
+                setattr(stored[step_id], name, value)
+            continue
+        stored[step_id] = m.StepValue(step_id=step_id, critic_version=critic_version, **fields)
+        session.add(stored[step_id])
         new += 1
     session.flush()
     return new

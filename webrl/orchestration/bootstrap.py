@@ -313,6 +313,7 @@ def _tiny_base(settings: Settings, config: BootstrapConfig, corpus: list[str], d
     # the tokenizer is part of the base's name: an SFT job on another base is another job (another version)
     variant = "" if config.words == "apart" else f"-{config.words}"
     variant += "-reminder" if config.task_reminder else ""
+    variant += "" if config.vocab_size == BootstrapConfig.vocab_size else f"-vocab{config.vocab_size}"
     base = settings.artifacts_dir / "models" / f"actor-base-{config.size}-seed{config.seed}{variant}"
     done("tokenizer")
     build_tiny_folder(corpus, base, size=config.size, vocab_size=config.vocab_size, seed=config.seed,

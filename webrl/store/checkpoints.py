@@ -209,12 +209,17 @@ def remove_stale_temporaries(parent: str | Path) -> int:
 
 
 def record(session: Session, info: CheckpointInfo) -> m.Checkpoint:
-    """Insert the checkpoints row; idempotent per (role, version): an existing row is returned unchanged."""
+    """The checkpoints row of ``info``, one per (role, version): inserted, or, when a retried job published the
+    version again (a retrain that is not bit-identical, on a GPU), brought up to the folder now on disk, so its
+    sha256 verifies and the job is not retrained on every later delivery."""
     row = session.scalar(select(m.Checkpoint).where(m.Checkpoint.role == info.role,
                                                      m.Checkpoint.version == info.version))
-    if row is not None:
-        return row
     metrics = json.loads(json.dumps(info.metrics, default=float))  # plain JSON numbers for the JSON column
+    if row is not None:
+        if (row.path, row.sha256) != (info.path, info.sha256):
+            row.path, row.sha256, row.metrics = info.path, info.sha256, metrics
+            session.flush()
+        return row
     row = m.Checkpoint(role=info.role, version=info.version, parent_version=info.parent_version, path=info.path,
                        sha256=info.sha256, phase=info.phase, metrics=metrics)
     session.add(row)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from services.trainer.phase import run_phase
 from services.trainer.publish import payload_version, publish_model
 from services.trainer.sft import load_for_training, run_sft
 from services.trainer.training_loop import LoopConfig, make_accelerator, prepare
-from webrl.db.models import StepValue
+from webrl.db.models import Checkpoint, StepValue
 from webrl.db.session import session_scope
 from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.store.checkpoints import list_checkpoints, read_manifest, verify
@@ -116,8 +116,12 @@ def test_sft_jobs_train_actor_and_orm(tiny_dir: Path, store_trajectory, db) -> N
     assert info.metrics["examples"] == 2  # the successful trajectory's two steps only
     assert info.metrics["last_loss"] < info.metrics["first_loss"]
     assert verify(out) and read_manifest(out)["version"] == info.version
+    with session_scope(db) as session:  # a job killed after publishing the folder, before recording its row
+        session.execute(delete(Checkpoint).where(Checkpoint.version == info.version))
     assert run_sft(db, SftJob(base=str(tiny_dir), output=str(out), kind="actor", trajectory_ids=ids, epochs=2,
                               lr=1e-2, batch_size=2, max_length=400)).sha256 == info.sha256
+    with session_scope(db) as session:  # the retry found the folder, trained nothing, and recorded the row
+        assert [(c.version, c.sha256) for c in list_checkpoints(session, "actor")] == [(info.version, info.sha256)]
     orm = run_sft(db, SftJob(base=str(tiny_dir), output=str(Path(db.artifacts_dir) / "orm"), kind="orm", phase=0,
                              purpose="sft", lr=1e-2, batch_size=2, max_length=400))
     assert orm.metrics["examples"] == 2 and orm.role == "orm"

@@ -111,3 +111,18 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     request = PolicyRequest(task=task, intent=task.intent, observation=Observation(html='<a id="3">x</a>', url="u"))
     [response] = asyncio.run(policy.act([request]))
     assert response.version == result.version and len(response.token_ids) == len(response.logprobs) > 0
+
+
+def test_the_tiny_base_folder_names_everything_its_tokenizer_depends_on(settings: Settings,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SFT job's version names the base by its folder: a base built with another vocabulary in the same folder
+    would leave the job's version as it was, and the retry would return the old actor instead of training."""
+    import webrl.models.tiny as tiny
+    from webrl.orchestration import bootstrap
+
+    built: list[Path] = []
+    monkeypatch.setattr(tiny, "build_tiny_folder", lambda corpus, out, **kwargs: built.append(out))
+    for config in (BootstrapConfig(), BootstrapConfig(vocab_size=8192), BootstrapConfig(words="trailing-space")):
+        bootstrap._tiny_base(settings, config, ["a b"], lambda stage: None)
+    assert [p.name for p in built] == ["actor-base-small-seed0", "actor-base-small-seed0-vocab8192",
+                                       "actor-base-small-seed0-trailing-space"]
