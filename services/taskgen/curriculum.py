@@ -3,6 +3,8 @@ and filter them by the critic's value of their start state."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 from dataclasses import dataclass, field
@@ -53,20 +55,39 @@ def _existing_intents(settings: Settings) -> list[str]:
         return list(s.scalars(select(m.Task.intent)).all())
 
 
-def _store(settings: Settings, phase: int, generator: str,
-           items: list[tuple[str, TaskConfig, int | None]]) -> list[str]:
-    """Store (key, TaskConfig, parent id) triples in one transaction; returns the keys."""
+def _store(settings: Settings, phase: int, generator: str, items: list[tuple[str, TaskConfig, int | None]],
+           request: str | None = None) -> list[str]:
+    """Store (key, TaskConfig, parent id) triples in one transaction, with the ``request`` digest that made them
+    (:func:`request_digest`) when given; returns the keys."""
     keys = []
     with session_scope(settings) as s:
         for key, config, parent_id in items:
             repo.upsert_task(s, key, config, origin="generated", split="train", phase=phase,
                              parent_id=parent_id, generator=generator)
             keys.append(key)
+        if request is not None:
+            s.add(m.GenerationRequest(digest=request, phase=phase, task_keys=keys))
     return keys
 
 
+def request_digest(settings: Settings, request: GenerateRequest) -> str:
+    """What decides a request's tasks besides the tasks already stored: the request, the suite's seed (the grounded
+    generator's sites) and, for the llm generator, the configured judge it falls back to."""
+    judge = [settings.llm_judge.endpoint, settings.llm_judge.model] if request.generator == "llm" else None
+    payload = json.dumps({"request": request.model_dump(mode="json"), "suite_seed": settings.seed, "judge": judge},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def stored_generation(settings: Settings, digest: str) -> list[str] | None:
+    """The task keys a request with this digest stored, None when it never did."""
+    with session_scope(settings) as s:
+        row = s.get(m.GenerationRequest, digest)
+        return None if row is None else list(row.task_keys)
+
+
 def generate_grounded(settings: Settings, phase: int, parent_keys: list[str], n: int,
-                      seed: int, *, instances_only: bool = False) -> GenerationResult:
+                      seed: int, *, instances_only: bool = False, request: str | None = None) -> GenerationResult:
     parents = _parents(settings, parent_keys)
     dedup = Deduplicator(_existing_intents(settings))
     generator = GroundedGenerator(suite_seed=settings.seed)
@@ -77,7 +98,7 @@ def generate_grounded(settings: Settings, phase: int, parent_keys: list[str], n:
         generator.close()
     ids = {p.key: p.id for p in parents}
     items = [(f"generated/p{phase}/{p.config.task_id}", p.config, ids[p.parent_key]) for p in proposals]
-    return GenerationResult(_store(settings, phase, "grounded", items))
+    return GenerationResult(_store(settings, phase, "grounded", items, request))
 
 
 class EndpointRefused(InvalidRequest):
@@ -99,7 +120,8 @@ def endpoint_api_key(settings: Settings, endpoint: str) -> str:
 
 
 def generate_llm(settings: Settings, phase: int, parent_keys: list[str], n: int, seed: int, *,
-                 endpoint: str, model: str, mode: str = "chat", feasibility: bool = True) -> GenerationResult:
+                 endpoint: str, model: str, mode: str = "chat", feasibility: bool = True,
+                 request: str | None = None) -> GenerationResult:
     """Group failures by site, ask the LLM for tasks in breadth, drop infeasible and duplicate ones.
     ``endpoint`` must be a configured one (``Settings.endpoint_allow_list``), else :class:`EndpointRefused`."""
     problem = endpoint_problem(endpoint, settings.endpoint_allow_list())
@@ -132,7 +154,7 @@ def generate_llm(settings: Settings, phase: int, parent_keys: list[str], n: int,
             task_id = generated_task_id(phase, intent)
             items.append((f"generated/p{phase}/{task_id}", llm_task_config(site, intent, task_id), examples[0].id))
             per_site[site] = per_site.get(site, 0) + 1
-    result.task_keys = _store(settings, phase, "llm", items)
+    result.task_keys = _store(settings, phase, "llm", items, request)
     return result
 
 
@@ -159,8 +181,14 @@ def filter_by_value(settings: Settings, task_keys: list[str], values: dict[str, 
 
 # ---- the operations: ``taskgen.generate`` / ``POST /v1/tasks/generate`` and ``taskgen.filter`` / ``.../filter``
 def generate(settings: Settings, request: GenerateRequest) -> GenerateResult:
-    """New tasks from the parents (in breadth, or new instances of their templates); idempotent: the same intents
-    map to the same task keys."""
+    """New tasks from the parents (in breadth, or new instances of their templates). Idempotent: a request that
+    already stored its tasks (the same digest, :func:`request_digest`) returns their keys and generates nothing, so
+    a retry or a resumed pipeline gets the batch it began with, not the next one past it (its rejections and
+    duplicates were reported by the call that generated)."""
+    digest = request_digest(settings, request)
+    stored = stored_generation(settings, digest)
+    if stored is not None:
+        return GenerateResult(task_keys=stored)
     common = (settings, request.phase, request.parent_keys, request.n, request.seed)
     try:
         if request.generator == "llm":
@@ -173,9 +201,9 @@ def generate(settings: Settings, request: GenerateRequest) -> GenerateResult:
                 raise InvalidRequest("endpoint", "the llm generator needs endpoint and model (in the request or as "
                                      "WEBRL_LLM_JUDGE__ENDPOINT and WEBRL_LLM_JUDGE__MODEL)")
             result = generate_llm(*common, endpoint=endpoint, model=model, mode=request.mode,
-                                  feasibility=request.feasibility)
+                                  feasibility=request.feasibility, request=digest)
         else:
-            result = generate_grounded(*common, instances_only=request.evolve == "instances")
+            result = generate_grounded(*common, instances_only=request.evolve == "instances", request=digest)
     except KeyError as exc:
         raise InvalidRequest("parent_keys", str(exc.args[0])) from None
     return GenerateResult(task_keys=result.task_keys, duplicates=result.duplicates,

@@ -19,7 +19,7 @@ from webrl.db.session import get_engine, session_scope
 from webrl.method.rewards import reward_of
 
 TABLES = {"tasks", "trajectories", "steps", "orm_labels", "critic_values", "runs", "phases", "checkpoints",
-          "step_values"}
+          "step_values", "generation_requests"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -56,6 +56,16 @@ def _trajectory(n_steps: int = 3) -> Trajectory:
 
 def test_migrations_create_every_table(db: Settings) -> None:
     assert TABLES <= set(inspect(get_engine(db)).get_table_names())
+
+
+def test_the_migrations_build_the_schema_the_models_declare(db: Settings) -> None:
+    """A model changed without its migration (or the reverse) is a difference alembic's autogenerate finds."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    with get_engine(db).connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), m.Base.metadata)
+    assert differences == []
 
 
 def test_task_upsert_is_idempotent_and_keeps_the_config(db: Settings) -> None:

@@ -39,6 +39,19 @@ class Task(Base):
     parent: Mapped[Task | None] = relationship(remote_side=[id])
 
 
+class GenerationRequest(Base):
+    """A ``taskgen.generate`` request that stored its tasks, by the digest of what decides them: a retried or resumed
+    request (a worker killed after the commit, a pipeline killed before its stage finished) returns these keys
+    instead of generating anew past them. Written in the transaction that stores the tasks."""
+
+    __tablename__ = "generation_requests"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    phase: Mapped[int] = mapped_column(Integer)
+    task_keys: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 #: ``trajectories.run_id`` of a trajectory no pipeline run made (``webrl eval``, bootstrap, ``webrl train-orm``).
 NO_RUN = 0
 

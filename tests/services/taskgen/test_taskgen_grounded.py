@@ -79,6 +79,28 @@ def test_instances_are_new_tasks_of_each_parents_own_template_alone(suite_db: Se
     assert any(template != parent for template, parent in grown)  # breadth: related templates too
 
 
+def test_a_retried_request_returns_the_batch_it_stored_and_stores_nothing_more(suite_db: Settings) -> None:
+    """A worker killed after taskgen's commit, or a pipeline killed before its generate stage finished, sends the
+    same request again: it gets the same keys (the batch the phase began with), not the next batch past them."""
+    from services.taskgen.curriculum import generate
+    from webrl.db import models as m
+    from webrl.wire.contracts import GenerateRequest
+
+    request = GenerateRequest(phase=1, parent_keys=_parents(suite_db, 2), n=8, seed=3)
+
+    def generated() -> int:
+        with session_scope(suite_db) as s:
+            return len(repo.tasks_where(s, origin="generated"))
+
+    first = generate(suite_db, request)
+    assert len(first.task_keys) == 8 and generated() == 8
+    assert generate(suite_db, request).task_keys == first.task_keys and generated() == 8
+    other = generate(suite_db, request.model_copy(update={"seed": 4}))  # another request: new tasks past the stored
+    assert len(other.task_keys) == 8 and not set(other.task_keys) & set(first.task_keys) and generated() == 16
+    with session_scope(suite_db) as s:
+        assert s.query(m.GenerationRequest).count() == 2
+
+
 def test_the_llm_generator_refuses_instances_naming_the_field(suite_db: Settings) -> None:
     from services.taskgen.curriculum import generate
     from webrl.wire.contracts import GenerateRequest, InvalidRequest
