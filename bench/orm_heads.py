@@ -1,10 +1,11 @@
 """Which backbone and how much data a classification-head ORM needs: test accuracy of heads on cached features.
 
-``webrl train-orm --objective head`` stores its labelled rollouts (purpose "orm", attempts 1000 + policy index) and
-caches the backbone's features of every training prompt (``<artifacts>/cache/orm-features``). This bench reads the
-same trajectories, renders the same ORM prompts (``--max-prompt-tokens``, 768 as train-orm on SmolLM2), takes each
-backbone's features from that cache (reading the missing ones: the test split's the first time), and fits the
-shipped head (L2 chosen on held-out train tasks, :func:`webrl.models.orm_head.choose_and_fit`) on
+``webrl train-orm --objective head`` stores its labelled rollouts (purpose "orm", each policy's attempt naming its
+index: ``orm_attempt``) and caches the backbone's features of every training prompt
+(``<artifacts>/cache/orm-features``). This bench reads the same trajectories, renders the same ORM prompts
+(``--max-prompt-tokens``, 768 as train-orm on SmolLM2), takes each backbone's features from that cache (reading the
+missing ones: the test split's the first time), and fits the shipped head (L2 chosen on held-out train tasks,
+:func:`webrl.models.orm_head.choose_and_fit`) on
 
 - all the train trajectories, per backbone (``--backbone``, repeatable: the ORM start's folder, or an adapter such
   as the SFT actor's, whose features may know the sites better);
@@ -46,7 +47,7 @@ from webrl.models.feature_cache import FeatureCache
 from webrl.models.loading import load_tokenizer
 from webrl.models.orm import roc_auc
 from webrl.models.orm_head import choose_and_fit, load_backbone, prompt_features, success_probability
-from webrl.orchestration.train_orm import ORM_ATTEMPT_BASE, ORM_PURPOSE, split_keys
+from webrl.orchestration.train_orm import ORM_ATTEMPT_BASE, ORM_POLICY_SLOTS, ORM_PURPOSE, split_keys
 from webrl.prompts.orm_prompt import SMALL_ORM_MAX_PROMPT_TOKENS
 
 
@@ -76,7 +77,7 @@ def stored(split: str, tasks: int | None = None) -> Labelled:
     if not rows:
         raise SystemExit(f"no scored {split}-split ORM trajectories in this home: run `webrl train-orm` first")
     return Labelled(ids=[r[0] for r in rows], labels=[int(is_success(r[1])) for r in rows],
-                    tasks=[r[2] for r in rows], policies=[r[3] - ORM_ATTEMPT_BASE for r in rows])
+                    tasks=[r[2] for r in rows], policies=[(r[3] - ORM_ATTEMPT_BASE) % ORM_POLICY_SLOTS for r in rows])
 
 
 def features(backbone: str, data: list[Labelled], budget: int, console: Console) -> list[torch.Tensor]:

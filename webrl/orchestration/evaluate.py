@@ -4,6 +4,7 @@ evaluator's success rate per site."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -33,10 +34,14 @@ def evaluation_attempt(actor: Path, max_steps: int | None = None) -> int:
 
 
 def external_task_keys(settings: Settings, tasks_file: Path) -> list[str]:
-    """Store the configs of a WebArena-format file (origin "external") and return their keys."""
+    """Store the configs of a WebArena-format file (origin "external") and return their keys:
+    ``external/<file stem>-<digest of its configs>/<task_id>``, so an edited file, or another file of the same name,
+    is a new set of tasks rather than the stored configs under the old keys."""
     configs = load_task_file(tasks_file)
+    content = json.dumps([config.to_json() for config in configs], sort_keys=True)
+    prefix = f"external/{tasks_file.stem}-{hashlib.sha256(content.encode()).hexdigest()[:8]}"
     with session_scope(settings) as s:
-        return repo.upsert_tasks(s, configs, f"external/{tasks_file.stem}", origin="external", split="external")
+        return repo.upsert_tasks(s, configs, prefix, origin="external", split="external")
 
 
 def evaluate_actor(settings: Settings, actor: Path, *, split: str = "test", tasks_file: Path | None = None,

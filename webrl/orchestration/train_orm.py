@@ -24,9 +24,10 @@ Two models take part, and the options name them apart:
 
 1. Rollouts (``rollout.run``) on the train and test split tasks with every policy: the oracle, the oracle with
    its actions randomly corrupted (failures that look like real attempts) and the SFT actor. Each policy is
-   one ``attempt`` (:data:`ORM_ATTEMPT_BASE` + its index) of phase 0, purpose ``"orm"``, so reruns reuse
-   what is stored. ``POLICY@N`` caps a policy's train tasks (:func:`split_policy_cap`); every policy runs on
-   every test task, so the held-out set is the same whatever the caps.
+   one ``attempt`` (:func:`orm_attempt`: its index and what it is) of phase 0, purpose ``"orm"``, so reruns
+   with the same policies reuse what is stored. ``POLICY@N`` caps a policy's train tasks
+   (:func:`split_policy_cap`); every policy runs on every test task, so the held-out set is the same whatever the
+   caps.
 2. Labels: the evaluator's env score (1 = success). Train trajectories are balanced by down-sampling the
    larger class (seeded).
 3. The start (:func:`prepare_start`): for a LoRA ORM, an adapter folder in ``<output>-start/`` (a new adapter,
@@ -40,6 +41,7 @@ Two models take part, and the options name them apart:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -56,11 +58,12 @@ from webrl.wire.contracts import CheckpointSpec, EndpointSpec, OracleSpec, Polic
 
 log = logging.getLogger("webrl.judges")
 
-#: ORM data is stored as phase 0 (before the curriculum), purpose "orm", attempts ORM_ATTEMPT_BASE + policy
-#: index: far from the few attempts bootstrap and evaluation use (all of no run, run_id 0), so (task, phase, attempt)
-#: keys never collide, and the purpose keeps it out of every actor or critic training set.
+#: ORM data is stored as phase 0 (before the curriculum), purpose "orm", attempts :func:`orm_attempt`: from
+#: ORM_ATTEMPT_BASE up, away from the few attempts bootstrap uses (all of no run, run_id 0), and the purpose keeps it
+#: out of every actor or critic training set.
 ORM_DATA_PHASE = 0
 ORM_ATTEMPT_BASE = 1000
+ORM_POLICY_SLOTS = 100  # policies one train-orm run may name; (attempt - ORM_ATTEMPT_BASE) % this is the index
 ORM_PURPOSE = "orm"
 #: The trainer's longest sequence (services/trainer/sft.py MAX_LENGTH: WebRL's cutoff_len 16384).
 MAX_TRAIN_LENGTH = 16384
@@ -189,14 +192,33 @@ def split_keys(settings: Settings, split: str, limit: int | None, seed: int) -> 
     return keys
 
 
+def orm_attempt(index: int, policy: PolicySpec) -> int:
+    """The attempt policy ``index`` of a train-orm run stores its rollouts under: ORM_ATTEMPT_BASE + the index, plus
+    ORM_POLICY_SLOTS x a digest of what the policy is (its spec; a checkpoint's folder as it is now, as
+    :func:`webrl.orchestration.evaluate.evaluation_attempt`). A rerun with the same policies reuses its rollouts; a
+    reordered list, another actor, or an actor retrained in the same folder rolls out anew instead of taking another
+    policy's trajectories for its own."""
+    if not 0 <= index < ORM_POLICY_SLOTS:
+        raise ValueError(f"at most {ORM_POLICY_SLOTS} policies, got policy #{index + 1}")
+    identity = policy.model_dump_json()
+    if isinstance(policy, CheckpointSpec):
+        from webrl.models.folders import model_config_file
+
+        config = model_config_file(Path(policy.path))
+        identity += f":{Path(policy.path).resolve()}:{config.stat().st_mtime_ns if config.exists() else 0}"
+    digest = int(hashlib.sha256(identity.encode()).hexdigest()[:6], 16)  # < 2**24: the attempt stays < 2**31
+    return ORM_ATTEMPT_BASE + index + ORM_POLICY_SLOTS * digest
+
+
 def collect(policies: Sequence[PolicySpec], keys: Sequence[Sequence[str]], concurrency: int) -> list[int]:
-    """Run policy i on the tasks ``keys[i]`` (one attempt per policy: its index); the stored trajectory ids."""
+    """Run policy i on the tasks ``keys[i]`` (one attempt per policy: :func:`orm_attempt`); the stored trajectory
+    ids."""
     from webrl.wire.clients import rollout_run
 
     ids: list[int] = []
-    for attempt, (policy, tasks) in enumerate(zip(policies, keys, strict=True)):
+    for index, (policy, tasks) in enumerate(zip(policies, keys, strict=True)):
         result = rollout_run(RolloutRequest(task_keys=list(tasks), phase=ORM_DATA_PHASE,
-                                            attempt=ORM_ATTEMPT_BASE + attempt, purpose=ORM_PURPOSE, policy=policy,
+                                            attempt=orm_attempt(index, policy), purpose=ORM_PURPOSE, policy=policy,
                                             concurrency=concurrency))
         log.info("policy %s: %d trajectories, mean env score %.3f", policy, len(result.trajectory_ids),
                  result.mean_env_score)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from webrl.config import Settings
 from webrl.orchestration.evaluate import evaluation_attempt
 
 
@@ -23,3 +24,30 @@ def test_attempt_follows_the_actor_folder_and_the_horizon(tmp_path: Path) -> Non
         os.utime(config, ns=(1, config.stat().st_mtime_ns + 10**9))  # the folder was rewritten
         assert evaluation_attempt(folder) != attempt
     assert evaluation_attempt(full) != evaluation_attempt(adapter)
+
+
+def test_an_edited_task_file_is_new_tasks_not_the_stored_configs(settings: Settings, tmp_path: Path) -> None:
+    """The keys of an external file's tasks follow its content: the same file maps to the same tasks; an edited one
+    (or another file of the same name) to new ones, never to the configs stored under the old keys."""
+    import json
+
+    from webrl.db import repository as repo
+    from webrl.db.migrate import upgrade
+    from webrl.db.session import session_scope
+    from webrl.orchestration.evaluate import external_task_keys
+
+    upgrade(settings)
+    config = {"task_id": 7, "sites": ["shopping"], "intent": "What is the price of the red pen?",
+              "start_url": "__SHOPPING__", "require_login": False, "storage_state": None,
+              "eval": {"eval_types": ["string_match"], "reference_answers": {"exact_match": "$1.00"}}}
+    tasks = tmp_path / "lite.json"
+    tasks.write_text(json.dumps([config]))
+    first = external_task_keys(settings, tasks)
+    assert first == external_task_keys(settings, tasks) and first[0].startswith("external/lite-")
+    config["eval"]["reference_answers"] = {"exact_match": "$2.00"}  # a fixed reference answer
+    tasks.write_text(json.dumps([config]))
+    fixed = external_task_keys(settings, tasks)
+    assert fixed != first and fixed[0].endswith("/7")
+    with session_scope(settings) as s:
+        (row,) = repo.tasks_by_keys(s, fixed)
+        assert repo.task_config(row).to_json()["eval"]["reference_answers"] == {"exact_match": "$2.00"}

@@ -69,6 +69,28 @@ def test_policy_specs() -> None:
             parse_policy(bad, "/sft", 0)
 
 
+def test_a_policys_attempt_names_its_index_and_what_it_is(tmp_path: Path) -> None:
+    """Reruns with the same policies reuse their rollouts; a reordered list, another actor or one retrained in the
+    same folder gets attempts of its own (never another policy's trajectories); the index stays readable."""
+    import os
+
+    from webrl.orchestration.train_orm import ORM_ATTEMPT_BASE, ORM_POLICY_SLOTS, orm_attempt
+
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}")
+    oracle, corrupt, sft = OracleSpec(), OracleSpec(corrupt=0.5), CheckpointSpec(path=str(actor))
+    attempts = [orm_attempt(i, p) for i, p in enumerate([oracle, corrupt, sft])]
+    assert attempts == [orm_attempt(i, p) for i, p in enumerate([oracle, corrupt, sft])]  # a rerun
+    assert [(a - ORM_ATTEMPT_BASE) % ORM_POLICY_SLOTS for a in attempts] == [0, 1, 2]
+    assert orm_attempt(0, corrupt) not in attempts and orm_attempt(1, oracle) not in attempts  # reordered
+    os.utime(actor / "config.json", ns=(1, (actor / "config.json").stat().st_mtime_ns + 10**9))  # retrained
+    assert orm_attempt(2, sft) != attempts[2]
+    assert max(orm_attempt(ORM_POLICY_SLOTS - 1, p) for p in (oracle, corrupt, sft)) < 2**31
+    with pytest.raises(ValueError, match="at most 100 policies"):
+        orm_attempt(ORM_POLICY_SLOTS, oracle)
+
+
 def test_a_policy_can_be_capped_to_fewer_train_tasks() -> None:
     assert split_policy_cap("sft@120") == ("sft", 120)
     assert split_policy_cap("oracle:0.3@40") == ("oracle:0.3", 40)
