@@ -149,10 +149,14 @@ def export_phase(settings: Settings, run: str, phase: int, output: Path, tokeniz
                 "tokenizer": tokenizer_fingerprint(tokenizer),
                 "exported": time.strftime("%Y-%m-%d")}
     output.mkdir(parents=True, exist_ok=True)
-    with (output / STEPS_FILE).open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+    partial = output / f".{STEPS_FILE}.partial"  # each file appears whole; the meta, written last, counts the steps
+    with partial.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
         for step in steps:
             out.write((json.dumps(asdict(step), sort_keys=True) + "\n").encode())
-    (output / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    partial.replace(output / STEPS_FILE)
+    partial = output / f".{META_FILE}.partial"
+    partial.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    partial.replace(output / META_FILE)
     return output
 
 
@@ -165,6 +169,9 @@ def load_phase(folder: str | Path) -> StoredPhase:
             steps = [StoredStep(**json.loads(line)) for line in lines]
     except (OSError, TypeError, ValueError) as exc:
         raise ValueError(f"{folder} is not a stored phase ({META_FILE} + {STEPS_FILE}): {exc}") from exc
+    if meta.get("steps", len(steps)) != len(steps):  # an export killed between its two files
+        raise ValueError(f"{folder}: {META_FILE} counts {meta['steps']} steps, {STEPS_FILE} holds {len(steps)}; "
+                         "export the phase again")
     return StoredPhase(steps, meta)
 
 

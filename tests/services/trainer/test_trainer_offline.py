@@ -108,6 +108,18 @@ def test_load_phase_names_a_folder_that_is_not_one(tmp_path: Path) -> None:
         load_phase(tmp_path)
 
 
+def test_a_stored_phase_whose_files_disagree_is_refused(tmp_path: Path) -> None:
+    """An export killed between its steps and its meta: the meta's count names the mismatch."""
+    import shutil
+
+    folder = tmp_path / "phase"
+    shutil.copytree(ROOT / "bench" / "fixtures" / "phase1-smollm2", folder)
+    meta = json.loads((folder / "phase.json").read_text())
+    (folder / "phase.json").write_text(json.dumps({**meta, "steps": meta["steps"] + 1}))
+    with pytest.raises(ValueError, match=f"counts {meta['steps'] + 1} steps"):
+        load_phase(folder)
+
+
 @pytest.mark.skipif(not (ROOT / "bench" / "fixtures" / "phase1-smollm2" / "phase.json").is_file(),
                     reason="the shipped stored phase is missing")
 def test_the_offline_bench_smoke_path_on_the_shipped_phase(tmp_path: Path) -> None:
