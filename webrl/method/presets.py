@@ -64,8 +64,9 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # solved 47/165 test tasks (SFT 25: gained 25, lost 3) and the unclipped one 17/165 (gained 2, lost 10)
     # (docs/runs/2026-11-29-phase-offline-clip, measured 2026-11-29, commit ec8c8d7); over three seeds of that phase
     # (47 / 35 / 33 against 17 / 24 / 26), clip vs unclipped +9.7 points (+1.1 .. +21.6 over templates), but on a
-    # second stored phase (28 / 25 / 44 against 45 / 44) -7.4 (-22.1 .. +4.6): each time the held-out orders template
-    # decided it, and neither setting learns it in every seed. The clip is the published setting, not a shown lever
+    # second stored phase (28 / 25 / 44 against 45 / 44 / 44) -7.3 (-22.3 .. +4.7): each time the held-out orders
+    # template decided it, and neither setting learns it on both phases. The clip is the published setting, not a
+    # shown lever
     # (docs/runs/2026-12-06-phase-offline-clip-rehearsal, 2026-12-06-phase-offline-second-phase-seeds)
     # An update needs 5 steps with A > 0 from the phase's own rollouts (about one solved episode; replayed ones do not
     # count), or the actor is kept as it is. Two runs of this preset: seed 0's phase 1 trained on 19 (11 its own) and
