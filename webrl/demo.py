@@ -133,7 +133,18 @@ def main(argv: list[str] | None = None) -> None:
         refused.show()
         raise SystemExit(refused.exit_code) from None
     assert settings.artifacts_dir is not None
-    console.print(f"done: report at {settings.artifacts_dir / 'reports' / run / 'report.md'}")
+    report = report_folder(train_flags, settings.artifacts_dir / "reports" / run)
+    console.print(f"done: report at {report / 'report.md'}")
+
+
+def report_folder(train_flags: list[str], default: Path) -> Path:
+    """Where `webrl train` wrote the report: the ``--report`` among the flags passed through, else ``default``."""
+    for i, flag in enumerate(train_flags):
+        if flag == "--report" and i + 1 < len(train_flags):
+            return Path(train_flags[i + 1])
+        if flag.startswith("--report="):
+            return Path(flag.split("=", 1)[1])
+    return default
 
 
 if __name__ == "__main__":

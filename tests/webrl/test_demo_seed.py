@@ -51,3 +51,14 @@ def test_without_a_shipped_actor_the_demo_builds_it_by_its_recorded_recipe() -> 
     assert shlex.split(command.replace(" --start <stage 1>", "")) == SFT_STAGES[1]
     assert SFT_STAGES[0] == ["--base", "smollm2-135m"]
     assert "so `webrl bootstrap --base smollm2-135m` alone reproduces it" in record
+
+
+def test_the_demo_names_the_report_folder_train_wrote() -> None:
+    from pathlib import Path
+
+    from webrl.demo import report_folder
+
+    default = Path("home/artifacts/reports/cpu-demo")
+    assert report_folder([], default) == default
+    assert report_folder(["--phases", "3", "--report", "out/r"], default) == Path("out/r")
+    assert report_folder(["--report=out/r2"], default) == Path("out/r2")

@@ -73,6 +73,36 @@ def test_report_md_shows_no_orm_for_an_evaluator_rewarded_run(settings, tmp_path
     assert phase_table(phase_rows(settings, "judged"))[1][0][4] == "100.0%"
 
 
+def test_the_orm_calibration_is_the_runs_own(settings) -> None:
+    """A run rewarded by the evaluators gets no calibration plot because another run (or train-orm) in the same home
+    had an ORM judge; a judged run's plot holds its own trajectories alone."""
+    from webrl.agent.schemas import Observation, TaskConfig, Trajectory
+    from webrl.db import models as m
+    from webrl.db import repository as repo
+    from webrl.db.migrate import upgrade
+    from webrl.db.session import session_scope
+    from webrl.runs.report import calibration_points
+
+    upgrade(settings)
+    task = TaskConfig.from_json({"task_id": 1, "sites": ["shopping"], "intent": "Find the price", "start_url": "x",
+                                 "eval": {"eval_types": ["string_match"], "reference_answers": {"exact_match": "$3"}}})
+    with session_scope(settings) as s:
+        row = repo.upsert_task(s, "t/1", task, origin="seed", split="train")
+        runs = {name: m.Run(name=name, options={}) for name in ("evaluators", "judged")}
+        s.add_all(runs.values())
+        s.flush()
+        for attempt, (run, p_yes) in enumerate([("judged", 0.9), ("evaluators", None), ("", 0.2)]):
+            traj = Trajectory(task_id="t/1", intent="Find the price", env_score=1.0,
+                              last_observation=Observation(html="<p>$3</p>", url="http://s/"))
+            run_id = runs[run].id if run else m.NO_RUN  # "": a train-orm trajectory of no run
+            stored = repo.save_trajectory(s, row.id, 1, attempt, traj, run_id=run_id)
+            if p_yes is not None:
+                repo.save_label(s, stored.id, "orm-v1", p_yes=p_yes, threshold=0.5)
+    assert calibration_points(settings, "judged") == [(0.9, 1.0)]
+    assert calibration_points(settings, "evaluators") == []
+    assert calibration_points(settings, "no-such-run") == []
+
+
 def test_every_phase_is_also_counted_on_the_subset_the_middle_phases_evaluate(settings, tmp_path, capsys) -> None:
     """Phase 0 and the last phase evaluate all test tasks, the phases between a fixed subset: the report counts
     each phase on that subset too, so the curve compares the same tasks."""

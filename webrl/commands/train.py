@@ -21,6 +21,7 @@ from webrl.models.folders import is_model_folder
 from webrl.wire.contracts import LogWith, TrackingSpec
 
 if TYPE_CHECKING:
+    from webrl.orchestration.pipeline_state import PipelineOptions
     from webrl.runs.eta import RunEta
 
 console = Console()
@@ -112,6 +113,42 @@ def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyper
         raise typer.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+
+
+#: Flags whose knob only the curriculum reads: with ``--no-curriculum`` a phase rolls out seed tasks, unfiltered.
+CURRICULUM_FLAGS = ("--candidates-per-phase", "--value-low", "--value-high", "--fill-filter", "--solved-share")
+
+
+def refuse_flags_without_effect(given: dict[str, tuple[str, Any]], record: WebRLHyperparams) -> None:
+    """A ``typer.BadParameter`` naming a flag given a value that ``record`` never reads: the pipeline would run
+    without it and say nothing (``given``: flag -> (hyperparameter, value; None: not given))."""
+    asked = {flag for flag, (_, value) in given.items() if value is not None}
+    if "--max-attempts" in asked and not record.rollout.min_solved:
+        raise typer.BadParameter("a phase retries its unsolved tasks only with --min-solved N (the record's "
+                                 "rollout.min_solved is 0)", param_hint="--max-attempts")
+    if not record.curriculum.enabled:
+        for flag in (f for f in CURRICULUM_FLAGS if f in asked):
+            raise typer.BadParameter("the curriculum is off (--no-curriculum): a phase rolls out seed tasks, "
+                                     "nothing is generated or filtered", param_hint=flag)
+
+
+def kept_phase_count(settings: Settings, options: PipelineOptions) -> PipelineOptions:
+    """``options`` with a stored run's own phase count, for a resume that names neither ``--phases`` nor
+    ``--preset``: a resume grows the count to the options' (:func:`webrl.orchestration.pipeline_state.
+    resumed_options`), and without a preset those are the defaults', which would add phases the run never asked
+    for (a 2-phase demo run resumed as ``webrl train --run cpu-demo`` became 3 phases). A new run keeps
+    ``options``."""
+    from dataclasses import replace
+
+    from webrl.orchestration.pipeline_state import options_of_run
+    from webrl.wire.contracts import InvalidRequest
+
+    try:
+        stored = options_of_run(settings, options.run)
+    except InvalidRequest:  # a new run
+        return options
+    phases = stored.hyperparams.curriculum.phases
+    return replace(options, hyperparams=with_overrides(options.hyperparams, {"curriculum.phases": phases}))
 
 
 def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict[str, tuple[str, Any]],
@@ -420,6 +457,7 @@ def register(app: typer.Typer) -> None:
             "--eval-tasks": ("evaluation.tasks", eval_tasks),
         }
         hyperparams = hyperparams_for(preset, dict(given.values()))
+        refuse_flags_without_effect(given, hyperparams)
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
                                   orm=str(orm_path.resolve()) if orm_path else "", seed=seed or 0,
                                   hyperparams=hyperparams, screenshots=bool(screenshots),
@@ -439,6 +477,8 @@ def register(app: typer.Typer) -> None:
                          "--probe": ("probe", options.probe or None), "--anchors": ("anchors", options.anchors or None)}
         refuse_flags_a_resume_would_ignore(settings, run, given, given_options,
                                            preset=(preset, hyperparams) if preset else None)
+        if phases is None and preset is None:
+            options = kept_phase_count(settings, options)
 
         tracker = Tracker(settings, tracking, "pipeline")
         shown_progress: list[RichProgress] = []  # the display on_stage also feeds (made with the Progress below)

@@ -115,6 +115,7 @@ class Pipeline:
         self.settings = settings
         self.tracking = tracking  # where the trainer logs each step (webrl.runs.tracking); not stored with the run
         self.end_at = end_at  # a resume's explicit phase count, which may also end the run early (resumed_options)
+        self._reused = 0  # episodes the running stage found stored (a resumed stage), from its rollout jobs
         self.on_progress = on_progress or (lambda label, done, total: None)
         self.on_stage = on_stage or (lambda report: None)
         self.store, self.options = RunStore.open(settings, options, end_at)  # a stored run keeps its options
@@ -165,8 +166,11 @@ class Pipeline:
                 continue
             log.info("phase %d: %s", index, stage)
             started = time.perf_counter()
+            self._reused = 0
             metrics, state = run_stage(self, index, self.phase_state(index))
             metrics["seconds"] = round(time.perf_counter() - started, 2)
+            if self._reused:  # a resumed stage: its seconds are this attempt's, its episodes partly an earlier one's
+                metrics["reused"] = self._reused
             self._finish_stage(index, stage, (metrics, state), last=stage == last)
 
     # ---- checkpoints ---------------------------------------------------------------------------------
@@ -234,6 +238,8 @@ class Pipeline:
                                  "(resume the run with `webrl train --run` first)")
         actor = self.options.actor if index == 0 else self.phase_state(index).actor_path
         assert actor is not None, "the train stage records the phase's actor"
+        if tasks is None and stratified is not None:
+            tasks = self.hp.evaluation.tasks  # the run's fixed sample is drawn from these (fixed_sample)
         keys = self._task_keys(split="test", origin=None, limit=tasks)
         sampled = stratified is not None and stratified < len(keys)
         if sampled:
@@ -513,7 +519,9 @@ class Pipeline:
         self.on_progress(label, 0, len(keys))
         for start in range(0, len(keys), chunk):
             request = self.rollout_request(keys[start:start + chunk], phase, policy, purpose, attempt=attempt)
-            ids.extend(clients.rollout_run(request).trajectory_ids)
+            result = clients.rollout_run(request)
+            ids.extend(result.trajectory_ids)
+            self._reused += len(result.trajectory_ids) - result.n_new  # episodes stored before (a resume)
             self.on_progress(label, min(start + chunk, len(keys)), len(keys))
         return ids
 

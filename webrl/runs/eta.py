@@ -78,11 +78,17 @@ def run_plan(hp: WebRLHyperparams) -> list[PlannedStage]:
 
 def timing_of(stage: str, metrics: Mapping[str, Any]) -> Timing | None:
     """The :class:`Timing` of a finished stage's metrics; None when its seconds are missing or measured nothing
-    (an evaluation read back from a stored one, or replaced after the run)."""
+    (an evaluation read back from a stored one, or replaced after the run, or a resumed stage whose episodes had all
+    been run before). A resumed stage counts only the episodes it ran (``reused``: those stored before)."""
     seconds = metrics.get("seconds")
     if not isinstance(seconds, int | float) or metrics.get("stored") or metrics.get("later"):
         return None
     episodes = metrics.get(EPISODIC[stage]) if stage in EPISODIC else None
+    reused = metrics.get("reused") or 0
+    if isinstance(episodes, int | float) and reused:
+        episodes -= reused
+        if episodes <= 0:
+            return None
     return Timing(float(seconds), int(episodes) if isinstance(episodes, int | float) and episodes > 0 else None)
 
 
@@ -102,6 +108,8 @@ class RunEta:
         self.timings: dict[tuple[int, str], Timing] = {}
         self.stage_started = clock()
         self.live: tuple[int, int] | None = None  # (done, total) episodes of the running stage, from its progress
+        self.live_label: str | None = None  # the progress label ``live`` counts (a rollout's attempt has its own)
+        self.live_started = self.stage_started  # when that label's episodes began
 
     @classmethod
     def of_rows(cls, plan: list[PlannedStage], rows: Iterable[Mapping[str, Any]],
@@ -122,14 +130,21 @@ class RunEta:
         timing = timing_of(stage, metrics)
         if timing is not None:
             self.timings[(phase, stage)] = timing
-        self.stage_started = self.clock()
-        self.live = None
+        self.stage_started = self.live_started = self.clock()
+        self.live, self.live_label = None, None
 
     def progress(self, label: str, done: int, total: int) -> None:
         """A progress report of the pipeline; kept when it counts the running stage's episodes."""
         current = self.current()
-        if current is not None and current.stage in EPISODIC and label == current.progress_label and total > 0:
-            self.live = (done, total)
+        if current is None or current.stage not in EPISODIC or total <= 0:
+            return
+        first = current.progress_label
+        if label != first and not label.startswith(f"{first}, attempt "):  # --min-solved's later attempts count too
+            return
+        if label != self.live_label:  # a later attempt: its own episodes, timed from its own start
+            self.live_label = label
+            self.live_started = self.stage_started if label == first else self.clock()
+        self.live = (done, total)
 
     def current(self) -> PlannedStage | None:
         """The first stage of the plan not finished (None: the run is done)."""
@@ -141,7 +156,7 @@ class RunEta:
     def _live_per_episode(self) -> float | None:
         if self.live is None or self.live[0] <= 0:
             return None
-        return (self.clock() - self.stage_started) / self.live[0]
+        return (self.clock() - self.live_started) / self.live[0]
 
     def estimate(self, step: PlannedStage) -> float | None:
         """Seconds the whole of ``step`` takes, from this run's timings (module docstring); None: unknown."""
@@ -160,7 +175,7 @@ class RunEta:
         elapsed = self.clock() - self.stage_started
         if self.live is not None and self.live[0] > 0:
             done, total = self.live
-            return elapsed / done * max(total - done, 0)
+            return (self.clock() - self.live_started) / done * max(total - done, 0)
         whole = self.estimate(step)
         return None if whole is None else max(whole - elapsed, 0.0)
 

@@ -279,20 +279,22 @@ def flips_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     return header, body
 
 
-def calibration_points(settings: Settings) -> list[tuple[float, float]]:
-    """(ORM P(YES), evaluator score) for every labelled trajectory that has both."""
+def calibration_points(settings: Settings, run: str) -> list[tuple[float, float]]:
+    """(ORM P(YES), evaluator score) for every trajectory of ``run`` an ORM judged and an evaluator scored: none
+    for a run rewarded by the evaluators, whatever else the home's ORMs judged."""
     with session_scope(settings) as s:
-        return calibration_points_in(s)
+        run_id = s.scalar(select(m.Run.id).where(m.Run.name == run))
+        return calibration_points_in(s, run_id=run_id) if run_id is not None else []
 
 
-def calibration_points_in(session: Session) -> list[tuple[float, float]]:
-    """:func:`calibration_points` read in ``session``."""
-    rows = session.execute(
-        select(m.OrmLabel.p_yes, m.TrajectoryRow.env_score)
-        .join(m.TrajectoryRow, m.TrajectoryRow.id == m.OrmLabel.trajectory_id)
-        .where(m.TrajectoryRow.env_score.is_not(None), m.OrmLabel.orm_version != EVALUATOR_LABELS)
-    ).all()
-    return [(float(p), float(score)) for p, score in rows]
+def calibration_points_in(session: Session, run_id: int | None = None) -> list[tuple[float, float]]:
+    """:func:`calibration_points` read in ``session``: of the trajectories of run ``run_id``, or of every one."""
+    query = (select(m.OrmLabel.p_yes, m.TrajectoryRow.env_score)
+             .join(m.TrajectoryRow, m.TrajectoryRow.id == m.OrmLabel.trajectory_id)
+             .where(m.TrajectoryRow.env_score.is_not(None), m.OrmLabel.orm_version != EVALUATOR_LABELS))
+    if run_id is not None:
+        query = query.where(m.TrajectoryRow.run_id == run_id)
+    return [(float(p), float(score)) for p, score in session.execute(query).all()]
 
 
 @dataclass(frozen=True)
@@ -730,7 +732,7 @@ def write_report(settings: Settings, run: str, out_dir: Path) -> Path:
     rows = phase_rows(settings, run)
     header, body = phase_table(rows)
     success_png = plot_success(rows, out_dir / "success_per_phase.png")
-    calibration_png = plot_calibration(calibration_points(settings), out_dir / "orm_calibration.png")
+    calibration_png = plot_calibration(calibration_points(settings, run), out_dir / "orm_calibration.png")
     notes = [n for n in (evaluation_note(rows), kl_bound_note(rows)) if n]
     parts = [f"# webrl run `{run}`", "", machine_line(), "", "## Phases", "", markdown_table(header, body), "",
              ORM_COLUMN_NOTE, "", *[part for n in notes for part in (n, "")],

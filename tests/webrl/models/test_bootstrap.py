@@ -95,7 +95,7 @@ def test_tiny_bootstrap_publishes_a_loadable_actor(free_sites: Settings) -> None
     assert path == free_sites.artifacts_dir / "models" / "actor-sft"
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
     assert result.sft_metrics["examples"] == 2 * result.demo_steps  # each demonstration and one relabelled copy
-    base = free_sites.artifacts_dir / "models" / "actor-base-test-seed0-trailing-space-reminder"
+    base = free_sites.artifacts_dir / "models" / "actor-base-test-seed0-trailing-space-reminder-vocab1024"
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))

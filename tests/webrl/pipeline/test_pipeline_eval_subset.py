@@ -79,3 +79,20 @@ def test_every_phase_records_the_tasks_it_evaluated_and_the_fixed_sample(setting
     assert whole.fixed_sample() is None
     middle = whole._stage_evaluate(1, PhaseState(actor_path="actor"))[0]
     assert middle["keys"] == every and "sample" not in middle and middle["subset"] is False
+
+
+def test_a_later_stratified_evaluation_scores_the_runs_own_sample(settings: Settings,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run trained with few evaluation tasks (the first 80, a sample of 40 of them): ``webrl eval --run
+    --stratified 40`` scores the sample its middle phases scored, drawn from those 80, not one of all the tasks."""
+    upgrade(settings)
+    load_suite(settings, 0)
+    hp = with_overrides(DEFAULTS, {"curriculum.phases": 3, "evaluation.tasks": 80, "evaluation.subset": 40})
+    pipeline = Pipeline(settings, PipelineOptions(run="few", hyperparams=hp))
+    monkeypatch.setattr(pipeline, "_rollout", lambda keys, phase, *a, **k: [])
+    monkeypatch.setattr(pipeline, "_evaluation_metrics", lambda ids: {"success": 0.0, "n": 0, "solved": []})
+    pipeline._finish_stage(1, "evaluate", (pipeline._stage_evaluate(1, PhaseState(actor_path="actor"))[0],
+                                           PhaseState(actor_path="actor")), last=True)
+    later = pipeline.evaluate_in_full(1, stratified=40)
+    assert later["keys"] == pipeline.fixed_sample() and later["subset"] is True
+    assert len(pipeline.evaluate_in_full(1)["keys"]) == len(pipeline._task_keys(split="test", origin=None))

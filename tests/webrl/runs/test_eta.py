@@ -84,6 +84,22 @@ def test_the_running_stage_s_progress_estimates_before_anything_finished() -> No
     assert unknown == ["generate", "filter", "label", "train"]
 
 
+def test_a_rollouts_later_attempts_are_followed_from_their_own_start() -> None:
+    """``--min-solved``: attempt 2 rolls out the unsolved tasks under its own label; the time left is its episodes
+    at its own pace, not attempt 1's finished count (which left 0 s while attempt 2 ran)."""
+    eta = RunEta(run_plan(HP), clock := Clock())
+    for phase, stage in [(0, "evaluate"), (0, "seed-rollout"), (1, "generate"), (1, "filter")]:
+        eta.record(phase, stage, {"seconds": 1.0})
+    eta.progress("phase 1: rollout", 48, 48)
+    clock.now += 480  # attempt 1: 10 s an episode
+    eta.progress("phase 1: rollout, attempt 2 (30 unsolved)", 0, 30)
+    clock.now += 60
+    eta.progress("phase 1: rollout, attempt 2 (30 unsolved)", 10, 30)  # 6 s an episode since attempt 2 began
+    assert eta._current_left(eta.current()) == pytest.approx(6 * 20)
+    eta.progress("phase 1: rollout attempt", 1, 2)  # not this stage's label: ignored
+    assert eta.live == (10, 30)
+
+
 def test_a_stored_evaluation_teaches_nothing_and_a_resume_starts_from_the_rows() -> None:
     eta = RunEta(run_plan(HP), Clock())
     eta.record(0, "evaluate", {"seconds": 0.2, "n": 165, "stored": "0123456789ab"})
@@ -98,6 +114,17 @@ def test_a_stored_evaluation_teaches_nothing_and_a_resume_starts_from_the_rows()
     for phase, stage in [(s.phase, s.stage) for s in resumed.plan]:
         resumed.record(phase, stage, {})
     assert resumed.line() == "run: done"
+
+
+def test_a_resumed_stage_counts_only_the_episodes_it_ran() -> None:
+    """Killed halfway through phase 0's evaluation and resumed: the 100 episodes stored before were reused, so the
+    stage's 130 s timed the other 65 (2 s each), not 165 (0.8 s each, which would shrink every later estimate)."""
+    from webrl.runs.eta import timing_of
+
+    timing = timing_of("evaluate", {"seconds": 130.0, "n": 165, "reused": 100})
+    assert timing is not None and timing.episodes == 65
+    assert timing_of("evaluate", {"seconds": 3.0, "n": 165, "reused": 165}) is None  # it ran nothing
+    assert timing_of("evaluate", {"seconds": 330.0, "n": 165}).episodes == 165
 
 
 def test_minutes() -> None:
