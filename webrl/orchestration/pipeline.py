@@ -238,7 +238,7 @@ class Pipeline:
                                  "(resume the run with `webrl train --run` first)")
         actor = self.options.actor if index == 0 else self.phase_state(index).actor_path
         assert actor is not None, "the train stage records the phase's actor"
-        if tasks is None and stratified is not None:
+        if tasks is None and stratified is not None and stratified == self.hp.evaluation.subset:
             tasks = self.hp.evaluation.tasks  # the run's fixed sample is drawn from these (fixed_sample)
         keys = self._task_keys(split="test", origin=None, limit=tasks)
         sampled = stratified is not None and stratified < len(keys)
