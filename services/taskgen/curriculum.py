@@ -66,7 +66,7 @@ def _store(settings: Settings, phase: int, generator: str, items: list[tuple[str
                              parent_id=parent_id, generator=generator)
             keys.append(key)
         if request is not None:
-            s.add(m.GenerationRequest(digest=request, phase=phase, task_keys=keys))
+            s.add(m.GenerationRequest(digest=request, task_keys=keys))
     return keys
 
 

@@ -13,7 +13,13 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from webrl.commands import check_loadable, check_output_folder, check_split, quiet_model_loading
+from webrl.commands import (
+    check_loadable,
+    check_model_folder,
+    check_output_folder,
+    check_split,
+    quiet_model_loading,
+)
 from webrl.commands.progress_display import progress_display
 from webrl.config import Settings, get_settings
 from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
@@ -21,7 +27,6 @@ from webrl.models.folders import is_model_folder
 from webrl.wire.contracts import LogWith, TrackingSpec
 
 if TYPE_CHECKING:
-    from webrl.orchestration.pipeline_state import PipelineOptions
     from webrl.runs.eta import RunEta
 
 console = Console()
@@ -132,25 +137,6 @@ def refuse_flags_without_effect(given: dict[str, tuple[str, Any]], record: WebRL
                                      "nothing is generated or filtered", param_hint=flag)
 
 
-def kept_phase_count(settings: Settings, options: PipelineOptions) -> PipelineOptions:
-    """``options`` with a stored run's own phase count, for a resume that names neither ``--phases`` nor
-    ``--preset``: a resume grows the count to the options' (:func:`webrl.orchestration.pipeline_state.
-    resumed_options`), and without a preset those are the defaults', which would add phases the run never asked
-    for (a 2-phase demo run resumed as ``webrl train --run cpu-demo`` became 3 phases). A new run keeps
-    ``options``."""
-    from dataclasses import replace
-
-    from webrl.orchestration.pipeline_state import options_of_run
-    from webrl.wire.contracts import InvalidRequest
-
-    try:
-        stored = options_of_run(settings, options.run)
-    except InvalidRequest:  # a new run
-        return options
-    phases = stored.hyperparams.curriculum.phases
-    return replace(options, hyperparams=with_overrides(options.hyperparams, {"curriculum.phases": phases}))
-
-
 def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict[str, tuple[str, Any]],
                                        given_options: dict[str, tuple[str, Any]] | None = None,
                                        preset: tuple[str, WebRLHyperparams] | None = None) -> None:
@@ -159,7 +145,7 @@ def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict
     such flag, before anything runs. ``given``: flag -> (hyperparameter, value; None: not given); ``given_options``:
     flag -> (a field of the run's options beside its record, as ``seed`` or ``actor``; value, None: not given);
     ``preset``: the preset's name and the record it gives with ``given`` applied, compared field by field (the
-    phase count aside: a resume may grow it)."""
+    phase count aside: a resume keeps its own unless `--phases` asks another)."""
     from webrl.orchestration.pipeline_state import changed_on_resume, options_of_run
     from webrl.wire.contracts import InvalidRequest
 
@@ -422,8 +408,8 @@ def register(app: typer.Typer) -> None:
         if not is_model_folder(actor_path):
             raise typer.BadParameter(f"no model at {actor_path}; run `webrl bootstrap` first", param_hint="--actor")
         orm_path = orm or (default_orm(settings) if is_model_folder(default_orm(settings)) else None)
-        if orm is not None and not is_model_folder(orm):
-            raise typer.BadParameter(f"no model at {orm}", param_hint="--orm")
+        if orm is not None:
+            check_model_folder(orm, "--orm")
         check_loadable(settings, actor_path, "--actor", configured=settings.actor.model)
         if orm_path is not None:  # the ORM service loads only folders a request may name (webrl.serving.paths)
             check_loadable(settings, orm_path, "--orm", configured=settings.orm.model)
@@ -477,8 +463,6 @@ def register(app: typer.Typer) -> None:
                          "--probe": ("probe", options.probe or None), "--anchors": ("anchors", options.anchors or None)}
         refuse_flags_a_resume_would_ignore(settings, run, given, given_options,
                                            preset=(preset, hyperparams) if preset else None)
-        if phases is None and preset is None:
-            options = kept_phase_count(settings, options)
 
         tracker = Tracker(settings, tracking, "pipeline")
         shown_progress: list[RichProgress] = []  # the display on_stage also feeds (made with the Progress below)
@@ -545,8 +529,7 @@ def register(app: typer.Typer) -> None:
         for flag, value in (("--phase", phase), ("--stratified", stratified)):
             if value is not None:
                 raise typer.BadParameter(f"{flag} applies to --run", param_hint=flag)
-        if not is_model_folder(actor):
-            raise typer.BadParameter(f"no model at {actor}", param_hint="--actor")
+        check_model_folder(actor, "--actor")
         check_loadable(settings, actor, "--actor", configured=settings.actor.model)
         if tasks is not None and not tasks.exists():
             raise typer.BadParameter(f"{tasks} does not exist", param_hint="--tasks")

@@ -47,7 +47,6 @@ class GenerationRequest(Base):
     __tablename__ = "generation_requests"
 
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
-    phase: Mapped[int] = mapped_column(Integer)
     task_keys: Mapped[list[str]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -128,18 +128,19 @@ def options_of_run(settings: Settings, run: str) -> PipelineOptions:
 
 def resumed_options(options: PipelineOptions, stored_json: dict[str, Any], started: dict[int, list[str]],
                     end_at: int | None) -> PipelineOptions:
-    """A resume keeps the options the run started with, except the phase count: it may grow (to ``options``'s),
-    and an explicit ``end_at`` may end the run earlier, at a phase that has not evaluated yet (that phase then
-    evaluates all the test tasks, as a last phase does). ``started``: each phase's finished stages."""
+    """A resume keeps the options the run started with, the phase count too, unless ``end_at`` (``--phases N``)
+    asks another: a larger one grows the run, a smaller one ends it earlier, at a phase that has not evaluated yet
+    (that phase then evaluates all the test tasks, as a last phase does). Nothing else in ``options`` moves it: a
+    resume without a preset would otherwise take the defaults' count. ``started``: each phase's finished stages."""
     stored = stored_options(options.run, stored_json)
-    phases = max(options.hyperparams.curriculum.phases, stored.hyperparams.curriculum.phases)
+    phases = stored.hyperparams.curriculum.phases
     if end_at is not None and end_at < phases:
         later = sorted(i for i, stages in started.items() if i > end_at and stages)
         if later or "evaluate" in started.get(end_at, []):
             raise InvalidRequest("phases", f"run {options.run!r} cannot end at phase {end_at}: "
                                  + (f"phase {later[0]} has started" if later else
                                     f"phase {end_at} has already evaluated (a subset of the test tasks)"))
-        phases = end_at
+    phases = phases if end_at is None else end_at
     return replace(stored, hyperparams=with_overrides(stored.hyperparams, {"curriculum.phases": phases}))
 
 

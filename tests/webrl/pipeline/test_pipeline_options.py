@@ -17,10 +17,15 @@ from webrl.wire.contracts import OracleSpec
 
 
 def test_a_resume_keeps_the_stored_record_and_only_grows_the_phases(settings: Settings) -> None:
+    """The stored record resumes, its phase count too: options with another count (a resume without a preset takes
+    the defaults') move nothing; ``--phases N`` (``end_at``) grows it."""
     upgrade(settings)
     first = with_overrides(DEFAULTS, {"curriculum.phases": 2, "actor.beta": 2.0})
     Pipeline(settings, PipelineOptions(run="r", seed=3, hyperparams=first))
-    again = Pipeline(settings, PipelineOptions(run="r", hyperparams=with_overrides(DEFAULTS, {"curriculum.phases": 4})))
+    four = with_overrides(DEFAULTS, {"curriculum.phases": 4})
+    kept = Pipeline(settings, PipelineOptions(run="r", hyperparams=four))
+    assert kept.options.seed == 3 and kept.hp.actor.beta == 2.0 and kept.hp.curriculum.phases == 2
+    again = Pipeline(settings, PipelineOptions(run="r", hyperparams=four), end_at=4)
     assert again.options.seed == 3 and again.hp.actor.beta == 2.0 and again.hp.curriculum.phases == 4
     fewer = Pipeline(settings, PipelineOptions(run="r", hyperparams=with_overrides(DEFAULTS, {"curriculum.phases": 1})))
     assert fewer.hp.curriculum.phases == 4
@@ -131,20 +136,3 @@ def test_a_resume_refuses_another_seed_actor_or_preset_naming_the_flag(settings:
     assert refused.value.param_hint == "--preset"
     with session_scope(settings) as s:  # the refusals changed nothing stored
         assert PipelineOptions.from_json(s.scalar(select(m.Run.options))).seed == 0
-
-
-def test_a_resume_without_phases_or_preset_keeps_the_runs_phase_count(settings: Settings) -> None:
-    """``webrl train --run cpu-demo`` (no ``--preset``, no ``--phases``) on a 2-phase demo run: the defaults' 3
-    phases would grow it by a phase it never asked for; the run's own 2 stand. A new run keeps what it was given."""
-    from webrl.commands.train import kept_phase_count
-    from webrl.method.presets import PRESETS
-
-    upgrade(settings)
-    Pipeline(settings, PipelineOptions(run="demo", hyperparams=PRESETS["cpu-demo"]))
-    plain = PipelineOptions(run="demo", hyperparams=DEFAULTS)
-    assert DEFAULTS.curriculum.phases != PRESETS["cpu-demo"].curriculum.phases
-    kept = kept_phase_count(settings, plain)
-    assert kept.hyperparams.curriculum.phases == PRESETS["cpu-demo"].curriculum.phases
-    assert Pipeline(settings, kept).hp.curriculum.phases == PRESETS["cpu-demo"].curriculum.phases
-    new = PipelineOptions(run="new", hyperparams=DEFAULTS)
-    assert kept_phase_count(settings, new) == new

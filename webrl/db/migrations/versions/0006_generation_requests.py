@@ -22,7 +22,6 @@ def upgrade() -> None:
     op.create_table(
         "generation_requests",
         sa.Column("digest", sa.String(length=64), nullable=False),
-        sa.Column("phase", sa.Integer(), nullable=False),
         sa.Column("task_keys", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("digest"),
