@@ -47,6 +47,7 @@ from webrl.method.hyperparams import WebRLHyperparams, parse_hyperparams
 from webrl.method.returns import binarise
 from webrl.models.probe import ProbeStep
 from webrl.orchestration.pipeline_state import PipelineOptions
+from webrl.whole_files import write_text_whole, written_whole
 
 STEPS_FILE = "steps.jsonl.gz"
 META_FILE = "phase.json"
@@ -149,14 +150,12 @@ def export_phase(settings: Settings, run: str, phase: int, output: Path, tokeniz
                 "tokenizer": tokenizer_fingerprint(tokenizer),
                 "exported": time.strftime("%Y-%m-%d")}
     output.mkdir(parents=True, exist_ok=True)
-    partial = output / f".{STEPS_FILE}.partial"  # each file appears whole; the meta, written last, counts the steps
-    with partial.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+    # each file appears whole; the meta, written last, counts the steps
+    with written_whole(output / STEPS_FILE) as partial, partial.open("wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
         for step in steps:
             out.write((json.dumps(asdict(step), sort_keys=True) + "\n").encode())
-    partial.replace(output / STEPS_FILE)
-    partial = output / f".{META_FILE}.partial"
-    partial.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    partial.replace(output / META_FILE)
+    write_text_whole(output / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return output
 
 

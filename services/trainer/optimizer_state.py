@@ -16,13 +16,13 @@ not carried (a clear error, never a silent reset).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from webrl.config import Settings
+from webrl.whole_files import written_whole
 
 #: The folder under the artifacts that holds the states.
 FOLDER = "optimizer-states"
@@ -41,12 +41,10 @@ def _parameters(optimizer: Any) -> list[torch.Tensor]:
 def save_state(settings: Settings, optimizer: Any, version: str) -> Path:
     """Write ``optimizer``'s per-parameter state under ``version`` (atomically: a reader never sees half a file)."""
     path = state_path(settings, version)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = optimizer.state_dict()["state"]
     shapes = [list(p.shape) for p in _parameters(optimizer)]
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    torch.save({"state": state, "shapes": shapes}, partial)
-    partial.replace(path)
+    with written_whole(path) as partial:
+        torch.save({"state": state, "shapes": shapes}, partial)
     return path
 
 

@@ -357,7 +357,7 @@ def test_the_moved_templates_are_those_whose_solved_tasks_changed_lost_ones_firs
     header, body = moved_templates_table(last, moved, {"s/0": "Show | pipes", "h/0": "How many orders has X placed?"})
     assert header == ["template", "group", "tasks", "phase 0", "phase 1", "change"]
     assert body == [["s0: Show | pipes (0, 1)", "seen", "2", "2", "1", "-1"],
-                    ["h: How many orders has X placed? (0..3)", "held-out", "4", "0", "4", "+4"]]
+                    ["h: How many orders has X placed? (0, 1, 2 and 1 more)", "held-out", "4", "0", "4", "+4"]]
     assert moved_templates([{**r, "evaluate.templates": {"s/0": "s0"}} for r in rows]) is None  # a template unknown
     assert moved_templates(rows[:1]) is None  # nothing after phase 0
 
@@ -405,7 +405,7 @@ def test_the_report_reads_templates_from_the_task_table(settings, tmp_path, caps
     assert "Held-out templates (4 tasks of 1 template): solved 0 -> 4" in text
     assert "## Templates that moved, phase 1 against the SFT actor" in text
     assert "| reddit:0: do s/0 (0, 1) | seen | 2 | 2 | 1 | -1 |" in text
-    assert "| reddit:9: do h/0 (0..3) | held-out | 4 | 0 | 4 | +4 |" in text
+    assert "| reddit:9: do h/0 (0, 1, 2 and 1 more) | held-out | 4 | 0 | 4 | +4 |" in text
 
     from webrl.commands.train import print_phase_table
 

@@ -124,9 +124,10 @@ class TemplateMovement:
 
 
 def task_numbers(keys: Collection[str]) -> str:
-    """``sandbox/test/86``, ``sandbox/test/147`` -> ``86, 147``; more than three -> ``first..last``."""
+    """``sandbox/test/86``, ``sandbox/test/147`` -> ``86, 147``; more than three -> the first three and how many more
+    (``9, 20, 86 and 1 more``: a held-out template's 20 tasks are not consecutive, so no range is implied)."""
     names = sorted((key.rsplit("/", 1)[-1] for key in keys), key=lambda n: (len(n), n))  # numbers in numeric order
-    return ", ".join(names) if len(names) <= 3 else f"{names[0]}..{names[-1]}"
+    return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])} and {len(names) - 3} more"
 
 
 def template_movements(tasks: Collection[str], groups: TemplateGroups, start: Collection[str],

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from datetime import date
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from webrl.config import Settings
 from webrl.method.hyperparams import Rollout
+from webrl.whole_files import write_text_whole
 
 #: The repository root (``webrl/`` and ``services/`` below it).
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,8 +162,4 @@ def save(settings: Settings, key: EvaluationKey, results: dict[str, TaskResult],
     folder = folder or local_folder(settings)
     folder.mkdir(parents=True, exist_ok=True)
     stored = StoredEvaluation(key=key, results=dict(sorted(results.items())), measured=date.today().isoformat())
-    path = folder / f"{key.digest()}.json"
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(stored.model_dump_json(indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_text_whole(folder / f"{key.digest()}.json", stored.model_dump_json(indent=1) + "\n")

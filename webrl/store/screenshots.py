@@ -13,6 +13,8 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from webrl.whole_files import write_bytes_whole
+
 if TYPE_CHECKING:
     from webrl.agent.schemas import Step
     from webrl.config import Settings
@@ -69,9 +71,7 @@ def record(settings: Settings, row: m.TrajectoryRow, steps: list[Step]) -> int:
         if data is None or step_row.screenshot is not None:
             continue
         rel = relative_path(row.id, step_row.index, suffix_of(data))
-        path = settings.artifacts_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        write_bytes_whole(settings.artifacts_dir / rel, data)  # a row never points at a partial file
         step_row.screenshot = rel
         written += 1
     return written
