@@ -10,7 +10,7 @@ curriculum filter asks: will this task be solved?), AUC over every state, mean V
 the share of start states the filter's band [value_low, value_high] would keep.
 
     WEBRL_HOME=<home of the run> .venv/bin/python bench/critic_values.py --run cpu-demo [--phase 1]
-        [--epochs 1,20] [--lr 1e-3] [--limit 165]
+        [--epochs 1,20] [--lr 1e-3] [--limit 165] [--backbone-start base,actor]
 """
 
 from __future__ import annotations
@@ -111,6 +111,14 @@ def scores(values: list[float], data: HeldOut, low: float, high: float) -> dict:
             "in_band": round(sum(low <= v <= high for v in starts) / len(starts), 3)}
 
 
+def backbone_starts(text: str) -> str:
+    """``--backbone-start``: each of "base" and "actor" at most once."""
+    starts = text.split(",")
+    if not starts or any(s not in ("base", "actor") for s in starts) or len(set(starts)) < len(starts):
+        raise argparse.ArgumentTypeError(f"{text!r}: give base, actor or both, comma-separated")
+    return text
+
+
 def main(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
@@ -142,24 +150,28 @@ def main(args: argparse.Namespace) -> None:
         "train_seconds": round(float(published.metrics.get("seconds", 0.0)), 1),
         "value_seconds": round(time.perf_counter() - started, 1), **scores(v, data, *band)}
     del whole
-    # the heads-only critics share one frozen backbone: every state is encoded once for all of them
-    frozen = CriticModel.from_backbone(actor, seed=0, settings=settings, head_init_std=None)
-    started = time.perf_counter()
     train_rows = distinct_states(encoded)
-    train_features = state_features(frozen, train_rows.states, pad, 4)
-    encode_seconds = time.perf_counter() - started
-    test_features = state_features(frozen, states, pad, 4)
-    for epochs in (int(e) for e in args.epochs.split(",")):
-        config = LoopConfig(lr=args.lr, epochs=epochs, batch_size=4, seed=0)
-        torch.manual_seed(0)
-        hidden = int(frozen.config.hidden_size)
-        critic = CriticModel(frozen.backbone, value_head(hidden, None), value_head(hidden, None))
+    for start in args.backbone_start.split(","):
+        # the heads-only critics of one start share its frozen backbone: every state is encoded once for all of them
+        frozen = CriticModel.from_backbone(actor, seed=0, settings=settings, head_init_std=None,
+                                           from_actor=start == "actor")
         started = time.perf_counter()
-        train_heads_on_states(make_accelerator(config), critic, train_features, train_rows, encoded, config)
-        seconds = encode_seconds + time.perf_counter() - started
-        with torch.no_grad():
-            v = critic_value(CriticHeads(critic)(test_features)).tolist()
-        rows[f"heads only, {epochs} pass(es)"] = {"train_seconds": round(seconds, 1), **scores(v, data, *band)}
+        train_features = state_features(frozen, train_rows.states, pad, 4)
+        encode_seconds = time.perf_counter() - started
+        test_features = state_features(frozen, states, pad, 4)
+        for epochs in (int(e) for e in args.epochs.split(",")):
+            config = LoopConfig(lr=args.lr, epochs=epochs, batch_size=4, seed=0)
+            torch.manual_seed(0)
+            hidden = int(frozen.config.hidden_size)
+            critic = CriticModel(frozen.backbone, value_head(hidden, None), value_head(hidden, None))
+            started = time.perf_counter()
+            train_heads_on_states(make_accelerator(config), critic, train_features, train_rows, encoded, config)
+            seconds = encode_seconds + time.perf_counter() - started
+            with torch.no_grad():
+                v = critic_value(CriticHeads(critic)(test_features)).tolist()
+            rows[f"heads only on the {start}'s states, {epochs} pass(es)"] = {
+                "train_seconds": round(seconds, 1), **scores(v, data, *band)}
+        del frozen
     table = Table(title=f"critic of phase {args.phase} of run {args.run}: held-out values")
     columns = ["critic", "train s (published: in its run)", "AUC V(s0)", "AUC all states", "mean V(s0)", "success",
                "s0 in band"]
@@ -178,6 +190,9 @@ if __name__ == "__main__":
     parser.add_argument("--phase", type=int, default=1, help="the phase whose critic and steps to use")
     parser.add_argument("--epochs", default="1,20", help="passes of the heads-only critic, comma-separated")
     parser.add_argument("--lr", type=float, default=1e-3, help="learning rate of the heads-only critic")
+    parser.add_argument("--backbone-start", default="base,actor", type=backbone_starts,
+                        help="the heads-only critics' backbones (critic.backbone_start), comma-separated: base (the "
+                        "pretrained base's states), actor (the SFT actor's; the same on a full-folder actor)")
     parser.add_argument("--limit", type=int, default=165, help="held-out episodes at most")
     parser.add_argument("--all-states", action="store_true", help="value every state of the held-out episodes, not "
                         "only their start states (a forward pass per state and critic)")

@@ -117,10 +117,12 @@ def gate(a: torch.Tensor, trained: Sequence[int], experience: Sequence[StepExamp
          config: ActorLoss) -> Gate:
     """``actor.min_new_positive_steps``: ``trained`` when at least that many of them are steps with A > 0 of phase
     ``phase``'s own rollouts, else none (the actor is published unchanged): replayed successes alone teach nothing new.
-    A phase without any positive keeps its steps: the loss gives them no gradient anyway."""
+    Under ``smooth-l1`` a phase without any positive keeps its steps: the loss gives them no gradient anyway; under
+    ``squared`` the A < 0 steps do move the policy, so such a phase is skipped like one with too few positives."""
     positive = [i for i in trained if a[i] > 0]
     replayed = sum(experience[i].phase != phase for i in positive)
-    skipped = bool(positive) and len(positive) - replayed < config.min_new_positive_steps
+    too_few = len(positive) - replayed < config.min_new_positive_steps
+    skipped = too_few and (bool(positive) or config.objective == "squared")
     return Gate([] if skipped else list(trained), len(positive), replayed, skipped)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ from services.trainer.data import (
     window_sampler,
 )
 from services.trainer.intent_contrast import ContrastIntent, contrast_pool
-from services.trainer.losses import actor_loss_mask, critic_loss
+from services.trainer.losses import critic_loss
 from services.trainer.optimizer_state import load_state, save_state
 from services.trainer.publish import checkpoint_dir, payload_version, publish_model, publish_unchanged
 from services.trainer.sft import COMPLETION_BUDGET, MAX_LENGTH, load_for_training, lora_base_dtype
@@ -173,7 +174,8 @@ def _train_intents(settings: Settings) -> list[ContrastIntent]:
 
 def _load_critic(settings: Settings, job: PhaseJob) -> Any:
     """The critic to train: the previous one, or fresh heads on the actor's backbone. On an adapter actor the critic
-    is an adapter too: its own LoRA on the actor's frozen base (bf16) plus the two heads."""
+    is an adapter too: its own LoRA on the actor's frozen base (bf16), started from the actor's or new
+    (``critic.backbone_start``), plus the two heads."""
     from webrl.models.critic import CriticModel
 
     start = job.critic or job.critic_base or job.actor
@@ -181,7 +183,8 @@ def _load_critic(settings: Settings, job: PhaseJob) -> Any:
     if job.critic:
         return CriticModel.from_pretrained(job.critic, dtype=dtype, settings=settings, trainable=True)
     return CriticModel.from_backbone(start, seed=job.seed, dtype=dtype, settings=settings,
-                                     head_init_std=job.hyperparams.critic.head_init_std)
+                                     head_init_std=job.hyperparams.critic.head_init_std,
+                                     from_actor=job.hyperparams.critic.backbone_start == "actor")
 
 
 def critic_loss_fn(model: Any, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
@@ -259,12 +262,14 @@ def _train_critic_heads(settings: Settings, job: PhaseJob, tokenizer: Any, exper
 
 
 def _record_step_values(settings: Settings, phase: int, critic_version: str, experience: list[StepExample],
-                        v_s: list[float], v_next: list[float], raw: torch.Tensor, a: torch.Tensor) -> None:
-    """V(s), V(s'), A and A_bin of every experience step, and whether the actor loss uses it (its mask: A > 0,
-    ``losses.actor_loss_mask``), stored per step under the phase's critic (``step_values``)."""
-    used = actor_loss_mask(a)  # (N,)
+                        v_s: list[float], v_next: list[float], raw: torch.Tensor, a: torch.Tensor,
+                        trained: Collection[int]) -> None:
+    """V(s), V(s'), A and A_bin of every experience step, and whether the actor's update trained on it (``trained``:
+    the loss's mask less the positives the update refused, none when the gate kept the actor), stored per step under
+    the phase's critic (``step_values``)."""
+    used = set(trained)
     rows = [StepValues(ex.trajectory_id, ex.index, float(v_s[i]), float(v_next[i]), float(raw[i]), float(a[i]),
-                       bool(used[i])) for i, ex in enumerate(experience)]
+                       i in used) for i, ex in enumerate(experience)]
     with session_scope(settings) as session:
         save_step_values(session, critic_version, phase, rows)
 
@@ -323,8 +328,6 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     mc_return = torch.tensor([ex.mc_return for ex in experience])
     clamped = advantages(torch.tensor(v_s), torch.tensor(v_next), reward, mc_return, hp.advantage)  # (N,)
     a = binarise(clamped, hp.advantage)  # (N,)
-    if critic_info is not None:  # the main process records what the phase made of each step (the viewer shows it)
-        _record_step_values(settings, job.phase, critic_info.version, experience, v_s, v_next, clamped, a)
     trained = trained_steps(a, clamped, experience, hp.actor)  # the steps actor_loss does not multiply by 0
     trained, outside_band = positives_in_confidence_band(accelerator, actor.model, tokenizer, experience, a, trained,
                                                          hp.actor, batch_size=hp.batching.batch_size,
@@ -335,6 +338,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
                  "the actor is published unchanged", job.phase, gated.positives - gated.replayed_positives,
                  hp.actor.min_new_positive_steps)
     trained = gated.steps
+    if critic_info is not None:  # the main process records what the phase made of each step (the viewer shows it)
+        _record_step_values(settings, job.phase, critic_info.version, experience, v_s, v_next, clamped, a, trained)
     anchor = replay.select_demonstrations(demonstrations, 0 if gated.skipped else gated.positives,
                                           seed=job.seed + job.phase, replay=hp.replay)
     step_advantage = step_advantages(a, trained, len(anchor), hp.advantage)

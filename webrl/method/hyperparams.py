@@ -327,6 +327,12 @@ class Critic:
     code). False: only the two heads train, on the backbone's state of each distinct s and s' computed once with
     no gradient (``services/trainer/critic_heads.py``; this project's, for CPUs: no backward pass through the
     backbone, so more passes cost seconds)."""
+    backbone_start: Literal["actor", "base"] = "actor"
+    """Where a fresh critic's backbone starts. ``actor``: the SFT actor (paper section 3.3, published code); on an
+    adapter actor the critic's LoRA starts as a copy of the actor's, so its states are the actor's. ``base``: on an
+    adapter actor, a new LoRA (B = 0) on the base, so its states are the pretrained base's, the actor's adaptation
+    left out (this project's; what the ``cpu-demo`` runs measured so far used). A full-folder actor is its own
+    backbone either way."""
     head_init_std: PositiveFloat | None = 0.2
     """Std of the normal init of a fresh critic's heads' first two layers (published code: 0.2). None:
     1 / sqrt(hidden), which keeps a small backbone's outputs in scale: SmolLM2-135M's last states have norm ~50, and

@@ -80,7 +80,10 @@ _PRETRAINED_CPU = WebRLHyperparams(
     # took 96 s against the LoRA critic's 394 s (4.2x) on 24 steps, and its values ranked the 165 test start states
     # better, ROC AUC 0.58 after 20 passes at 1e-3 against 0.48 (chance) for the LoRA critic trained on the same 107
     # steps (bench/critic.py, bench/critic_values.py; docs/measurements.md, measured 2026-11-26, commit 378acfe).
-    critic=Critic(lr=1e-3, epochs=20, train_backbone=False, head_init_std=None),
+    # Its backbone the pretrained base's states (``backbone_start="base"``), not the SFT adapter's: what every
+    # measured cpu-demo run used (2026-11-24 to 2026-12-07); the paper's start from the actor is the default, not yet
+    # run in a whole cpu-demo (bench/critic_values.py compares the two on a run's held-out start states).
+    critic=Critic(lr=1e-3, epochs=20, train_backbone=False, head_init_std=None, backbone_start="base"),
     # Activations kept, not recomputed in the backward: the same update bit for bit (exact KL, flips, loss), its
     # training 436.1 s against 554.2 s (1.27x) on the first stored phase's 30 optimizer steps, peak memory 9.2 GB
     # against 4.2 GB (bench/phase_offline.py run --tasks 0, AMD EPYC with AVX-512 bf16, measured 2026-12-05)
@@ -120,7 +123,8 @@ PRESETS: dict[str, WebRLHyperparams] = {
         critic=Critic(lr=1e-3, epochs=1),
         batching=Batching(batch_size=8),
     ),
-    # The paper's scale (WebArena-Lite, 8 phases, ~500 kept tasks per phase); needs GPUs and vLLM.
+    # The paper's scale (WebArena-Lite, 8 phases, ~500 kept tasks per phase); needs GPUs and vLLM. It keeps the
+    # project's filter top-up (curriculum.fill_filter); `--strict-filter` runs a phase on the band's tasks alone.
     "paper": WebRLHyperparams(
         curriculum=Curriculum(phases=8, tasks_per_phase=500, candidates_per_phase=1000, seed_tasks=1000),
         evaluation=Evaluation(tasks=165),

@@ -34,6 +34,8 @@ warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprec
 
 #: webrl's record of the base an adapter belongs to.
 ADAPTER_FILE = "webrl_adapter.json"
+#: peft's file of an adapter's weights (safetensors).
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 #: Every linear layer of a Llama block: adapting attention and MLP both (measured with rank 16 on SmolLM2-135M:
 #: 10% slower per token than q/v only; the MLP is where a small model stores what it copies).
 LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -165,6 +167,43 @@ def load_trainable(path: str | Path, settings: Settings, dtype: torch.dtype, *, 
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("adapter on %s: %s trainable parameters", identity, f"{trainable:,}")
     return model
+
+
+def adapter_lora_spec(adapter: str | Path) -> LoraSpec:
+    """The :class:`LoraSpec` an adapter folder was trained with, from its record (:data:`ADAPTER_FILE`)."""
+    spec = json.loads((Path(adapter) / ADAPTER_FILE).read_text()).get("lora") or {}
+    if "target_modules" in spec:
+        spec = {**spec, "target_modules": tuple(spec["target_modules"])}
+    return LoraSpec(**spec)
+
+
+def copy_causal_lm_adapter(model: Any, adapter: str | Path) -> int:
+    """Set every LoRA weight of ``model`` (a peft model on the bare transformer, ``AutoModel``, with the adapter's
+    own :class:`LoraSpec`) to the causal-LM adapter folder ``adapter``'s: the same weights, whose names go through
+    the language model's head (``base_model.model.model.layers...``) where the bare model's do not
+    (``base_model.model.layers...``). So the bare model's states are those of the adapted language model. Refuses an
+    adapter with weights outside the transformer, or one that leaves a LoRA weight of ``model`` unset; returns how
+    many tensors were copied."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = Path(adapter) / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise AdapterError(f"{adapter} has no {ADAPTER_WEIGHTS} to copy")
+    prefix = "base_model.model.model."
+    state = load_file(str(weights))
+    outside = sorted(k for k in state if not k.startswith(prefix))
+    if outside:
+        raise AdapterError(f"{adapter} adapts more than the transformer's layers (e.g. {outside[0]}); its states "
+                           "cannot be reproduced on the bare model")
+    result = set_peft_model_state_dict(model, {"base_model.model." + k.removeprefix(prefix): v
+                                               for k, v in state.items()})
+    unset = [k for k in result.missing_keys if "lora_" in k]
+    if unset or result.unexpected_keys:
+        raise AdapterError(f"{adapter}'s weights do not fit the model's adapter: {len(unset)} unset "
+                           f"(e.g. {unset[:1]}), {len(result.unexpected_keys)} unexpected "
+                           f"(e.g. {result.unexpected_keys[:1]})")
+    return len(state)
 
 
 def sort_target_modules(config_file: Path) -> None:

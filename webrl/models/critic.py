@@ -7,7 +7,8 @@ Paper section 3.3 / WebRL's ``VLMDoubleCritic`` (webrl/models/critic.py) and ``W
 - V_k = softmax(head_k(h))[1]  (P(success));  V = min(V_1, V_2)
 - trained with cross-entropy towards y = 1[return > 0] on s and on s' (the trainer does that).
 
-The backbone starts from the SFT actor. WebRL reads position -1 of a right-padded batch, which is a pad token
+The backbone starts from the SFT actor (``critic.backbone_start`` "actor"; on an adapter actor the critic's own
+adapter starts as a copy of the actor's). WebRL reads position -1 of a right-padded batch, which is a pad token
 for all but the longest state; here h is taken at each sequence's last real token, so batching is exact.
 The critic's input is the actor prompt of the state (:func:`critic_prompt`), as in WebRL where the critic reads
 the same ``format_prompt`` text as the actor.
@@ -30,6 +31,8 @@ from torch import nn
 from webrl.config import Settings
 from webrl.models.adapters import (
     LoraSpec,
+    adapter_lora_spec,
+    copy_causal_lm_adapter,
     is_adapter,
     is_peft_model,
     load_merged,
@@ -109,15 +112,22 @@ class CriticModel(nn.Module):
     @classmethod
     def from_backbone(cls, path: str | Path, *, seed: int = 0, dtype: torch.dtype | None = None,
                       settings: Settings | None = None, lora: LoraSpec | None = None,
-                      head_init_std: float | None = HEAD_INIT_STD) -> CriticModel:
-        """A fresh critic on the base model of a causal-LM folder (the SFT actor); heads seeded by ``seed`` and
+                      head_init_std: float | None = HEAD_INIT_STD, from_actor: bool = True) -> CriticModel:
+        """A fresh critic on the transformer of a causal-LM folder (the SFT actor); heads seeded by ``seed`` and
         initialised with ``head_init_std`` (:func:`value_head`).
 
-        On an adapter folder (or with ``lora``) the backbone is the frozen base with a new LoRA adapter of the
-        critic's own (``lora``, default :class:`LoraSpec`), so only the adapter and the heads train."""
+        On an adapter folder the backbone is the frozen base with a LoRA adapter of the critic's own, so only the
+        adapter and the heads train. ``from_actor`` (``critic.backbone_start`` "actor", the paper's critic) starts
+        that adapter as a copy of the actor's (its :class:`LoraSpec` and weights): the backbone's states are the SFT
+        actor's. Otherwise it is a new ``lora`` adapter (default :class:`LoraSpec`, B = 0): the base's states. A
+        full folder with ``lora`` gets a new adapter on it."""
         from transformers import AutoModel
 
-        if is_adapter(path) or lora is not None:
+        if is_adapter(path) and from_actor:
+            backbone = load_trainable(model_folder(path, _settings(settings)), _settings(settings), dtype,
+                                      lora=adapter_lora_spec(path), auto_class="AutoModel")
+            copy_causal_lm_adapter(backbone, path)
+        elif is_adapter(path) or lora is not None:
             backbone = load_trainable(model_folder(path, _settings(settings)), _settings(settings), dtype,
                                       lora=lora or LoraSpec(), auto_class="AutoModel")
         else:

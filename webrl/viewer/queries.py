@@ -314,7 +314,7 @@ class TrainedValues:
     v_next: float
     advantage: float
     advantage_binarised: float
-    used: bool  # in the actor loss's mask
+    used: bool  # trained on by the actor's update (the loss's mask less the refused positives)
 
 
 @dataclass(frozen=True)

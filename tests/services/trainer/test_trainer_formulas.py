@@ -202,3 +202,8 @@ def test_the_gate_keeps_the_update_only_with_enough_positives_of_the_phases_own(
     assert gate(a, [0, 2, 3], experience, 2, ActorLoss(min_new_positive_steps=3)) == Gate([], 3, 1, True)
     assert gate(a, [2], experience, 2, ActorLoss(min_new_positive_steps=1)) == Gate([], 1, 1, True)  # replay alone
     assert gate(a, [1, 4], experience, 2, ActorLoss(min_new_positive_steps=4)) == Gate([1, 4], 0, 0, False)
+    # under the squared objective the A < 0 steps train, so no positive of its own is too few as well
+    squared = ActorLoss(objective="squared", min_new_positive_steps=1)
+    assert gate(a, [1, 4], experience, 2, squared) == Gate([], 0, 0, True)
+    assert gate(a, [0, 1, 4], experience, 2, squared) == Gate([0, 1, 4], 1, 0, False)
+    assert gate(a, [1, 4], experience, 2, ActorLoss(objective="squared")) == Gate([1, 4], 0, 0, False)  # 0: always

@@ -172,6 +172,10 @@ def test_a_phase_with_too_few_positives_publishes_the_actor_unchanged(tiny_dir: 
     m = result.metrics
     assert m["actor_skipped"] == 1 and m["positive_steps"] == positives and m["actor_steps"] == 0
     assert "critic_loss" in result.critic.metrics  # the critic still trains
+    with session_scope(db) as session:  # the steps' record says the update trained on none of them
+        used = [v.used for v in session.scalars(select(StepValue).where(
+            StepValue.critic_version == result.critic.version))]
+    assert len(used) == m["experience_steps"] and not any(used)
     published, _ = load_for_training(result.actor.path, db)  # the start actor's weights
     start = tiny[0].state_dict()
     for name, tensor in published.state_dict().items():
@@ -185,6 +189,10 @@ def test_a_phase_with_too_few_positives_publishes_the_actor_unchanged(tiny_dir: 
     at_threshold = with_overrides(DEFAULTS, {**base, "actor.min_new_positive_steps": new})
     again = run_phase(db, PhaseJob(phase=2, actor=str(tiny_dir), hyperparams=at_threshold, max_length=400))
     assert again.metrics["actor_skipped"] == 0 and again.metrics["actor_steps"] == positives
+    with session_scope(db) as session:
+        used = [v.used for v in session.scalars(select(StepValue).where(
+            StepValue.critic_version == again.critic.version))]
+    assert sum(used) == positives
 
 
 def _steps_of(state_file: Path) -> set[int]:
@@ -217,3 +225,30 @@ def test_the_actors_optimizer_state_carries_over_phases_when_kept(tiny_dir: Path
     with pytest.raises(ValueError, match="other shapes"):
         load_state(db, other, first.actor.version)
     assert not load_state(db, other, "no-such-version") and not load_state(db, other, None)
+
+
+@pytest.mark.parametrize("start", ["actor", "base"])
+def test_a_fresh_critic_on_an_adapter_actor_starts_where_the_hyperparameters_say(tiny_dir: Path, db, tmp_path: Path,
+                                                                                start: str) -> None:
+    from services.trainer.phase import _load_critic
+    from webrl.models.adapters import LoraSpec, load_trainable, save_adapter
+
+    actor = load_trainable(tiny_dir, db, torch.float32, lora=LoraSpec(rank=2, alpha=4))
+    with torch.no_grad():  # an adapter that moves the states
+        for name, weight in actor.named_parameters():
+            if "lora_B" in name:
+                weight.fill_(0.3)
+    (tmp_path / "actor").mkdir()
+    save_adapter(actor, tmp_path / "actor")
+    hp = with_overrides(DEFAULTS, {"critic.backbone_start": start})
+    critic = _load_critic(db, PhaseJob(phase=1, actor=str(tmp_path / "actor"), hyperparams=hp))
+    ids = torch.tensor([[1, 5, 9, 12]])
+    transformer = actor.get_base_model().model
+    with torch.no_grad():
+        adapted = transformer(input_ids=ids).last_hidden_state
+        with actor.disable_adapter():
+            base = transformer(input_ids=ids).last_hidden_state
+        got = critic.backbone(input_ids=ids).last_hidden_state.float()
+    assert (adapted - base).abs().max() > 0.5
+    # the base may load in bf16 where the CPU computes it
+    assert torch.allclose(got, adapted if start == "actor" else base, atol=2e-2)

@@ -92,3 +92,57 @@ def test_fan_in_heads_keep_a_large_last_state_s_logits_in_scale() -> None:
         big, small = published(h).abs().mean(), fan_in(h).abs().mean()
     assert big > 5.0
     assert small < 1.0
+
+
+def _adapter_actor(tiny_llama3, folder) -> torch.nn.Module:
+    """An adapter actor on the tiny base whose LoRA moves its states (B drawn, not 0), saved into ``folder``."""
+    from webrl.config import get_settings
+    from webrl.models.adapters import LoraSpec, load_trainable, save_adapter
+
+    path, _, _ = tiny_llama3
+    actor = load_trainable(path, get_settings(), torch.float32, lora=LoraSpec(rank=2, alpha=4))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, weight in actor.named_parameters():
+            if "lora_B" in name:
+                weight.copy_(torch.randn(weight.shape, generator=generator) * 0.5)
+    folder.mkdir()
+    save_adapter(actor, folder)
+    return actor
+
+
+def test_on_an_adapter_actor_the_critic_starts_from_the_actors_states_or_the_bases(tiny_llama3, tmp_path) -> None:
+    _, model, tokenizer = tiny_llama3
+    actor = _adapter_actor(tiny_llama3, tmp_path / "actor")
+    ids, mask = encode_states(tokenizer, _texts())
+    with torch.no_grad():
+        actor_states = actor.get_base_model().model(input_ids=ids, attention_mask=mask).last_hidden_state
+        base_states = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert not torch.allclose(actor_states, base_states, atol=1e-3)  # the adapter moves the states
+
+        from_actor = CriticModel.from_backbone(tmp_path / "actor", seed=0)  # the paper's critic
+        from_base = CriticModel.from_backbone(tmp_path / "actor", seed=0, from_actor=False)
+        assert torch.allclose(from_actor.backbone(input_ids=ids, attention_mask=mask).last_hidden_state,
+                              actor_states, atol=1e-5)
+        assert torch.allclose(from_base.backbone(input_ids=ids, attention_mask=mask).last_hidden_state,
+                              base_states, atol=1e-5)
+    # the copy is the critic's own adapter: it trains, and the critic saves and loads as any other
+    assert any(w.requires_grad for n, w in from_actor.backbone.named_parameters() if "lora_B" in n)
+    from_actor.save_pretrained(tmp_path / "critic", tokenizer=tokenizer)
+    loaded = CriticModel.from_pretrained(tmp_path / "critic")
+    with torch.no_grad():
+        assert torch.allclose(from_actor.head_logits(ids, mask), loaded.head_logits(ids, mask), atol=1e-5)
+
+
+def test_an_adapter_that_adapts_more_than_the_transformer_is_not_copied(tiny_llama3, tmp_path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from webrl.models.adapters import ADAPTER_WEIGHTS, AdapterError
+
+    _adapter_actor(tiny_llama3, tmp_path / "actor")
+    weights = tmp_path / "actor" / ADAPTER_WEIGHTS
+    state = load_file(str(weights))
+    state["base_model.model.lm_head.lora_A.weight"] = torch.zeros(2, 8)
+    save_file(state, str(weights))
+    with pytest.raises(AdapterError, match="lm_head"):
+        CriticModel.from_backbone(tmp_path / "actor", seed=0)
