@@ -245,3 +245,14 @@ def test_train_refuses_another_seed_or_preset_on_a_stored_run_naming_the_flag(se
         result = CliRunner().invoke(app, ["train", "--run", "r", "--actor", str(actor), *flags],
                                     env={"COLUMNS": "300"})
         assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_a_record_stored_before_a_field_existed_reads_as_it_ran() -> None:
+    from webrl.method.hyperparams import DEFAULTS, parse_hyperparams
+
+    stored = dataclasses.asdict(DEFAULTS)
+    del stored["critic"]["backbone_start"]  # a run stored before the critic could start from the actor
+    assert parse_hyperparams(stored).critic.backbone_start == "base"
+    assert "backbone_start" not in stored["critic"]  # the stored record itself is left as it was
+    assert DEFAULTS.critic.backbone_start == "actor"  # a new record is the paper's
+    assert parse_hyperparams(dataclasses.asdict(DEFAULTS)).critic.backbone_start == "actor"

@@ -158,6 +158,39 @@ def test_a_job_of_a_killed_worker_is_redelivered(redis_url: str, postgres_url: s
         configure(Settings(home=tmp_path, _env_file=None))
 
 
+def test_a_job_that_kills_every_worker_that_runs_it_stops_after_its_last_start(
+        redis_url: str, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each start ends the pool process that runs it; the worker gives the job back (late acks, reject on a lost
+    worker) and it starts again, MAX_STARTS times, then fails instead of looping, and dispatch says why."""
+    from webrl.wire.queue import MAX_STARTS, JobStartedTooOften
+
+    broker = redis_url.rsplit("/", 1)[0] + "/14"
+    queue = f"killtest-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setitem(QUEUES, "killtest", queue)
+    started, ready = tmp_path / "started", tmp_path / "ready"
+    started.mkdir()
+    ready.mkdir()
+    limit, visibility = 60.0, 90.0  # the lost worker is noticed long before the job's time limit, as in real use
+    env = {**os.environ, "WEBRL_JOBS__BROKER_URL": broker, "WEBRL_DATABASE__URL": postgres_url,
+           "WEBRL_HOME": str(tmp_path), "WEBRL_JOBS__TIME_LIMIT_S": str(limit),
+           "WEBRL_JOBS__VISIBILITY_TIMEOUT_S": str(visibility), "KILLTEST_READY_DIR": str(ready),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    configure(Settings(home=tmp_path, database={"url": postgres_url}, _env_file=None,
+                       jobs={"broker_url": broker, "time_limit_s": limit, "visibility_timeout_s": visibility,
+                             "dispatch_timeout_s": 600.0}))
+    worker = _start_worker(env, queue, "victim")
+    try:
+        _wait_for(ready, 1, [worker], "worker not ready")
+        with pytest.raises(Exception, match=f"started {MAX_STARTS + 1} times") as raised:
+            dispatch("killtest.die", {"started_dir": str(started)}, timeout=300)
+        assert type(raised.value).__name__ == JobStartedTooOften.__name__
+        assert len(list(started.iterdir())) == MAX_STARTS  # the body ran MAX_STARTS times, then never again
+        assert worker.poll() is None  # the worker itself lives on and serves other jobs
+    finally:
+        _stop(worker)
+        configure(Settings(home=tmp_path, _env_file=None))
+
+
 def test_dispatch_without_a_worker_times_out_clearly(redis_url: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     queue = f"nobody-{uuid.uuid4().hex[:8]}"

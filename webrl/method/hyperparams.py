@@ -385,10 +385,25 @@ DEFAULTS = WebRLHyperparams()
 _ADAPTER: TypeAdapter[WebRLHyperparams] = TypeAdapter(WebRLHyperparams)
 
 
+#: Fields whose default is not what a record stored before the field existed ran with: such a record, read back (a
+#: resumed run's options, a stored phase), keeps the behaviour it ran with (:func:`as_stored`).
+RAN_BEFORE_FIELD: dict[tuple[str, str], Any] = {("critic", "backbone_start"): "base"}
+
+
+def as_stored(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored record's JSON form with each field of :data:`RAN_BEFORE_FIELD` it lacks set to what it ran with."""
+    data = {group: dict(fields) if isinstance(fields, dict) else fields for group, fields in data.items()}
+    for (group, name), value in RAN_BEFORE_FIELD.items():
+        if isinstance(data.get(group), dict):
+            data[group].setdefault(name, value)
+    return data
+
+
 def parse_hyperparams(data: dict[str, Any]) -> WebRLHyperparams:
-    """A record from its JSON form (:func:`dataclasses.asdict`), validated: an unknown group or field, a value of
-    the wrong type or out of range raises ``pydantic.ValidationError`` naming it."""
-    return _ADAPTER.validate_python(data)
+    """A record from its JSON form (:func:`dataclasses.asdict`; one stored before a field existed reads as it ran,
+    :func:`as_stored`), validated: an unknown group or field, a value of the wrong type or out of range raises
+    ``pydantic.ValidationError`` naming it."""
+    return _ADAPTER.validate_python(as_stored(data))
 
 
 def with_overrides(record: WebRLHyperparams, overrides: dict[str, Any]) -> WebRLHyperparams:

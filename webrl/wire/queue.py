@@ -1,4 +1,4 @@
-"""The Celery app: one queue per service, JSON payloads, late acks, bounded retries.
+"""The Celery app: one queue per service, JSON payloads, late acks, bounded redeliveries.
 
 With no broker configured (the embedded mode) tasks run eagerly in the caller's process, so the
 pipeline calls the same functions in both modes. Workers import only their own ``worker.py``; the app
@@ -7,8 +7,10 @@ finds task modules through :data:`TASK_MODULES`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import celery.exceptions
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import worker_init
 from kombu import pools as kombu_pools
 
@@ -35,7 +37,10 @@ TASK_MODULES = [
     "services.trainer.worker",
 ]
 
-MAX_RETRIES = 3  # bounded: a task that fails three times is a bug, not a blip
+#: Starts of one job at most: a worker killed mid-job (out of memory, a node lost) gives its job back to the queue
+#: (late acks, ``task_reject_on_worker_lost``), and a job that kills every worker that runs it would loop forever.
+MAX_STARTS = 3
+STARTS_KEY = "webrl:job-starts:"  # + the job's id: a Redis counter on the broker, kept a day
 
 
 def route_for(name: str) -> str:
@@ -58,9 +63,43 @@ def _transport_options(settings: Settings) -> dict[str, float]:
             "unacked_restore_throttle": 1}
 
 
+class JobStartedTooOften(RuntimeError):
+    """A job whose earlier starts all ended with their worker killed: it fails instead of running again."""
+
+
+def count_start(broker_url: str, job_id: str) -> int:
+    """How many times the job ``job_id`` has started, this start included (a counter on a Redis broker)."""
+    import redis
+
+    key = STARTS_KEY + job_id
+    with redis.Redis.from_url(broker_url) as client:
+        pipe = client.pipeline()
+        pipe.incr(key)
+        pipe.expire(key, 24 * 3600)
+        starts, _ = pipe.execute()
+    return int(starts)
+
+
+class BoundedTask(Task):
+    """A task that runs at most :data:`MAX_STARTS` times under one job id: a redelivered job (its worker killed) is
+    counted on the broker, and the start after the last fails with :class:`JobStartedTooOften`, which the caller's
+    :func:`dispatch` raises. Eager calls (the embedded mode) and non-Redis brokers are not counted."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        broker = str(self.app.conf.broker_url or "")
+        if not self.request.is_eager and self.request.id and broker.startswith(("redis://", "rediss://")):
+            starts = count_start(broker, self.request.id)
+            if starts > MAX_STARTS:
+                raise JobStartedTooOften(
+                    f"job {self.name} ({self.request.id}) started {starts} times: its {MAX_STARTS} earlier starts "
+                    "each ended with their worker killed (out of memory?), so it is not run again")
+        return super().__call__(*args, **kwargs)
+
+
 def make_celery(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("webrl", broker=settings.jobs.broker_url or "memory://", backend=settings.jobs.result_backend)
+    app = Celery("webrl", broker=settings.jobs.broker_url or "memory://", backend=settings.jobs.result_backend,
+                 task_cls=BoundedTask)
     app.conf.update(
         broker_transport_options=_transport_options(settings),
         task_time_limit=settings.jobs.time_limit_s,
