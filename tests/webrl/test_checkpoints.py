@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -150,8 +152,20 @@ publish_folder(write, Path({str(tmp_path / 'v1')!r}), role="actor", version="v1"
     assert not (tmp_path / "v1").exists()
     leftovers = list(tmp_path.iterdir())
     assert len(leftovers) == 1 and leftovers[0].name.startswith(ck.TEMP_PREFIX)
-    assert ck.remove_stale_temporaries(tmp_path) == 1
+    assert ck.remove_stale_temporaries(tmp_path) == 0  # young: it may be a publish in progress
+    assert ck.remove_stale_temporaries(tmp_path, older_than_s=0.0) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_next_publish_removes_what_killed_publishes_left_long_ago(tmp_path: Path) -> None:
+    stale, live = tmp_path / f"{ck.TEMP_PREFIX}v1-dead", tmp_path / f"{ck.TEMP_PREFIX}v3-writing"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x" * 64)
+    long_ago = time.time() - ck.STALE_AFTER_S - 60
+    os.utime(stale, (long_ago, long_ago))
+    ck.publish_folder(lambda d: (d / "config.json").write_text("{}"), tmp_path / "v2", role="actor", version="v2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["v2", live.name])
 
 
 @pytest.mark.redis

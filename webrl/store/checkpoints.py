@@ -2,7 +2,7 @@
 
 Publishing writes into a hidden temporary folder next to the destination, fsyncs every file and folder,
 then renames it into place. A crash at any point before the rename leaves only the hidden temporary folder
-(ignored by :func:`list_checkpoints` and cleaned by :func:`remove_stale_temporaries`), never a half-written
+(ignored by :func:`list_checkpoints`, removed by a later publish once stale: :func:`remove_stale_temporaries`), never a half-written
 checkpoint at the published path. The folder carries :data:`MANIFEST_FILE` with its version, role, sha256 and
 metrics (the same file ``webrl.models.loading.checkpoint_version`` reads). The manifest's ``path`` is where the
 folder was published relative to the artifacts store (absolute only for a folder outside it), so a folder that
@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,9 @@ MANIFEST_FILE = "webrl_checkpoint.json"
 CHANNEL = "webrl:checkpoints"
 #: Prefix of temporary folders; a folder whose name starts with it was never published.
 TEMP_PREFIX = ".tmp-publish-"
+#: A temporary publish folder unchanged this long is a killed publish's: a live one writes a model's files within
+#: minutes, and its folder's time changes with each file it adds.
+STALE_AFTER_S = 6 * 3600.0
 _CHUNK = 1 << 20
 
 
@@ -174,6 +178,8 @@ def publish_folder(write: Callable[[Path], None], dest: str | Path, *, role: str
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists() and not replace:
         raise CheckpointError(f"{dest} already exists")
+    if removed := remove_stale_temporaries(dest.parent):
+        log.info("removed %d temporary folder(s) that killed publishes left in %s", removed, dest.parent)
     tmp = dest.parent / f"{TEMP_PREFIX}{dest.name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -199,12 +205,18 @@ def publish_folder(write: Callable[[Path], None], dest: str | Path, *, role: str
     return info
 
 
-def remove_stale_temporaries(parent: str | Path) -> int:
-    """Delete temporary folders a crashed publish left in ``parent``; returns how many."""
-    removed = 0
+def remove_stale_temporaries(parent: str | Path, older_than_s: float = STALE_AFTER_S) -> int:
+    """Delete the temporary folders a crashed or killed publish left in ``parent``: those last changed more than
+    ``older_than_s`` ago (a younger one may be another process's publish in progress); returns how many."""
+    removed, now = 0, time.time()
     for p in Path(parent).glob(f"{TEMP_PREFIX}*"):
-        shutil.rmtree(p, ignore_errors=True)
-        removed += 1
+        try:
+            stale = now - p.stat().st_mtime > older_than_s
+        except FileNotFoundError:  # its publish finished meanwhile
+            continue
+        if stale:
+            shutil.rmtree(p, ignore_errors=True)
+            removed += 1
     return removed
 
 
