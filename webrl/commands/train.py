@@ -52,11 +52,11 @@ def ensure_ready(settings: Settings) -> None:
 
     settings.ensure_dirs()
     upgrade(settings)
-    from webrl.sandbox.tasks.suite import load_suite
+    from webrl.sandbox.tasks.suite import load_suite, load_summary
 
-    counts = load_suite(settings, settings.seed)
-    if any(counts.values()):
-        console.print(f"loaded the sandbox task suite: {counts}")
+    loaded = load_suite(settings, settings.seed)
+    if any(split.new for split in loaded.values()):
+        console.print(f"loaded the sandbox task suite: {load_summary(loaded)}")
 
 
 class RichProgress:
@@ -145,8 +145,10 @@ def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict
     such flag, before anything runs. ``given``: flag -> (hyperparameter, value; None: not given); ``given_options``:
     flag -> (a field of the run's options beside its record, as ``seed`` or ``actor``; value, None: not given);
     ``preset``: the preset's name and the record it gives with ``given`` applied, compared field by field (the
-    phase count aside: a resume keeps its own unless `--phases` asks another)."""
-    from webrl.orchestration.pipeline_state import changed_on_resume, options_of_run
+    phase count aside: a resume keeps its own unless `--phases` asks another). A run whose ``--actor`` or ``--orm``
+    folder now holds another checkpoint than it started with is refused too, naming that flag
+    (:func:`webrl.orchestration.pipeline_state.refuse_changed_folders`)."""
+    from webrl.orchestration.pipeline_state import changed_on_resume, options_of_run, refuse_changed_folders
     from webrl.wire.contracts import InvalidRequest
 
     try:
@@ -178,6 +180,11 @@ def refuse_flags_a_resume_would_ignore(settings: Settings, run: str, given: dict
                                  + "; ".join(f"{flag} asks {what}" for flag, what in asked)
                                  + ". Leave the flag out to resume it, or start a new --run",
                                  param_hint=asked[0][0].split()[0])
+    try:  # the folders at its --actor and --orm paths still hold what the run started with
+        refuse_changed_folders(stored_options)
+    except InvalidRequest as refused:
+        raise typer.BadParameter(str(refused).removeprefix(f"{refused.field}: "),
+                                 param_hint=f"--{refused.field}") from None
 
 
 def check_probe(settings: Settings, probe: Path, flag: str = "--probe") -> None:
@@ -483,8 +490,9 @@ def register(app: typer.Typer) -> None:
                 try:
                     pipeline = Pipeline(settings, options, on_progress=display, on_stage=on_stage,
                                         tracking=tracking, end_at=phases)
-                except InvalidRequest as refused:
-                    raise typer.BadParameter(str(refused).removeprefix("phases: "), param_hint="--phases") from None
+                except InvalidRequest as refused:  # --phases ends it too early; its --actor or --orm folder changed
+                    raise typer.BadParameter(str(refused).removeprefix(f"{refused.field}: "),
+                                             param_hint=f"--{refused.field}") from None
                 display.follow(run_eta(settings, options.run, pipeline.hp))
                 pipeline.run()
         except ActorNotServing as exc:
@@ -571,7 +579,7 @@ def print_template_groups(settings: Settings, actor: Path, *, split: str, limit:
     groups = template_groups(settings)
     if not groups.covers(keys):
         return
-    solved = evaluation_solved(settings, keys, phase=EVAL_PHASE, attempt=evaluation_attempt(actor, max_steps))
+    solved = evaluation_solved(settings, keys, phase=EVAL_PHASE, attempt=evaluation_attempt(settings, actor, max_steps))
     header, body = group_rows(group_success(keys, groups, solved))
     console.print(_table(f"success of {actor.name} by template group", header, body, list(range(len(header)))))
 

@@ -14,6 +14,7 @@ from webrl.agent.schemas import load_task_file
 from webrl.config import Settings
 from webrl.db import repository as repo
 from webrl.db.session import session_scope
+from webrl.method.hyperparams import Rollout
 from webrl.method.rewards import is_success
 from webrl.policies.actor_service import rollout_policy
 from webrl.wire.clients import rollout_run
@@ -23,14 +24,17 @@ EVAL_PHASE = 0  # stand-alone evaluations share phase 0 and run 0 (none); their 
 CHUNK = 16  # tasks per rollout job
 
 
-def evaluation_attempt(actor: Path, max_steps: int | None = None) -> int:
-    """A stable attempt number per actor folder state (and horizon, when not the default), so re-evaluating the
-    same actor is idempotent and a different (or retrained) actor gets its own trajectories."""
-    from webrl.models.folders import model_config_file
+def evaluation_attempt(settings: Settings, actor: Path, max_steps: int | None = None) -> int:
+    """A stable attempt number per evaluation's conditions: the actor's content and everything else a greedy episode
+    depends on (:class:`webrl.store.evaluations.EvaluationKey` less the tasks: the horizon, the early stops, the
+    serving dtype, the prompt budget, the code that prompts and judges, the sandbox seed, torch and transformers).
+    Re-evaluating under the same conditions is idempotent; a change of any of them (a retrained actor, bf16 for
+    fp32, an edited prompt) gets episodes of its own, so a stored evaluation is never made of another's."""
+    from webrl.store.evaluations import evaluation_key
 
-    stamp = f"{actor.resolve()}:{model_config_file(actor).stat().st_mtime_ns}"
-    stamp += f":{max_steps}" if max_steps is not None else ""
-    return 1 + int(hashlib.sha256(stamp.encode()).hexdigest()[:7], 16)  # 0 is the pipeline's own attempt
+    rollout = Rollout(max_steps=max_steps if max_steps is not None else MAX_STEPS)
+    digest = evaluation_key(settings, actor.resolve(), [], rollout).digest()
+    return 1 + int(digest[:7], 16)  # 0 is the pipeline's own attempt
 
 
 def external_task_keys(settings: Settings, tasks_file: Path) -> list[str]:
@@ -68,7 +72,7 @@ def evaluation_episodes(settings: Settings, actor: Path, keys: list[str], *, con
                         on_progress: Callable[[str, int, int], None] | None = None) -> list[int]:
     """Greedy episodes of ``actor`` on the tasks ``keys``, in chunks of :data:`CHUNK` (idempotent jobs: the episodes
     this actor folder already has at this horizon are reused); their trajectory ids."""
-    attempt = evaluation_attempt(actor, max_steps)
+    attempt = evaluation_attempt(settings, actor, max_steps)
     progress = on_progress or (lambda label, done, total: None)
     ids: list[int] = []
     policy = rollout_policy(settings, str(actor.resolve()))  # distributed: through the actor service

@@ -194,8 +194,8 @@ def split_keys(settings: Settings, split: str, limit: int | None, seed: int) -> 
 
 def orm_attempt(index: int, policy: PolicySpec) -> int:
     """The attempt policy ``index`` of a train-orm run stores its rollouts under: ORM_ATTEMPT_BASE + the index, plus
-    ORM_POLICY_SLOTS x a digest of what the policy is (its spec; a checkpoint's folder as it is now, as
-    :func:`webrl.orchestration.evaluate.evaluation_attempt`). A rerun with the same policies reuses its rollouts; a
+    ORM_POLICY_SLOTS x a digest of what the policy is (its spec; a checkpoint's folder and its config file's time).
+    A rerun with the same policies reuses its rollouts; a
     reordered list, another actor, or an actor retrained in the same folder rolls out anew instead of taking another
     policy's trajectories for its own."""
     if not 0 <= index < ORM_POLICY_SLOTS:

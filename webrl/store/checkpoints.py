@@ -1,12 +1,12 @@
 """Checkpoints: publish a model folder atomically, record it, announce it; list and verify them.
 
-Publishing writes into a hidden temporary folder next to the destination, fsyncs every file and folder,
-then renames it into place. A crash at any point before the rename leaves only the hidden temporary folder
-(ignored by :func:`list_checkpoints`, removed by a later publish once stale: :func:`remove_stale_temporaries`), never a half-written
-checkpoint at the published path. The folder carries :data:`MANIFEST_FILE` with its version, role, sha256 and
-metrics (the same file ``webrl.models.loading.checkpoint_version`` reads). The manifest's ``path`` is where the
-folder was published relative to the artifacts store (absolute only for a folder outside it), so a folder that
-ships or moves names no machine; :func:`read_manifest` answers with the folder's real location.
+Publishing writes into a hidden temporary folder next to the destination, fsyncs every file and folder, then renames
+it into place. A crash at any point before the rename leaves only the hidden temporary folder (ignored by
+:func:`list_checkpoints`, removed by a later publish once stale: :func:`remove_stale_temporaries`), never a
+half-written checkpoint at the published path. The folder carries :data:`MANIFEST_FILE` with its version, role, sha256
+and metrics (the same file ``webrl.models.loading.checkpoint_version`` reads). The manifest's ``path`` is where the
+folder was published relative to the artifacts store (absolute only for a folder outside it), so a folder that ships
+or moves names no machine; :func:`read_manifest` answers with the folder's real location.
 
 The sha256 covers every file of the folder except the manifest: sorted relative paths and their bytes.
 """

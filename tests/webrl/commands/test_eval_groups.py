@@ -26,7 +26,7 @@ def test_eval_shows_seen_held_out_and_macro_success(settings, tmp_path: Path, ca
         held_out = [t for t in tests if groups.group_of(t.key) == "held-out"]
         solved = held_out[:20] if len({groups.template_of[t.key] for t in held_out[:20]}) == 1 else held_out[:1]
         for task in tests:
-            save_trajectory(s, task.id, EVAL_PHASE, evaluation_attempt(actor), Trajectory(
+            save_trajectory(s, task.id, EVAL_PHASE, evaluation_attempt(settings, actor), Trajectory(
                 task_id=task.key, intent="x", steps=[], env_score=1.0 if task in solved else 0.0), purpose="eval")
     capsys.readouterr()
     print_template_groups(settings, actor, split="test", limit=None, max_steps=None)

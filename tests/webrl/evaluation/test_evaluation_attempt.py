@@ -1,5 +1,6 @@
-"""An evaluation's attempt number: stable for the same actor folder and horizon, new for a rewritten actor or
-another horizon (so ``webrl eval`` reruns reuse their trajectories and never mix horizons)."""
+"""An evaluation's attempt number: stable under the same conditions (the actor's content, the horizon, the serving
+settings, the code that prompts and judges), new when any of them changes, so ``webrl eval`` reruns reuse their
+trajectories and a stored evaluation is never made of episodes run under other conditions."""
 
 from __future__ import annotations
 
@@ -10,20 +11,27 @@ from webrl.config import Settings
 from webrl.orchestration.evaluate import evaluation_attempt
 
 
-def test_attempt_follows_the_actor_folder_and_the_horizon(tmp_path: Path) -> None:
+def test_attempt_follows_the_actors_content_the_horizon_and_the_serving_settings(settings: Settings,
+                                                                                 tmp_path: Path) -> None:
     full, adapter = tmp_path / "full", tmp_path / "adapter"
     full.mkdir()
     adapter.mkdir()
     (full / "config.json").write_text("{}")
     (adapter / "adapter_config.json").write_text("{}")
     for folder in (full, adapter):
-        attempt = evaluation_attempt(folder)
-        assert attempt >= 1 and attempt == evaluation_attempt(folder)
-        assert evaluation_attempt(folder, 8) not in (attempt, evaluation_attempt(folder, 10))
+        attempt = evaluation_attempt(settings, folder)
+        assert attempt >= 1 and attempt == evaluation_attempt(settings, folder)
+        assert evaluation_attempt(settings, folder, 8) not in (attempt, evaluation_attempt(settings, folder, 10))
         config = next(folder.iterdir())
-        os.utime(config, ns=(1, config.stat().st_mtime_ns + 10**9))  # the folder was rewritten
-        assert evaluation_attempt(folder) != attempt
-    assert evaluation_attempt(full) != evaluation_attempt(adapter)
+        os.utime(config, ns=(1, config.stat().st_mtime_ns + 10**9))  # touched, the same bytes: the same actor
+        assert evaluation_attempt(settings, folder) == attempt
+        (folder / "model.safetensors").write_bytes(b"retrained")  # another actor in the same folder
+        assert evaluation_attempt(settings, folder) != attempt
+    assert evaluation_attempt(settings, full) != evaluation_attempt(settings, adapter)
+    bf16 = settings.model_copy(update={"models": settings.models.model_copy(update={"dtype": "bfloat16"})})
+    assert evaluation_attempt(bf16, full) != evaluation_attempt(settings, full)  # never stored as fp32's
+    shorter = settings.model_copy(update={"actor": settings.actor.model_copy(update={"max_prompt_tokens": 512})})
+    assert evaluation_attempt(shorter, full) != evaluation_attempt(settings, full)
 
 
 def test_an_edited_task_file_is_new_tasks_not_the_stored_configs(settings: Settings, tmp_path: Path) -> None:
