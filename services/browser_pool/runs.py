@@ -5,6 +5,7 @@ their policy calls batched (:class:`services.browser_pool.batcher.Batcher`)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
@@ -15,10 +16,12 @@ from services.browser_pool.episode import BrowserEpisode
 from services.browser_pool.pool import BrowserPool
 from webrl.agent import episode_loop
 from webrl.agent.early_stop import MAX_STEPS, StopRules
-from webrl.agent.environment import EpisodeCrashed, StepResult
+from webrl.agent.environment import INFRASTRUCTURE_STOPS, EpisodeCrashed, StepResult
 from webrl.agent.policy import Decide, Policy, PolicyRequest, PolicyResponse
 from webrl.agent.schemas import Observation, TaskConfig, Trajectory
 from webrl.config import Settings
+
+log = logging.getLogger(__name__)
 
 
 class LeasedEpisode:
@@ -89,6 +92,10 @@ async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, setti
     return await _run(task, decide, pool, settings, max_steps, stop_rules)
 
 
+#: Runs again of an episode the machinery ended (a crashed browser or renderer, a failed browser call): the pool
+#: replaces a dead browser, so a crash that the agent did not cause is not stored as the agent's failure.
+INFRASTRUCTURE_RETRIES = 2
+
 #: Hears each finished episode as (index of its task in the batch, trajectory), before the next one takes its slot.
 OnTrajectory = Callable[[int, Trajectory], Awaitable[None]]
 
@@ -98,7 +105,9 @@ async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, 
                     stop_rules: StopRules = StopRules(), screenshots: bool = False,
                     on_trajectory: OnTrajectory | None = None) -> list[Trajectory]:
     """Run ``tasks`` with up to ``concurrency`` episodes at once (bounded by the pool's size); the policy
-    gets batches of requests. Trajectories come back in task order; with ``screenshots`` each step carries the
+    gets batches of requests. An episode the machinery ended (a stop reason of
+    :data:`webrl.agent.environment.INFRASTRUCTURE_STOPS`) runs again, at most :data:`INFRASTRUCTURE_RETRIES` times,
+    and its last run is its result. Trajectories come back in task order; with ``screenshots`` each step carries the
     image of the page it saw. ``on_trajectory`` hears each episode as it ends (a rollout stores it there, so a
     batch that fails part-way keeps what it finished); the episode's slot is released after it returns."""
     limit = asyncio.Semaphore(max(1, min(concurrency, pool.size)))
@@ -108,7 +117,12 @@ async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, 
         async with limit:
             batcher.join()
             try:
-                traj = await _run(task, batcher.act, pool, settings, max_steps, stop_rules, screenshots)
+                for retry in range(INFRASTRUCTURE_RETRIES + 1):
+                    traj = await _run(task, batcher.act, pool, settings, max_steps, stop_rules, screenshots)
+                    if traj.stop_reason not in INFRASTRUCTURE_STOPS or retry == INFRASTRUCTURE_RETRIES:
+                        break
+                    log.warning("task %s: the episode ended by %s; it runs again on a fresh browser (%d of %d)",
+                                task.task_id, traj.stop_reason, retry + 1, INFRASTRUCTURE_RETRIES)
             finally:
                 batcher.leave()  # the other episodes' policy batches no longer wait for this one
             if on_trajectory is not None:

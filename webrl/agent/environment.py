@@ -15,6 +15,11 @@ from typing import Protocol
 from webrl.agent.actions import Action
 from webrl.agent.schemas import Observation, TaskConfig
 
+#: Stop reasons that say the machinery failed, not the agent: the browser died, its page's renderer crashed, or a
+#: browser call failed. Such an episode is run again (:data:`services.browser_pool.runs.INFRASTRUCTURE_RETRIES`) and
+#: one that still ends so is never stored as an evaluation's result.
+INFRASTRUCTURE_STOPS = frozenset({"browser_crashed", "page_crashed", "browser_error"})
+
 
 class EpisodeCrashed(Exception):
     """The browser or page under an episode died, or it could not start; the episode cannot go on. ``reason``

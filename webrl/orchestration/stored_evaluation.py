@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from webrl.agent.environment import INFRASTRUCTURE_STOPS
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository as repo
@@ -48,10 +49,17 @@ def task_results(settings: Settings, trajectory_ids: list[int]) -> dict[str, Tas
 
 def store_trajectories(settings: Settings, key: EvaluationKey, trajectory_ids: list[int],
                        folder: Path | None = None) -> Path:
-    """Store the evaluation episodes ``trajectory_ids`` (one per task of the key) under ``key``."""
+    """Store the evaluation episodes ``trajectory_ids`` (one per task of the key) under ``key``; refused when one of
+    them ended by the machinery (:data:`webrl.agent.environment.INFRASTRUCTURE_STOPS`): its 0 is not the actor's."""
     results = task_results(settings, trajectory_ids)
     if len(results) != key.n_tasks or len(trajectory_ids) != key.n_tasks:
         raise ValueError(f"{len(trajectory_ids)} episodes of {len(results)} tasks; the key names {key.n_tasks} tasks")
+    with session_scope(settings) as s:
+        broken = s.execute(select(m.Task.key, m.TrajectoryRow.stop_reason).join(m.Task).where(
+            m.TrajectoryRow.id.in_(trajectory_ids), m.TrajectoryRow.stop_reason.in_(INFRASTRUCTURE_STOPS))).all()
+    if broken:
+        raise ValueError(f"{len(broken)} episode(s) ended by the machinery, not the actor "
+                         f"({', '.join(f'{k}: {r}' for k, r in broken[:3])})")
     return save(settings, key, results, folder)
 
 

@@ -278,3 +278,35 @@ async def test_webrtc_sends_no_datagram_to_an_unlisted_port(pool, pool_settings,
     finally:
         transport.close()
     assert received == []
+
+
+class _KillOnce:
+    """Scrolls every step; on its second call kills every browser of the pool, once."""
+
+    def __init__(self, pool: BrowserPool) -> None:
+        self.pool, self.calls, self.killed = pool, 0, False
+
+    async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
+        self.calls += 1
+        if self.calls == 2 and not self.killed:
+            self.killed = True
+            for pid in self.pool.browser_pids():
+                os.kill(pid, signal.SIGKILL)
+        return [PolicyResponse(response='do(action="Scroll Down")') for _ in requests]
+
+
+async def test_an_episode_a_crashed_browser_ended_runs_again_and_only_its_last_run_is_heard(
+        pool_settings, fixture_url, make_task):
+    from services.browser_pool.runs import run_batch
+
+    heard = []
+
+    async def hear(index: int, traj) -> None:
+        heard.append((index, traj.stop_reason))
+
+    async with BrowserPool(pool_settings, size=1) as own:
+        [traj] = await run_batch([make_task(f"{fixture_url}/actions.html")], _KillOnce(own), own, pool_settings,
+                                 concurrency=1, max_steps=3, on_trajectory=hear)
+        assert own.restarts == 1  # the first run's browser died ...
+    assert traj.stop_reason != "browser_crashed" and len(traj.steps) == 3  # ... and the second ran to the horizon
+    assert heard == [(0, traj.stop_reason)]  # the crashed run was never handed on to be stored
