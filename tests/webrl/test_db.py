@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, inspect, select
@@ -152,6 +153,40 @@ def test_trajectory_save_is_idempotent_and_reloads_exactly(db: Settings) -> None
         assert loaded.steps == original.steps
         assert loaded.reward == 1.0 and loaded.orm_p == pytest.approx(0.7)
         assert loaded.last_observation == original.last_observation
+
+
+def test_a_save_that_loses_the_race_to_another_writer_returns_the_winners_row(db: Settings,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two deliveries of one job store the same trajectory: the late one looked before the first committed and
+    found nothing, then inserts after it did. It gets the first's row, its transaction goes on, and nothing is
+    stored twice."""
+    if db.database.url.startswith("sqlite"):
+        pytest.skip("SQLite serialises its writers: a late writer cannot have looked before the first committed")
+    with session_scope(db) as s:
+        task_id = repo.upsert_task(s, "k1", _task(), origin="seed", split="train").id
+    with session_scope(db) as late:
+        late.execute(select(m.Task.id))  # the late writer's transaction is open throughout
+        with session_scope(db) as winner:
+            winner_id = repo.save_trajectory(winner, task_id, phase=1, attempt=0, traj=_trajectory()).id
+        monkeypatch.setattr(repo, "find_trajectory", _none_then_real(repo.find_trajectory))
+        again = repo.save_trajectory(late, task_id, phase=1, attempt=0, traj=_trajectory(5))
+        assert again.id == winner_id and len(again.steps) == 3
+        repo.upsert_task(late, "k2", _task(2), origin="seed", split="train")  # the transaction goes on
+    with session_scope(db) as s:
+        assert s.scalar(select(func.count()).select_from(m.TrajectoryRow)) == 1
+        assert s.scalar(select(func.count()).select_from(m.StepRow)) == 3
+        assert {t.key for t in s.scalars(select(m.Task))} == {"k1", "k2"}
+
+
+def _none_then_real(find: Callable[..., m.TrajectoryRow | None]) -> Callable[..., m.TrajectoryRow | None]:
+    """``find_trajectory`` that answers None once (the look before the first writer committed), then looks."""
+    calls: list[int] = []
+
+    def look(*args: Any, **kwargs: Any) -> m.TrajectoryRow | None:
+        calls.append(1)
+        return None if len(calls) == 1 else find(*args, **kwargs)
+
+    return look
 
 
 def test_nul_characters_in_model_output_are_stored_as_replacement_characters(db: Settings) -> None:

@@ -4,10 +4,12 @@ transaction (``session_scope``), so a failure loses nothing already stored."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from webrl.agent.schemas import Observation, TaskConfig, Trajectory
@@ -16,6 +18,29 @@ from webrl.method.rewards import reward_of
 from webrl.text import without_nul
 
 _NON_WORD = re.compile(r"[^a-z0-9]+")
+T = TypeVar("T")
+
+
+def insert_once(session: Session, row: T, stored: Callable[[], T | None]) -> T:
+    """Insert ``row`` (one whose unique key the caller found free), or, when a concurrent writer committed the same
+    key in between (two deliveries of one job, a resumed pipeline beside its killed one's job), the row that writer
+    stored (``stored()``): the insert runs in a savepoint that its ``IntegrityError`` rolls back, so the caller's
+    transaction goes on. SQLite serialises its writers, and pysqlite's savepoints are unreliable: there the insert
+    is plain."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.add(row)
+        session.flush()
+        return row
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+        return row
+    except IntegrityError:
+        winner = stored()
+        if winner is None:
+            raise
+        return winner
 
 
 def normalise_intent(intent: str) -> str:
@@ -50,9 +75,7 @@ def upsert_task(
         generator=generator,
         config=config.to_json(),
     )
-    session.add(row)
-    session.flush()
-    return row
+    return insert_once(session, row, lambda: session.scalar(select(m.Task).where(m.Task.key == key)))
 
 
 def upsert_tasks(session: Session, configs: Sequence[TaskConfig], prefix: str, *, origin: str,
@@ -141,9 +164,7 @@ def save_trajectory(
         )
         for s in traj.steps
     ]
-    session.add(row)
-    session.flush()
-    return row
+    return insert_once(session, row, lambda: find_trajectory(session, task_id, phase, attempt, run_id=run_id))
 
 
 def load_trajectory(row: m.TrajectoryRow) -> Trajectory:
@@ -212,9 +233,8 @@ def save_label(session: Session, trajectory_id: int, orm_version: str, p_yes: fl
         return row
     row = m.OrmLabel(trajectory_id=trajectory_id, orm_version=orm_version, p_yes=p_yes,
                      reward=reward_of(p_yes, threshold), threshold=threshold)
-    session.add(row)
-    session.flush()
-    return row
+    return insert_once(session, row, lambda: session.scalar(select(m.OrmLabel).where(
+        m.OrmLabel.trajectory_id == trajectory_id, m.OrmLabel.orm_version == orm_version)))
 
 
 def save_critic_values(session: Session, critic_version: str, values: Iterable[tuple[int, float]]) -> None:
