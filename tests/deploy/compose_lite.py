@@ -26,6 +26,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
+#: The example a user copies to each file docker-compose.yml names as an ``env_file`` (what reaches the containers).
+ENV_FILE_EXAMPLES = {"webrl.env": ROOT / "docker" / "webrl.env.example", ".env": ENV_EXAMPLE}
 
 _VAR = re.compile(r"\$(?:(\$)|\{(?P<braced>[^}]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
 _BRACED = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-|:\?|\?|:\+|\+)(?P<arg>.*))?$", re.S)
@@ -46,6 +48,11 @@ def read_env_file(path: Path) -> dict[str, str]:
         if sep:
             env[key.strip()] = value.strip().strip("'\"")
     return env
+
+
+def documented_variables(path: Path) -> set[str]:
+    """Names an example env file sets or shows commented out (``# NAME=value``)."""
+    return set(read_env_file(path)) | set(re.findall(r"^#\s*([A-Z][A-Z0-9_]*)=", path.read_text(), re.M))
 
 
 def _substitute(match: re.Match[str], env: dict[str, str]) -> str:
@@ -123,6 +130,30 @@ def host_ports(service: dict[str, Any]) -> list[int]:
             parts = str(entry).split(":")
             ports.append(int(parts[-2] if len(parts) >= 2 else parts[-1]))
     return ports
+
+
+def published(service: dict[str, Any]) -> list[tuple[str | None, int]]:
+    """``(host address, host port)`` of each port a service publishes; None: every address (no address given)."""
+    out = []
+    for entry in service.get("ports", []):
+        if isinstance(entry, dict):
+            out.append((entry.get("host_ip"), int(entry.get("published", entry["target"]))))
+            continue
+        parts = str(entry).rsplit(":", 2)
+        address = parts[0].strip("[]") if len(parts) == 3 else None
+        out.append((address or None, int(parts[-2] if len(parts) >= 2 else parts[-1])))
+    return out
+
+
+def env_file_variables(service: dict[str, Any]) -> set[str]:
+    """Names a service's ``env_file`` entries pass into its container, read from each file's example."""
+    entries = service.get("env_file") or []
+    names: set[str] = set()
+    for entry in [entries] if isinstance(entries, str) else entries:
+        path = entry if isinstance(entry, str) else entry["path"]
+        assert path in ENV_FILE_EXAMPLES, f"env_file {path} has no example to read its variables from"
+        names |= documented_variables(ENV_FILE_EXAMPLES[path])
+    return names
 
 
 def container_port_of(command: list[str]) -> int | None:

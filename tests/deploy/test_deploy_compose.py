@@ -1,7 +1,8 @@
 """docker-compose.yml and the Dockerfiles, checked without a Docker engine: the file is a valid compose
 project (the compose-spec parser), every service has an image or build, a health check and healthy
-dependencies, ports are unique, containers get only variables Settings (or their image) knows, and every
-folder in services/ has its API and worker, started by its real entry point."""
+dependencies, ports are unique and those without the API key on loopback, containers get only variables
+Settings (or their image) knows, env_file included, every folder in services/ has its API and worker, started by
+its real entry point, and the gpu profile fits its GPUs and its model."""
 
 from __future__ import annotations
 
@@ -10,24 +11,32 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from compose_lite import (
     COMPOSE_FILE,
     ENV_EXAMPLE,
+    ENV_FILE_EXAMPLES,
     TEST_API_KEY,
     TEST_REDIS_PASSWORD,
     InterpolationError,
+    documented_variables,
+    env_file_variables,
     environment_of,
     example_env,
     host_ports,
     interpolate,
     load,
+    published,
     read_env_file,
     variables_used,
 )
 from compose_spec import PyCompose
+from packaging.requirements import Requirement
+from packaging.version import Version
+from vllm_context import max_model_len, served_contexts
 
 from webrl.config import SANDBOX_PORTS, SERVICE_URL_SETTINGS, Settings, env_name, setting_variables
 from webrl.wire.queue import QUEUES
@@ -48,6 +57,10 @@ IMAGE_VARS = {
                 "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"},
 }
 ONE_SHOT = "service_completed_successfully"
+#: What a user's .env may leave out: everything but the two values compose requires (compose's own defaults apply).
+REQUIRED_ONLY = {"WEBRL_SECURITY__API_KEY": TEST_API_KEY, "REDIS_PASSWORD": TEST_REDIS_PASSWORD}
+#: Services that publish ports on every address without the API key, and why.
+PUBLIC_WITHOUT_KEY = {"sites": "the sandbox sites, published to be looked at in a browser (docs/deployment.md)"}
 
 
 @pytest.fixture(scope="module")
@@ -147,10 +160,45 @@ def test_published_ports_are_unique(services: dict[str, dict]) -> None:
 
 
 def test_containers_get_only_known_environment_variables(services: dict[str, dict]) -> None:
+    """What `environment` sets and what its env_file holds (as the file's example shows it): compose's knobs and
+    passwords in .env reach no container (an env_file of .env would pass them all)."""
     for name, svc in services.items():
         allowed = SETTINGS_VARS | IMAGE_VARS.get(name, set())
-        unknown = set(environment_of(svc)) - allowed
+        unknown = (set(environment_of(svc)) | env_file_variables(svc)) - allowed
         assert not unknown, f"{name}: {sorted(unknown)} are neither Settings fields nor its image's variables"
+
+
+def test_env_files_keep_compose_knobs_apart_from_container_settings(project: dict) -> None:
+    """.env is compose's: each WEBRL_ variable it holds is one docker-compose.yml passes on (else it would reach
+    no container); an env_file holds nothing `environment` sets too (which would silently win over it)."""
+    interpolated = variables_used(COMPOSE_FILE.read_text())
+    in_env = {n for n in documented_variables(ENV_EXAMPLE) if n.startswith("WEBRL_")}
+    assert in_env <= interpolated, sorted(in_env - interpolated)
+    with_file = 0
+    for name, svc in project["services"].items():
+        from_file = env_file_variables(svc)
+        with_file += bool(from_file)
+        assert not from_file & set(environment_of(svc)), (name, sorted(from_file & set(environment_of(svc))))
+    assert with_file and all(path.exists() for path in ENV_FILE_EXAMPLES.values())
+
+
+def test_ports_without_a_key_are_published_on_loopback_only(services: dict[str, dict]) -> None:
+    """A published port reaches every address of the host unless bound to 127.0.0.1: only the webrl APIs, which
+    want the API key, may be (vLLM wants none and serves runtime LoRA loading; databases, monitoring neither)."""
+    for name, svc in services.items():
+        command = [str(part) for part in svc.get("command") or []]
+        api = command[:2] == ["webrl", "ui"] or (command[:1] == ["uvicorn"] and command[1].startswith("services."))
+        if (api and environment_of(svc).get("WEBRL_SECURITY__API_KEY")) or name in PUBLIC_WITHOUT_KEY:
+            continue
+        for address, port in published(svc):
+            assert address == "127.0.0.1", f"{name} publishes {port} on {address or 'every address'} without a key"
+
+
+def test_published_addresses_are_read_from_every_port_syntax() -> None:
+    svc = {"ports": ["8000:8000", "127.0.0.1:8001:8000", "[::1]:8002:8000", "8003",
+                     {"target": 80, "published": 8004, "host_ip": "127.0.0.1"}, {"target": 8005}]}
+    assert published(svc) == [(None, 8000), ("127.0.0.1", 8001), ("::1", 8002), (None, 8003), ("127.0.0.1", 8004),
+                              (None, 8005)]
 
 
 def test_settings_accept_the_webrl_environment(project: dict) -> None:
@@ -209,6 +257,41 @@ def test_gpu_profile_serves_the_actor_with_vllm_and_trains_on_a_gpu(project: dic
     assert services["actor"]["depends_on"]["vllm"] == {"condition": "service_healthy", "required": False}
 
 
+def _gpu_ids(service: dict) -> set[str]:
+    ids = set()
+    for device in service["deploy"]["resources"]["reservations"]["devices"]:
+        # a count gives each container the host's GPUs 0..count-1: two services would share GPU 0
+        assert "count" not in device and device.get("device_ids"), device
+        ids |= {i.strip() for item in device["device_ids"] for i in str(item).split(",")}
+    return ids
+
+
+@pytest.mark.parametrize("env", [example_env(), REQUIRED_ONLY], ids=["env-example", "compose-defaults"])
+def test_gpu_services_get_gpus_of_their_own(env: dict[str, str]) -> None:
+    services = load(env)["services"]
+    gpus = {name: _gpu_ids(svc) for name, svc in services.items()
+            if svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")}
+    assert set(gpus) == {"vllm", "trainer-worker-gpu"}
+    seen: set[str] = set()
+    for name, ids in gpus.items():
+        assert ids and not ids & seen, f"{name} gets GPUs {sorted(ids)}, another service {sorted(ids & seen)} too"
+        seen |= ids
+    # one training process per GPU it gets
+    processes = environment_of(services["trainer-worker-gpu"])["WEBRL_TRAINER__PROCESSES"]
+    assert int(processes) == len(gpus["trainer-worker-gpu"])
+
+
+@pytest.mark.parametrize("env", [example_env(), REQUIRED_ONLY], ids=["env-example", "compose-defaults"])
+def test_vllm_max_model_len_fits_the_models_it_serves_by_default(env: dict[str, str]) -> None:
+    """vLLM does not start with a --max-model-len above the model's context: the tiny actor `webrl bootstrap`
+    writes, or the SmolLM2 base an adapter is served on (tests/deploy/vllm_context.py)."""
+    command = load(env)["services"]["vllm"]["command"]
+    contexts = served_contexts(command)
+    assert max_model_len(command) <= min(contexts.values()), (max_model_len(command), contexts)
+    raised = load({**env, "VLLM_MAX_MODEL_LEN": "32768"})["services"]["vllm"]["command"]
+    assert max_model_len(raised) == 32768  # a knob, for a long-context checkpoint
+
+
 # ------------------------------------------------------------------ Dockerfiles
 
 DOCKERFILES = sorted((ROOT / "docker").glob("Dockerfile*[!e]"))  # Dockerfile, .gpu, .vllm; not .dockerignore
@@ -223,6 +306,33 @@ def _instructions(path: Path) -> list[tuple[str, str]]:
             keyword, _, rest = line.partition(" ")
             out.append((keyword.upper(), rest.strip()))
     return out
+
+
+#: Build arguments of docker/Dockerfile.gpu that pin a package pyproject.toml also requires.
+PINNED_ARGS = {"DEEPSPEED_VERSION": "deepspeed", "TORCH_VERSION": "torch"}
+
+
+@pytest.mark.parametrize("arg", sorted(PINNED_ARGS))
+def test_gpu_image_pins_versions_pyproject_accepts(arg: str) -> None:
+    """Every requirement on the package in pyproject.toml (dependencies and extras) admits the image's pin, and the
+    image installs the package at that pin."""
+    path = ROOT / "docker" / "Dockerfile.gpu"
+    package = PINNED_ARGS[arg]
+    defaults = dict(rest.split("=", 1) for keyword, rest in _instructions(path) if keyword == "ARG" and "=" in rest)
+    pin = Version(defaults[arg])
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = [r for extra in project["optional-dependencies"].values() for r in extra]
+    requirements = [Requirement(r) for r in [*project["dependencies"], *extras]]
+    wanted = [r for r in requirements if r.name == package]
+    assert wanted, f"pyproject.toml does not require {package}"
+    for requirement in wanted:
+        assert requirement.specifier.contains(pin), f"{path.name} pins {package} {pin}; pyproject wants {requirement}"
+    pinned = f'"{package}==${{{arg}}}"'
+    installs = [rest for keyword, rest in _instructions(path) if keyword == "RUN" and pinned in rest]
+    assert installs, f"{path.name} does not install {package}=={pin}"
+    if package == "deepspeed":  # built without build isolation: with the venv's setuptools, which must be >=70
+        run = installs[0]
+        assert '"setuptools>=70"' in run[:run.index(f'"{package}==')], "setuptools>=70 is not installed first"
 
 
 def test_dockerfiles_pass_hadolint() -> None:

@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from kustomize_lite import build, config_map_hash, strategic_merge
+from vllm_context import max_model_len, served_contexts
 
 from webrl.config import Settings, setting_variables
 from webrl.wire.queue import QUEUES
@@ -181,6 +182,14 @@ def test_prod_puts_vllm_and_the_trainer_on_gpus_and_uses_a_managed_database() ->
     assert config["WEBRL_ACTOR__BACKEND"] == "openai" and config["WEBRL_ACTOR__ENDPOINT"] == "http://vllm:8000/v1"
     pvc = objects[("PersistentVolumeClaim", "webrl-artifacts")]["spec"]
     assert pvc["accessModes"] == ["ReadWriteMany"] and pvc["storageClassName"]
+
+
+def test_prod_vllm_max_model_len_fits_the_models_it_serves() -> None:
+    """vLLM does not start with a --max-model-len above the model's context: the actor `webrl bootstrap` writes,
+    or the SmolLM2 base an adapter is served on (tests/deploy/vllm_context.py)."""
+    args = _containers(_by_key(_rendered("prod"))[("Deployment", "vllm")])[0]["args"]
+    contexts = served_contexts(args)
+    assert max_model_len(args) <= min(contexts.values()), (max_model_len(args), contexts)
 
 
 def test_dev_keeps_the_in_cluster_database_and_a_migration_job() -> None:
