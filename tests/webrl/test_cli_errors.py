@@ -85,6 +85,36 @@ def test_eval_names_the_entry_and_field_of_a_bad_task(settings: Settings, tmp_pa
     assert "entry 1 is a int, not a task config" in line
 
 
+def test_eval_names_a_repeated_task_id(settings: Settings, tmp_path: Path) -> None:
+    task = {"task_id": 1, "sites": ["shopping"], "intent": "Buy a mug", "start_url": "__SHOPPING__/"}
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([task, {**task, "intent": "Buy a cup"}]))
+    line = _one_line_error(_run(settings, "eval", "--actor", str(TINY_ACTOR), "--tasks", str(tasks)))
+    assert "task_id 1 in entries 0, 1" in line and str(tasks) in line
+
+
+def test_tasks_load_under_another_seed_is_one_line_naming_it(settings: Settings,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The suite of seed 1 is not loaded over that of seed 0 (its keys would keep seed 0's tasks); the same seed
+    again inserts nothing and says so. In process through the command line's own error handling (``Cli``): a
+    subprocess would spend seconds importing torch."""
+    from webrl.cli import app
+    from webrl.db.migrate import upgrade
+    from webrl.sandbox.tasks.suite import load_suite
+
+    upgrade(settings)
+    load_suite(settings, 0)
+    with pytest.raises(SystemExit) as again:
+        app(["tasks", "load", "--seed", "0"])
+    out = capsys.readouterr().out
+    assert again.value.code == 0 and "train: 0 new" in out and "test: 0 new, 165 already stored" in out, out
+    with pytest.raises(SystemExit) as refused:
+        app(["tasks", "load", "--seed", "1"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert refused.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "suite seed 1 " in lines[0] and "--seed" in lines[0] and "nothing was stored" in lines[0], lines
+
+
 def test_an_invalid_setting_is_named_by_its_variable(settings: Settings) -> None:
     for module, args in (("webrl.cli", ("db", "upgrade")), ("webrl.demo", ())):
         line = _one_line_error(_run(settings, *args, module=module, env={"WEBRL_MODELS__DTYPE": "float64"}))

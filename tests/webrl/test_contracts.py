@@ -54,6 +54,16 @@ def test_a_policy_spec_is_typed_by_its_kind() -> None:
         RolloutRequest.model_validate({"task_keys": ["k"], "policy": {"kind": "checkpoint", "path": "/a", "url": "u"}})
 
 
+def test_a_rollout_request_refuses_a_repeated_task_key_naming_it() -> None:
+    """Two copies of one task in a request would race to store one (task, phase, attempt, run) trajectory."""
+    with pytest.raises(ValidationError) as refused:
+        RolloutRequest.model_validate({"task_keys": ["a", "b", "a", "c", "b"], "policy": {"kind": "oracle"}})
+    [error] = refused.value.errors()
+    assert error["loc"] == ("task_keys",) and "repeated task keys" in error["msg"] and ": a, b" in error["msg"]
+    distinct = RolloutRequest.model_validate({"task_keys": ["a", "b"], "policy": {"kind": "oracle"}})
+    assert distinct.task_keys == ["a", "b"]
+
+
 def test_one_start_state_for_observe_critic_and_orm() -> None:
     start = StartState(key="k", intent="Buy", observation="<p/>", url="http://s/")
     assert StartValueRequest(states=[start]).states[0] == start

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from webrl.agent.schemas import TaskConfig, load_task_file, resolve_placeholders
+import pytest
+
+from webrl.agent.schemas import TaskConfig, TaskFileError, load_task_file, resolve_placeholders
 from webrl.config import Settings
 
 
@@ -36,3 +38,12 @@ def test_load_task_file_reads_lists_and_single_configs(tmp_path) -> None:
     (tmp_path / "many.json").write_text(json.dumps([one, {**one, "task_id": 8}]))
     assert [t.task_id for t in load_task_file(tmp_path / "one.json")] == [7]
     assert [t.task_id for t in load_task_file(tmp_path / "many.json")] == [7, 8]
+
+
+def test_load_task_file_refuses_repeated_task_ids_naming_them(tmp_path) -> None:
+    """A task is stored under ``<prefix>/<task_id>``: a repeated id (7 and "7" too) would keep only one config."""
+    one = {"task_id": 7, "sites": ["gitlab"], "intent": "a", "start_url": "__GITLAB__"}
+    path = tmp_path / "repeated.json"
+    path.write_text(json.dumps([one, {**one, "task_id": 8, "intent": "b"}, {**one, "task_id": "7", "intent": "c"}]))
+    with pytest.raises(TaskFileError, match=r"repeated\.json: 1 task id\(s\) repeated \(task_id 7 in entries 0, 2\)"):
+        load_task_file(path)

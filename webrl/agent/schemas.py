@@ -99,7 +99,8 @@ class TaskFileError(UserError, ValueError):
 
 def load_task_file(path: str | Path) -> list[TaskConfig]:
     """Load a JSON list of task configs (WebArena's ``test.raw.json`` layout) or a single config. Raises
-    :class:`TaskFileError` naming the file, and the entry and field at fault."""
+    :class:`TaskFileError` naming the file, and the entry and field at fault, or the task ids given to more than one
+    entry (a task is stored under its id, so a repeated one would silently keep only its first config)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError) as exc:
@@ -117,7 +118,23 @@ def load_task_file(path: str | Path) -> list[TaskConfig]:
             fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors())
             task = f" (task_id {item['task_id']!r})" if "task_id" in item else ""
             raise TaskFileError(f"{path}: entry {index}{task}: {fields}") from None
+    _check_distinct_task_ids(path, configs)
     return configs
+
+
+def _check_distinct_task_ids(path: str | Path, configs: list[TaskConfig]) -> None:
+    """:class:`TaskFileError` naming every task id (as its key writes it: 7 and "7" are one) that more than one
+    entry of ``path`` has, with those entries."""
+    entries: dict[str, list[int]] = {}
+    for index, config in enumerate(configs):
+        entries.setdefault(str(config.task_id), []).append(index)
+    repeated = [at for at in entries.values() if len(at) > 1]
+    if repeated:
+        named = "; ".join(f"task_id {configs[at[0]].task_id!r} in entries {', '.join(map(str, at))}"
+                          for at in repeated[:10])
+        more = f"; and {len(repeated) - 10} more" if len(repeated) > 10 else ""
+        raise TaskFileError(f"{path}: {len(repeated)} task id(s) repeated ({named}{more}): every task needs its "
+                            "own task_id")
 
 
 #: A sampling seed a request may carry: torch's generators take at most a signed 64-bit value, so a larger one is

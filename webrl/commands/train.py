@@ -52,9 +52,9 @@ def ensure_ready(settings: Settings) -> None:
 
     settings.ensure_dirs()
     upgrade(settings)
-    from webrl.sandbox.tasks.suite import load_suite, load_summary
+    from webrl.commands.tasks import load_checked, load_summary
 
-    loaded = load_suite(settings, settings.seed)
+    loaded = load_checked(settings, settings.seed)
     if any(split.new for split in loaded.values()):
         console.print(f"loaded the sandbox task suite: {load_summary(loaded)}")
 

@@ -100,14 +100,20 @@ class LocalModelPolicy:
         return [PolicyResponse(response=g.text, token_ids=g.token_ids, logprobs=g.logprobs, version=self.version)
                 for g in generations]
 
+class ActorChanged(RuntimeError):
+    """The actor service answered with another checkpoint than the rollout's: asked to serve another meanwhile."""
+
+
 class ActorEndpointPolicy:
     """The actor behind an actor service (``{"kind": "endpoint", "url": ...}``): one ``/v1/act`` per batch.
     The bearer key (``actor.api_key``, else the services' ``security.api_key``) goes only to the
-    configured ``actor.url``, never to another endpoint."""
+    configured ``actor.url``, never to another endpoint. With ``version``, a batch answered by another checkpoint
+    raises :class:`ActorChanged`: the episode is not stored as this actor's (its job fails; a retry serves it again)."""
 
     def __init__(self, url: str, settings: Settings, *, temperature: float | None = None,
-                 max_new_tokens: int | None = None, timeout: float = 300.0) -> None:
+                 max_new_tokens: int | None = None, timeout: float = 300.0, version: str | None = None) -> None:
         self.url = url.rstrip("/") + "/v1/act"
+        self.version = version
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
         self._headers = actor_headers(settings, url)
@@ -120,4 +126,7 @@ class ActorEndpointPolicy:
             reply = await client.post(self.url, json=body.model_dump(mode="json"))
         reply.raise_for_status()
         result = ActResponse.model_validate(reply.json())
+        if self.version is not None and result.version != self.version:
+            raise ActorChanged(f"the actor service at {self.url} answered with checkpoint {result.version!r}, not "
+                               f"the rollout's {self.version!r}: something asked it to serve another actor meanwhile")
         return [r.policy_response() for r in result.results]

@@ -119,5 +119,5 @@ def rollout_policy(settings: Settings, actor: str, temperature: float | None = N
     own."""
     if not settings.rollouts_through_actor:
         return CheckpointSpec(path=actor, temperature=temperature, dtype=dtype)
-    serve_checkpoint(settings, actor, settings.actor.reload_timeout_s)
-    return EndpointSpec(temperature=temperature)
+    version = serve_checkpoint(settings, actor, settings.actor.reload_timeout_s)
+    return EndpointSpec(temperature=temperature, version=version)  # every step from this actor, or the job fails

@@ -53,4 +53,5 @@ def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> P
         return LocalModelPolicy(spec.path, loading, temperature=spec.temperature, seed=spec.sampling_seed)
     from webrl.models.model_policies import ActorEndpointPolicy
 
-    return ActorEndpointPolicy(spec.url or settings.actor.url, settings, temperature=spec.temperature)
+    return ActorEndpointPolicy(spec.url or settings.actor.url, settings, temperature=spec.temperature,
+                               version=spec.version)

@@ -17,6 +17,7 @@ misspelt key is an error naming it instead of a silently ignored option.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
@@ -89,6 +90,9 @@ class EndpointSpec(Contract):
     url: str | None = Field(None, min_length=1, description="Base URL of the actor service, e.g. http://actor:8102. "
                             "None: the rollout worker's WEBRL_ACTOR__URL.")
     temperature: float | None = Field(None, ge=0.0, description="None: the actor service's default.")
+    version: str | None = Field(None, min_length=1, description="The checkpoint version every step must come from: "
+                                "a batch the service answers with another (it was asked to serve another actor "
+                                "meanwhile) fails the rollout instead of being stored as this actor's; None: any.")
 
 
 PolicySpec = Annotated[OracleSpec | CheckpointSpec | EndpointSpec, Field(discriminator="kind")]
@@ -179,6 +183,17 @@ class RolloutRequest(Contract):
                                       "after this many identical actions in a row.")
     screenshots: bool = Field(False, description="Store a downscaled screenshot of every step beside its trajectory "
                               "(``webrl.store.screenshots``); off in training, on in `webrl eval`.")
+
+    @field_validator("task_keys")
+    @classmethod
+    def _distinct(cls, keys: list[str]) -> list[str]:
+        """A task once per request: its episodes are stored under (task, phase, attempt, run), so two copies would
+        race for one row (a retry is another attempt, not a repeated key)."""
+        repeated = sorted(key for key, n in Counter(keys).items() if n > 1)
+        if repeated:
+            more = f" and {len(repeated) - 10} more" if len(repeated) > 10 else ""
+            raise ValueError(f"repeated task keys (each task at most once a request): {', '.join(repeated[:10])}{more}")
+        return keys
 
     def stop_rules(self) -> StopRules:
         """The early-stop thresholds the episode loop applies."""

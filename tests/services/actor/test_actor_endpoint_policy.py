@@ -42,3 +42,22 @@ def test_episodes_of_a_batch_share_one_act_request_and_match_the_local_checkpoin
     assert [r.token_ids for r in remote] == [r.token_ids for r in local]  # greedy: the same tokens
     assert [r.response for r in remote] == [r.response for r in local]
     assert {r.version for r in remote} == {local[0].version} == {"actor-v1"}
+
+
+def test_a_rollout_pinned_to_a_version_refuses_steps_another_checkpoint_answered(actor_model_dir: Path,
+                                                                                  settings: Settings, serve) -> None:
+    import pytest
+
+    from webrl.models.model_policies import ActorChanged
+
+    live = settings.replace(actor={"model": str(actor_model_dir), "max_new_tokens": 4})
+    served = serve(create_actor_app(live))
+    configured = live.replace(actor={"url": served.url})
+    request = [PolicyRequest(task=TaskConfig(task_id=1, sites=["shopping"], intent="Show me the Books",
+                                             start_url="u"),
+                             intent="Show me the Books", observation=Observation(html=PAGE, url="http://s/"))]
+    pinned = policy_from_spec(EndpointSpec(url=served.url, version="actor-v1"), configured)
+    assert [r.version for r in asyncio.run(pinned.act(request))] == ["actor-v1"]  # the rollout's actor: taken
+    other = policy_from_spec(EndpointSpec(url=served.url, version="actor-v2"), configured)
+    with pytest.raises(ActorChanged, match="'actor-v1', not the rollout's 'actor-v2'"):
+        asyncio.run(other.act(request))  # the service serves another actor now: never stored as this one's

@@ -66,6 +66,10 @@ def test_validation_errors_name_the_field(client, fixture_url, make_task):
     assert missing.status_code == 422 and "action" in missing.json()["error"]["message"]
     rollout = client.post("/v1/rollouts", json={"task_keys": [], "policy": {"kind": "oracle"}})
     assert rollout.status_code == 422 and "task_keys" in rollout.json()["error"]["message"]
+    twice = client.post("/v1/rollouts", json={"task_keys": ["k", "j", "k"], "policy": {"kind": "oracle"}})
+    error = twice.json()["error"]  # refused before the unknown keys are looked up: no job, nothing stored
+    assert twice.status_code == 422 and error["fields"][0]["field"] == "task_keys", twice.text
+    assert "repeated task keys" in error["message"] and error["message"].endswith(": k"), error["message"]
     typo = client.post("/v1/rollouts", json={"task_keys": ["k"], "policy": {"kind": "oracle", "corupt": 0.5}})
     assert typo.status_code == 422 and "policy.oracle.corupt" in typo.json()["error"]["message"]
     anywhere = client.post("/v1/rollouts", json={"task_keys": ["k"], "policy": {"kind": "endpoint",
