@@ -143,7 +143,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     result = CliRunner().invoke(app, [
         "train", "--preset", "smoke", "--actor", str(actor), "--beta", "2", "--value-low", "0.1",
         "--value-high", "0.6", "--replay-cap", "3", "--rollout-temperature", "0.3", "--max-steps", "12", "--no-kl",
-        "--critic-heads-only", "--eval-tasks", "20", "--actor-lr", "3e-5",
+        "--critic-heads-only", "--critic-start", "base", "--eval-tasks", "20", "--actor-lr", "3e-5",
         "--actor-epochs", "2", "--objective", "squared", "--failed-positives", "confident", "--probe", str(probe),
         "--solved-share", "0.25", "--min-positive-confidence", "0.5",
         "--max-positive-confidence", "0.95", "--anchor-kl", "3", "--anchors", str(probe), "--intent-contrast", "2",
@@ -156,7 +156,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert (hp.actor.beta, hp.actor.kl, hp.replay.cap_ratio) == (2.0, False, 3)
     assert (hp.curriculum.value_low, hp.curriculum.value_high) == (0.1, 0.6)
     assert (hp.rollout.temperature, hp.rollout.max_steps) == (0.3, 12)
-    assert hp.critic.train_backbone is False
+    assert hp.critic.train_backbone is False and hp.critic.backbone_start == "base"
     assert (hp.evaluation.tasks, hp.actor.lr, hp.actor.epochs) == (20, 3e-5, 2)
     assert (hp.actor.objective, hp.actor.failed_positives) == ("squared", "confident")
     assert (hp.actor.min_positive_confidence, hp.actor.max_positive_confidence) == (0.5, 0.95)
@@ -195,6 +195,9 @@ def test_a_value_the_record_refuses_names_its_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--kl-bound", "0"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "actor.kl_bound: Input should be greater than 0" in result.output, result.output
+    result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--critic-start", "sft"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "critic.backbone_start: Input should be 'actor' or 'base'" in result.output, result.output
 
 
 def test_an_anchor_without_its_steps_is_refused_naming_the_flag(settings: Settings, tmp_path: Path) -> None:

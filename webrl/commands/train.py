@@ -335,6 +335,9 @@ def register(app: typer.Typer) -> None:
                                              "critic's backbone with its value heads (WebRL), or only the heads on "
                                              "the frozen backbone, each state encoded once (cheap on a CPU). "
                                              "Default: the preset's."),
+        critic_start: str = typer.Option(None, help="Where a fresh critic's backbone starts on an adapter actor: "
+                                         "actor (a copy of the SFT actor's adapter: the paper's critic) or base "
+                                         "(a new adapter on the base's states). Default: the preset's."),
         report: Path = typer.Option(None, callback=lambda report: check_output_folder(report, "--report"),
                                     help="Report folder. Default: artifacts/reports/<run>."),
         log_with: LogWith = typer.Option("tensorboard", help="Where training metrics go: TensorBoard event files "
@@ -446,6 +449,7 @@ def register(app: typer.Typer) -> None:
             "--renumbered-positives": ("actor.renumbered_positives", renumbered_positives),
             "--kl-bound": ("actor.kl_bound", kl_bound),
             "--critic-backbone": ("critic.train_backbone", critic_backbone),
+            "--critic-start": ("critic.backbone_start", critic_start),
             "--activation-checkpointing": ("batching.gradient_checkpointing", activation_checkpointing),
             "--eval-tasks": ("evaluation.tasks", eval_tasks),
         }
