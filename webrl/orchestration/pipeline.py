@@ -59,6 +59,7 @@ from webrl.orchestration.pipeline_state import (
     StageOutput,
     StageReport,
     options_of_run,
+    refuse_changed_folders,
 )
 from webrl.orchestration.stored_evaluation import greedy_scores
 from webrl.policies.actor_service import rollout_policy
@@ -164,6 +165,7 @@ class Pipeline:
         for stage, run_stage in table.items():
             if stage in done:
                 continue
+            refuse_changed_folders(self.options, actor=False)  # the ORM republished mid-run (reads its manifest)
             log.info("phase %d: %s", index, stage)
             started = time.perf_counter()
             self._reused = 0

@@ -6,8 +6,10 @@ the stages and records each one here after its own writes commit.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -17,7 +19,7 @@ from sqlalchemy.orm import Session
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.session import session_scope
-from webrl.method.hyperparams import WebRLHyperparams, with_overrides
+from webrl.method.hyperparams import WebRLHyperparams, as_stored, with_overrides
 from webrl.method.rewards import EVALUATOR_LABELS
 from webrl.wire.contracts import InvalidRequest
 
@@ -44,23 +46,39 @@ class PipelineOptions:
     """A flips probe of the starting actor (``webrl probe build``); "" = flips not measured."""
     anchors: str = ""
     """Anchor steps for ``actor.anchor_kl`` (``webrl probe anchors``); "" = none (the anchor needs them)."""
+    actor_sha256: str | None = None
+    """What the ``actor`` folder held when the run was created: its content sha256 (:func:`actor_identity`, the
+    identity an evaluation stores an actor under). None: not recorded (a run stored before webrl recorded it, or no
+    folder there); such a run resumes unchecked."""
+    orm_checkpoint_version: str | None = None
+    """What the ``orm`` folder held when the run was created: the version it declared (:func:`orm_identity`), the
+    one the run's rewards are stored under. None: not recorded (no ORM, a run stored before webrl recorded it)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
     def orm_version(self) -> str:
-        """The version the run's rewards are stored under: its ORM's (the one the folder declares), or the sandbox
-        evaluators' when the run has no ORM."""
+        """The version the run's rewards are stored under: its ORM's (recorded when the run was created; for a run
+        stored without it, the one the folder declares now), or the sandbox evaluators' when the run has no ORM."""
         if not self.orm:
             return EVALUATOR_LABELS
+        if self.orm_checkpoint_version:
+            return self.orm_checkpoint_version
         from webrl.models.loading import checkpoint_version
 
         return checkpoint_version(self.orm)
 
+    def with_folder_identities(self) -> PipelineOptions:
+        """These options with what their actor and ORM folders hold now recorded (a new run's)."""
+        return replace(self, actor_sha256=actor_identity(self.actor), orm_checkpoint_version=orm_identity(self.orm))
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineOptions:
-        """Options stored by :meth:`to_json`, validated: unknown keys are errors."""
+        """Options stored by :meth:`to_json`, validated: unknown keys are errors; a hyperparameter record stored before
+        one of its fields existed reads as it ran (:func:`webrl.method.hyperparams.as_stored`)."""
+        if isinstance(data.get("hyperparams"), dict):
+            data = {**data, "hyperparams": as_stored(data["hyperparams"])}
         return TypeAdapter(cls).validate_python(data)
 
 
@@ -79,6 +97,74 @@ class PhaseState(BaseModel):
     def with_(self, **changes: Any) -> Self:
         """A copy with ``changes``, validated (an unknown field is an error)."""
         return self.model_validate({**self.model_dump(), **changes})
+
+
+def actor_identity(path: str) -> str | None:
+    """The content sha256 of the actor folder ``path`` (:func:`webrl.store.checkpoints.content_sha256`, what
+    :func:`webrl.store.evaluations.evaluation_key` keys an actor by; for an adapter it also names the base); None
+    when ``path`` is no folder or cannot be read as one. Hashed once per process while no file below it changes
+    (a fraction of a second for the shipped adapter, seconds for a full model of billions of parameters)."""
+    folder = Path(path)
+    if not path or not folder.is_dir():
+        return None
+    try:
+        return _content_sha256(str(folder.resolve()), _files_signature(folder))
+    except (OSError, ValueError):  # an unreadable file, a JSON file that is not JSON: no model either
+        return None
+
+
+def _files_signature(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
+    """What changes when a file below ``folder`` is written, replaced, added or removed: each file's relative path,
+    inode, size and modification and change times (a change time no copy or ``touch`` can set back)."""
+    stats = ((p.relative_to(folder).as_posix(), p.stat()) for p in folder.rglob("*") if p.is_file())
+    return tuple(sorted((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for name, st in stats))
+
+
+@functools.lru_cache(maxsize=8)
+def _content_sha256(folder: str, signature: tuple[tuple[str, int, int, int, int], ...]) -> str:
+    """:func:`webrl.store.checkpoints.content_sha256` of ``folder`` while its files have ``signature``."""
+    from webrl.store.checkpoints import content_sha256
+
+    return content_sha256(folder)
+
+
+def orm_identity(path: str) -> str | None:
+    """The checkpoint version the ORM folder ``path`` declares (its manifest's; else the folder's name), the version
+    its labels are stored under; None when ``path`` is no folder."""
+    if not path or not Path(path).is_dir():
+        return None
+    from webrl.models.loading import checkpoint_version
+
+    return checkpoint_version(path)
+
+
+def refuse_changed_folders(options: PipelineOptions, *, actor: bool = True) -> None:
+    """``InvalidRequest`` on "orm" (or "actor") when the run's ORM folder (start actor folder) now holds another
+    checkpoint than the run was created with (:attr:`PipelineOptions.orm_checkpoint_version`,
+    :attr:`PipelineOptions.actor_sha256`): republished in place by ``webrl train-orm`` or ``webrl bootstrap``. A
+    resume would otherwise label with another ORM than the earlier phases' labels (which it then no longer sees), or
+    train another actor than the one whose rollouts it has. Nothing is checked where nothing was recorded or no
+    folder is there. ``actor=False``: the ORM only (reads its manifest; the actor's hash reads its every file)."""
+    stored_orm = options.orm_checkpoint_version
+    orm_now = orm_identity(options.orm) if stored_orm else None
+    if stored_orm and orm_now is not None and orm_now != stored_orm:
+        raise _folder_changed(options, "orm", f"checkpoint version {stored_orm}", f"checkpoint version {orm_now}",
+                              "`webrl train-orm`", "its earlier labels are stored under the ORM it started with")
+    stored_actor = options.actor_sha256 if actor else None
+    actor_now = actor_identity(options.actor) if stored_actor else None
+    if stored_actor and actor_now is not None and actor_now != stored_actor:
+        raise _folder_changed(options, "actor", f"content sha256 {stored_actor[:12]}", f"content sha256 "
+                              f"{actor_now[:12]}", "`webrl bootstrap`", "its rollouts were made by the actor it "
+                              "started with")
+
+
+def _folder_changed(options: PipelineOptions, flag: str, stored: str, now: str, writer: str,
+                    why: str) -> InvalidRequest:
+    """The refusal of a resume whose ``--<flag>`` folder holds ``now`` where the run recorded ``stored``."""
+    path = getattr(options, flag)
+    return InvalidRequest(flag, f"run {options.run!r} started with --{flag} {path} at {stored}, but that folder now "
+                          f"holds {now} (republished since, by {writer}?), and {why}. Put that checkpoint back at "
+                          f"{path} to resume the run, or start a new --run")
 
 
 #: A stage's answer: its metrics (for reporting) and the phase state after it.
@@ -167,11 +253,15 @@ class RunStore:
     @classmethod
     def open(cls, settings: Settings, options: PipelineOptions,
              end_at: int | None = None) -> tuple[RunStore, PipelineOptions]:
-        """The run named ``options.run``, created with ``options`` when new; a stored run keeps its own options
-        (:func:`resumed_options`, which are stored back). The store and the options the run goes on with."""
+        """The run named ``options.run``, created with ``options`` when new (and what its actor and ORM folders hold,
+        :meth:`PipelineOptions.with_folder_identities`); a stored run keeps its own options (:func:`resumed_options`,
+        which are stored back), refused (``InvalidRequest`` on "actor" or "orm", nothing stored changed) when one of
+        those folders now holds another checkpoint (:func:`refuse_changed_folders`). The store and the options the
+        run goes on with."""
         with session_scope(settings) as s:
             run = s.scalar(select(m.Run).where(m.Run.name == options.run))
             if run is None:
+                options = options.with_folder_identities()
                 run = m.Run(name=options.run, options=options.to_json())
                 s.add(run)
                 s.flush()
@@ -179,6 +269,7 @@ class RunStore:
                 phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run.id))
                 started = {p.index: list(p.stages_done) for p in phases}
                 options = resumed_options(options, run.options, started, end_at)
+                refuse_changed_folders(options)  # the actor's hash reads its every file, once per process
                 run.options = options.to_json()
             return cls(settings, run.id), options
 

@@ -136,3 +136,11 @@ def test_a_resume_refuses_another_seed_actor_or_preset_naming_the_flag(settings:
     assert refused.value.param_hint == "--preset"
     with session_scope(settings) as s:  # the refusals changed nothing stored
         assert PipelineOptions.from_json(s.scalar(select(m.Run.options))).seed == 0
+
+
+def test_a_run_stored_before_the_critic_could_start_from_the_actor_resumes_as_it_ran() -> None:
+    stored = PipelineOptions(run="old", actor="a").to_json()
+    del stored["hyperparams"]["critic"]["backbone_start"]
+    assert PipelineOptions.from_json(stored).hyperparams.critic.backbone_start == "base"
+    new = PipelineOptions.from_json(PipelineOptions(run="new", actor="a").to_json())
+    assert new.hyperparams.critic.backbone_start == "actor"
