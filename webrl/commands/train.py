@@ -52,7 +52,7 @@ def ensure_ready(settings: Settings) -> None:
 
     settings.ensure_dirs()
     upgrade(settings)
-    from webrl.commands.tasks import load_checked, load_summary
+    from webrl.orchestration.task_suite import load_checked, load_summary
 
     loaded = load_checked(settings, settings.seed)
     if any(split.new for split in loaded.values()):

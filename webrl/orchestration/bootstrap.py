@@ -210,8 +210,9 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
     from webrl.db.migrate import upgrade
     from webrl.models.pretrained_base import ensure_base, spec_of
     from webrl.models.tiny import SIZES, pretokenize_pattern
+    from webrl.orchestration.task_suite import load_checked
     from webrl.sandbox.server import running_sandbox, sandbox_ports
-    from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
+    from webrl.sandbox.tasks.suite import build_suite, task_key
     from webrl.wire.clients import rollout_run, train_sft
     from webrl.wire.contracts import DEMONSTRATION_PURPOSE, OracleSpec, RolloutRequest, SftJob
 
@@ -238,7 +239,7 @@ def run_bootstrap(settings: Settings, config: BootstrapConfig,
         on_stage(stage)
 
     upgrade(settings)
-    load_suite(settings, config.seed)
+    load_checked(settings, config.seed)
     suite = build_suite(config.seed)
     demos = config_demo_tasks(config, suite["train"])
     done("tasks")

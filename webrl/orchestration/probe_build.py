@@ -86,14 +86,15 @@ def oracle_steps(settings: Settings, tokenizer: object, *, per_template: int, se
     ``tokenizer``, oracle response); and the number of tasks demonstrated."""
     from webrl.db.migrate import upgrade
     from webrl.orchestration.bootstrap import demo_tasks
+    from webrl.orchestration.task_suite import load_checked
     from webrl.sandbox.server import running_sandbox, sandbox_ports
-    from webrl.sandbox.tasks.suite import build_suite, load_suite, task_key
+    from webrl.sandbox.tasks.suite import build_suite, task_key
     from webrl.wire.clients import rollout_run
     from webrl.wire.contracts import DEMONSTRATION_PURPOSE, OracleSpec, RolloutRequest
 
     settings.ensure_dirs()
     upgrade(settings)
-    load_suite(settings, settings.seed)
+    load_checked(settings, settings.seed)
     tasks = demo_tasks(build_suite(settings.seed)["train"], per_template, seed)
     keys = [key for key in (task_key("train", t) for t in tasks) if key not in exclude_tasks][:max_tasks]
     trajectory_ids: list[int] = []

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import delete, func, select
 
-from webrl.commands.tasks import SplitLoad, load_checked, load_summary
 from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.migrate import upgrade
 from webrl.db.session import session_scope
 from webrl.errors import UserError
+from webrl.orchestration.task_suite import SplitLoad, load_checked, load_summary
 from webrl.sandbox.tasks.suite import TEST_SIZE, build_suite
 
 
