@@ -9,7 +9,8 @@ Usage:
     webrl-healthcheck                     detect what this container runs from the process table:
                                           uvicorn -> http http://127.0.0.1:<port>/healthz,
                                           celery worker -> celery, `webrl sites serve` -> tcp on the
-                                          sandbox ports, `webrl browser serve` -> tcp on its port
+                                          ports its WEBRL_SITES__*_URL name, `webrl browser serve` -> tcp
+                                          on its port, `webrl ui` -> http on its /healthz
 
 Only the standard library is needed for http and tcp (so the same file serves the vLLM image); celery mode
 imports webrl's Celery app, which reads the broker from WEBRL_JOBS__BROKER_URL.
@@ -103,12 +104,18 @@ def detect(commands: list[list[str]]) -> list[str] | None:
             node = _option(argv, "-n", "--hostname")
             return ["celery", node.replace("%h", socket.gethostname())] if node else ["celery"]
         if "webrl" in names and "sites" in argv and "serve" in argv:
-            from webrl.config import SANDBOX_PORTS
+            from webrl.config import get_settings
+            from webrl.sandbox.server import sandbox_ports
             from webrl.sandbox.sites import SITES
 
+            ports = sandbox_ports(get_settings())  # where `webrl sites serve` listens: its WEBRL_SITES__*_URL
             offset = int(_option(argv, "--port-offset") or 0)
             served = _options(argv, "--site") or list(SITES)
-            return ["tcp", *(f"127.0.0.1:{SANDBOX_PORTS[site] + offset}" for site in served)]
+            return ["tcp", *(f"127.0.0.1:{ports[site] + offset}" for site in served)]
+        if "webrl" in names and "ui" in argv:
+            from webrl.commands.ui import VIEWER_PORT
+
+            return ["http", f"http://127.0.0.1:{_option(argv, '--port') or VIEWER_PORT}/healthz"]
         if "webrl" in names and "browser" in argv and "serve" in argv:
             from webrl.commands.browser import BROWSER_SERVER_PORT
 
@@ -121,7 +128,8 @@ def run(args: list[str]) -> str | None:
     if not args:
         detected = detect(process_commands())
         if detected is None:
-            return "no webrl process (uvicorn, celery worker, webrl sites/browser serve) found in this container"
+            return ("no webrl process (uvicorn, celery worker, webrl sites/browser serve, webrl ui) found in this "
+                    "container")
         args = detected
     kind, rest = args[0], args[1:]
     if kind == "http" and len(rest) == 1:

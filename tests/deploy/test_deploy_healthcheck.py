@@ -91,7 +91,21 @@ def test_detect_reads_the_container_command() -> None:
         "tcp", f"127.0.0.1:{SANDBOX_PORTS['reddit'] + 5}"]
     assert detect([["webrl", "browser", "serve", "--host", "0.0.0.0"]]) == ["tcp", "127.0.0.1:9230"]
     assert detect([["webrl", "browser", "serve", "--port", "9300"]]) == ["tcp", "127.0.0.1:9300"]
+    assert detect([["webrl", "ui", "--host", "0.0.0.0"]]) == ["http", "http://127.0.0.1:8107/healthz"]
+    assert detect([["/opt/venv/bin/webrl", "ui", "--port", "9107"]]) == ["http", "http://127.0.0.1:9107/healthz"]
     assert detect([["sleep", "10"]]) is None
+
+
+def test_sites_are_probed_where_their_configured_urls_say(monkeypatch) -> None:
+    from webrl.config import get_settings
+
+    monkeypatch.setenv("WEBRL_SITES__REDDIT_URL", "http://127.0.0.1:19999")
+    get_settings.cache_clear()
+    try:
+        assert healthcheck.detect([["webrl", "sites", "serve", "--site", "reddit"]]) == ["tcp", "127.0.0.1:19999"]
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
 
 
 def test_process_table_lists_this_process() -> None:
