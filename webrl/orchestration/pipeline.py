@@ -554,8 +554,12 @@ class Pipeline:
         """Outcome rewards: the ORM's judgement (or, without an ORM, the sandbox evaluator's score)."""
         self.on_progress(label, 0, len(trajectory_ids))
         if self.options.orm and trajectory_ids:
-            clients.orm_score(ScoreRequest(trajectory_ids=trajectory_ids, orm=self.options.orm,
-                                           threshold=self.hp.reward.orm_threshold))
+            scored = clients.orm_score(ScoreRequest(trajectory_ids=trajectory_ids, orm=self.options.orm,
+                                                    threshold=self.hp.reward.orm_threshold))
+            if scored.orm_version != self._orm_version():  # republished while the job ran: another ORM's labels
+                raise InvalidRequest("orm", f"the ORM at {self.options.orm} labelled as {scored.orm_version!r}, not "
+                                     f"the run's {self._orm_version()!r}: it was republished while the run went on; "
+                                     "put the run's ORM back to resume it, or start a new --run")
         else:
             with session_scope(self.settings) as s:
                 for tid in trajectory_ids:

@@ -158,3 +158,23 @@ def test_webrl_train_refuses_the_resume_naming_actor(settings: Settings, monkeyp
     assert result.exit_code == 2, result.output + repr(result.exception)
     assert "Invalid value for --actor" in words and f"content sha256 {sha[:12]}" in words, words
     assert f"now holds content sha256 {content_sha256(actor)[:12]}" in words, words
+
+
+def test_labels_another_orm_made_while_its_job_ran_are_refused(settings: Settings, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ORM folder republished while its scoring job ran (after the stage's check): the job answers with the new
+    version, whose labels the run never reads; the stage fails naming --orm instead of going on without them."""
+    from webrl.orchestration import pipeline as pipeline_module
+    from webrl.wire.contracts import ScoreResult
+
+    upgrade(settings)
+    orm = publish_orm(tmp_path / "models" / "orm", "orm-aaaa", b"first")
+    pipeline = Pipeline(settings, PipelineOptions(run="r", orm=str(orm)))
+    answered = {"version": "orm-aaaa"}
+    monkeypatch.setattr(pipeline_module.clients, "orm_score", lambda request: ScoreResult(
+        orm_version=answered["version"], threshold=0.5, results=[], mean_reward=0.0))
+    pipeline._label([1], "label")  # the run's own ORM answered: nothing to refuse
+    answered["version"] = "orm-bbbb"
+    with pytest.raises(InvalidRequest, match="labelled as 'orm-bbbb', not the run's 'orm-aaaa'") as refused:
+        pipeline._label([1], "label")
+    assert refused.value.field == "orm"
