@@ -191,3 +191,19 @@ def test_publish_announces_on_redis(db: Settings, redis_url: str, tmp_path: Path
     pubsub.close()
     client.close()
     assert received == [{"role": "critic", "version": "c1", "path": info.path, "sha256": info.sha256}]
+
+
+def test_a_replacing_publish_killed_between_its_renames_leaves_the_old_version_to_be_put_back(tmp_path: Path) -> None:
+    """Killed after moving the published folder aside and before renaming the new one in: the path is empty and
+    the old copy hidden. The next publish beside it puts the old version back first (as its row says), and keeps it
+    past the stale-temporaries cleanup."""
+    first = ck.publish_folder(lambda d: (d / "config.json").write_text('{"v": 1}'), tmp_path / "orm", role="orm",
+                              version="orm-1")
+    aside = tmp_path / f"{ck.TEMP_PREFIX}old-orm-0a1b2c3d"
+    os.rename(tmp_path / "orm", aside)  # where the killed publish left it
+    long_ago = time.time() - ck.STALE_AFTER_S - 60
+    os.utime(aside, (long_ago, long_ago))
+    ck.publish_folder(lambda d: (d / "config.json").write_text("{}"), tmp_path / "critic", role="critic",
+                      version="critic-1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["critic", "orm"]
+    assert ck.verify(tmp_path / "orm", first.sha256) and json.loads((tmp_path / "orm" / "config.json").read_text())

@@ -205,9 +205,26 @@ def publish_folder(write: Callable[[Path], None], dest: str | Path, *, role: str
     return info
 
 
+def restore_interrupted_replacements(parent: str | Path) -> list[Path]:
+    """Put back the folders a publish with ``replace`` moved aside and was killed before it renamed the new one into
+    place (``<parent>/<name>`` missing, its old copy ``.tmp-publish-old-<name>-<id>`` there): the last published
+    version is at its path again, as its row says. Returns the restored paths."""
+    restored = []
+    for old in sorted(Path(parent).glob(f"{TEMP_PREFIX}old-*")):
+        name = old.name.removeprefix(f"{TEMP_PREFIX}old-").rpartition("-")[0]
+        dest = old.parent / name
+        if name and not dest.exists():
+            os.rename(old, dest)
+            restored.append(dest)
+            log.warning("restored %s: a replacing publish was killed after moving it aside", dest)
+    return restored
+
+
 def remove_stale_temporaries(parent: str | Path, older_than_s: float = STALE_AFTER_S) -> int:
     """Delete the temporary folders a crashed or killed publish left in ``parent``: those last changed more than
-    ``older_than_s`` ago (a younger one may be another process's publish in progress); returns how many."""
+    ``older_than_s`` ago (a younger one may be another process's publish in progress), once any folder a killed
+    replacing publish moved aside is back at its path (:func:`restore_interrupted_replacements`); returns how many."""
+    restore_interrupted_replacements(parent)
     removed, now = 0, time.time()
     for p in Path(parent).glob(f"{TEMP_PREFIX}*"):
         try:
