@@ -2,15 +2,17 @@
 backbone (``critic.train_backbone`` False) trained on exactly the same steps, in the same run.
 
 A finished pipeline phase records every step its critic trained on (``step_values``). This bench takes those steps,
-trains the heads on them (each distinct state encoded once; ``--epochs`` passes, ``--lr``), and values the start
-states (``--all-states``: every state) of the run's evaluation episodes before that phase (held-out test tasks;
-phase 0: the SFT actor's greedy episodes, judged by the sandbox evaluators) with both critics. Per critic: seconds
+trains the heads on them (each distinct state encoded once; ``--epochs`` passes, ``--lr``; on the frozen backbone
+of each ``--backbone-start``: the base's states or the SFT actor's), and values the start states (``--all-states``:
+every state) of the run's evaluation episodes before that phase (held-out test tasks; phase 0: the SFT actor's
+greedy episodes, judged by the sandbox evaluators; ``--held-out validate``: the validation episodes of the phase and
+before, train-split tasks outside its rollouts) with every critic. Per critic: seconds
 to train (the published one: from its manifest), ROC AUC of V(s_0) against the episode's success (what the
 curriculum filter asks: will this task be solved?), AUC over every state, mean V(s_0) against the success rate, and
 the share of start states the filter's band [value_low, value_high] would keep.
 
     WEBRL_HOME=<home of the run> .venv/bin/python bench/critic_values.py --run cpu-demo [--phase 1]
-        [--epochs 1,20] [--lr 1e-3] [--limit 165] [--backbone-start base,actor]
+        [--epochs 1,20] [--lr 1e-3] [--limit 165] [--backbone-start base,actor] [--held-out eval|validate]
 """
 
 from __future__ import annotations
@@ -82,14 +84,19 @@ def trained_steps(session: Session, critic_version: str, prompt: PromptFn, gamma
     return examples
 
 
-def held_out(session: Session, run_id: int, before_phase: int, prompt: PromptFn, limit: int,
-             all_states: bool) -> HeldOut:
-    """The states of the run's evaluation episodes of phases before ``before_phase`` (start states only unless
-    ``all_states``), each labelled with its episode's success by the evaluators."""
+def held_out(session: Session, run_id: int, phase: int, prompt: PromptFn, limit: int, all_states: bool,
+             episodes: str = "eval") -> HeldOut:
+    """The states of the run's greedy episodes no critic of phase ``phase`` trained on (start states only unless
+    ``all_states``), each labelled with its episode's success by the evaluators: ``eval``, its test evaluations of
+    phases before ``phase``; ``validate``, the validation episodes (train-split tasks outside its rollouts) of the
+    phase's updated actor and those before it."""
+    before = m.TrajectoryRow.phase < phase if episodes == "eval" else m.TrajectoryRow.phase <= phase
     rows = session.scalars(select(m.TrajectoryRow).where(m.TrajectoryRow.run_id == run_id,
-                                                          m.TrajectoryRow.purpose == "eval",
-                                                          m.TrajectoryRow.phase < before_phase)
+                                                          m.TrajectoryRow.purpose == episodes, before)
                            .order_by(m.TrajectoryRow.id).limit(limit)).all()
+    if not rows:
+        raise SystemExit(f"no {episodes!r} episodes for phase {phase}'s critic to be valued on (a phase 0 evaluation "
+                         "read back from a stored one has none: try --held-out validate)")
     out = HeldOut([], [], [])
     for row in rows:
         traj = load_trajectory(row)
@@ -131,7 +138,7 @@ def main(args: argparse.Namespace) -> None:
         tokenizer = AutoTokenizer.from_pretrained(published.path, local_files_only=True)
         prompt = actor_prompt_fn(tokenizer, max_tokens=max_tokens)
         items = trained_steps(session, published.version, prompt, DEFAULTS.advantage.gamma)
-        data = held_out(session, run.id, args.phase, prompt, args.limit, args.all_states)
+        data = held_out(session, run.id, args.phase, prompt, args.limit, args.all_states, args.held_out)
         actor = run.options["actor"]
     max_length = max_tokens + COMPLETION_BUDGET  # the pipeline's training length (Pipeline._train_max_length)
     encoded = state_pair_items(tokenizer, items, max_length)
@@ -194,6 +201,9 @@ if __name__ == "__main__":
                         help="the heads-only critics' backbones (critic.backbone_start), comma-separated: base (the "
                         "pretrained base's states), actor (the SFT actor's; the same on a full-folder actor)")
     parser.add_argument("--limit", type=int, default=165, help="held-out episodes at most")
+    parser.add_argument("--held-out", choices=("eval", "validate"), default="eval",
+                        help="the episodes to value: the run's test evaluations before the phase (eval), or the "
+                        "validation episodes of the phase and before (validate)")
     parser.add_argument("--all-states", action="store_true", help="value every state of the held-out episodes, not "
                         "only their start states (a forward pass per state and critic)")
     main(parser.parse_args())

@@ -127,11 +127,15 @@ def main(argv: list[str] | None = None) -> None:
     console.rule("webrl demo: WebRL on the built-in sandbox sites, SmolLM2-135M + LoRA on the CPU")
     actor = sft_actor(settings)
     try:
-        app(["train", "--preset", PRESET, "--run", run, "--seed", str(seed), "--actor", str(actor),
-             "--probe", str(SHIPPED_PROBE), "--anchors", str(SHIPPED_ANCHORS), *train_flags], standalone_mode=False)
+        code = app(["train", "--preset", PRESET, "--run", run, "--seed", str(seed), "--actor", str(actor),
+                    "--probe", str(SHIPPED_PROBE), "--anchors", str(SHIPPED_ANCHORS), *train_flags],
+                   standalone_mode=False)
     except click.ClickException as refused:  # a flag `webrl train` refuses: its one-line message, status 2
         refused.show()
         raise SystemExit(refused.exit_code) from None
+    if code:  # not standalone, click answers Ctrl-C (130) and a command's typer.Exit with the code, not an exception
+        console.print(f"stopped before the end (exit {code}): `make demo` again resumes run {run!r} where it stopped")
+        raise SystemExit(code)
     assert settings.artifacts_dir is not None
     report = report_folder(train_flags, settings.artifacts_dir / "reports" / run)
     console.print(f"done: report at {report / 'report.md'}")

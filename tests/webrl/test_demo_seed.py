@@ -62,3 +62,24 @@ def test_the_demo_names_the_report_folder_train_wrote() -> None:
     assert report_folder([], default) == default
     assert report_folder(["--phases", "3", "--report", "out/r"], default) == Path("out/r")
     assert report_folder(["--report=out/r2"], default) == Path("out/r2")
+
+
+def test_an_interrupted_run_is_not_reported_done_and_exits_with_its_code(monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C in `webrl train` (not standalone, click returns 130 instead of raising): the demo says how to resume
+    and exits 130, never "done: report at" a report nobody wrote."""
+    from pathlib import Path
+
+    import webrl.cli
+    import webrl.demo
+
+    monkeypatch.setattr(webrl.demo, "sft_actor", lambda settings: Path("actor"))
+    monkeypatch.setattr(webrl.cli, "app", lambda args, standalone_mode: 130)
+    with pytest.raises(SystemExit) as stopped:
+        main([])
+    out = capsys.readouterr().out
+    assert stopped.value.code == 130 and "done" not in out
+    assert "stopped before the end (exit 130)" in out and "resumes run 'cpu-demo'" in out
+    monkeypatch.setattr(webrl.cli, "app", lambda args, standalone_mode: 0)  # a run that ended
+    main([])
+    assert "done: report at" in capsys.readouterr().out
