@@ -117,11 +117,11 @@ def _wait_for(path: Path, count: int, procs: list[subprocess.Popen], what: str) 
     return names
 
 
-def test_a_job_of_a_killed_worker_is_redelivered(redis_url: str, postgres_url: str, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGKILL of a whole worker (its process group) mid-job: after the visibility timeout another worker
-    runs the job again and dispatch gets its exact result. Redis db 14, not the shared 15: a short
-    visibility timeout would also redeliver other test runs' unacknowledged jobs."""
+def _killtest_world(redis_url: str, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                    time_limit_s: float, visibility_s: float) -> tuple[str, Path, Path, dict[str, str]]:
+    """A queue of its own on Redis db 14 (not the shared 15: a short visibility timeout would also redeliver other
+    test runs' unacknowledged jobs), this process's Celery app pointed at it with these limits, and the environment
+    its workers start with: (queue, started folder, ready folder, environment)."""
     broker = redis_url.rsplit("/", 1)[0] + "/14"
     queue = f"killtest-{uuid.uuid4().hex[:8]}"
     monkeypatch.setitem(QUEUES, "killtest", queue)
@@ -129,12 +129,21 @@ def test_a_job_of_a_killed_worker_is_redelivered(redis_url: str, postgres_url: s
     started.mkdir()
     ready.mkdir()
     env = {**os.environ, "WEBRL_JOBS__BROKER_URL": broker, "WEBRL_DATABASE__URL": postgres_url,
-           "WEBRL_HOME": str(tmp_path), "WEBRL_JOBS__TIME_LIMIT_S": str(TIME_LIMIT_S),
-           "WEBRL_JOBS__VISIBILITY_TIMEOUT_S": str(VISIBILITY_S), "KILLTEST_READY_DIR": str(ready),
+           "WEBRL_HOME": str(tmp_path), "WEBRL_JOBS__TIME_LIMIT_S": str(time_limit_s),
+           "WEBRL_JOBS__VISIBILITY_TIMEOUT_S": str(visibility_s), "KILLTEST_READY_DIR": str(ready),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     configure(Settings(home=tmp_path, database={"url": postgres_url}, _env_file=None,
-                       jobs={"broker_url": broker, "time_limit_s": TIME_LIMIT_S, "visibility_timeout_s": VISIBILITY_S,
+                       jobs={"broker_url": broker, "time_limit_s": time_limit_s, "visibility_timeout_s": visibility_s,
                              "dispatch_timeout_s": 600.0}))
+    return queue, started, ready, env
+
+
+def test_a_job_of_a_killed_worker_is_redelivered(redis_url: str, postgres_url: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL of a whole worker (its process group) mid-job: after the visibility timeout another worker
+    runs the job again and dispatch gets its exact result."""
+    queue, started, ready, env = _killtest_world(redis_url, postgres_url, tmp_path, monkeypatch, TIME_LIMIT_S,
+                                                 VISIBILITY_S)
     first = _start_worker(env, queue, "first")
     second = _start_worker(env, f"{queue}-idle", "second")  # takes the queue over once the first is dead
     outcome: dict = {}
@@ -164,20 +173,8 @@ def test_a_job_that_kills_every_worker_that_runs_it_stops_after_its_last_start(
     worker) and it starts again, MAX_STARTS times, then fails instead of looping, and dispatch says why."""
     from webrl.wire.queue import MAX_STARTS, JobStartedTooOften
 
-    broker = redis_url.rsplit("/", 1)[0] + "/14"
-    queue = f"killtest-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setitem(QUEUES, "killtest", queue)
-    started, ready = tmp_path / "started", tmp_path / "ready"
-    started.mkdir()
-    ready.mkdir()
-    limit, visibility = 60.0, 90.0  # the lost worker is noticed long before the job's time limit, as in real use
-    env = {**os.environ, "WEBRL_JOBS__BROKER_URL": broker, "WEBRL_DATABASE__URL": postgres_url,
-           "WEBRL_HOME": str(tmp_path), "WEBRL_JOBS__TIME_LIMIT_S": str(limit),
-           "WEBRL_JOBS__VISIBILITY_TIMEOUT_S": str(visibility), "KILLTEST_READY_DIR": str(ready),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    configure(Settings(home=tmp_path, database={"url": postgres_url}, _env_file=None,
-                       jobs={"broker_url": broker, "time_limit_s": limit, "visibility_timeout_s": visibility,
-                             "dispatch_timeout_s": 600.0}))
+    # the lost worker is noticed long before the job's time limit, as in real use
+    queue, started, ready, env = _killtest_world(redis_url, postgres_url, tmp_path, monkeypatch, 60.0, 90.0)
     worker = _start_worker(env, queue, "victim")
     try:
         _wait_for(ready, 1, [worker], "worker not ready")
