@@ -13,7 +13,6 @@ Nothing is downloaded: the wheel must be installed (``make setup`` and the Docke
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -114,14 +113,9 @@ def base_content_sha256(folder: Path) -> str:
     recorded = ((read_provenance(folder) or {}).get("metrics") or {}).get("content_sha256")
     if recorded:
         return str(recorded)
-    return _computed_content_sha256(str(folder.resolve()), (folder / "model.safetensors").stat().st_mtime_ns)
+    from webrl.store.checkpoints import cached_content_sha256
 
-
-@functools.lru_cache(maxsize=8)
-def _computed_content_sha256(folder: str, mtime_ns: int) -> str:
-    from webrl.store.checkpoints import content_sha256
-
-    return content_sha256(folder)
+    return cached_content_sha256(folder)
 
 
 def ensure_base(settings: Settings, name: str) -> Path:

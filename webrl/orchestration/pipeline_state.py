@@ -6,7 +6,6 @@ the stages and records each one here after its own writes commit.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,32 +99,18 @@ class PhaseState(BaseModel):
 
 
 def actor_identity(path: str) -> str | None:
-    """The content sha256 of the actor folder ``path`` (:func:`webrl.store.checkpoints.content_sha256`, what
+    """The content sha256 of the actor folder ``path`` (:func:`webrl.store.checkpoints.cached_content_sha256`, what
     :func:`webrl.store.evaluations.evaluation_key` keys an actor by; for an adapter it also names the base); None
-    when ``path`` is no folder or cannot be read as one. Hashed once per process while no file below it changes
-    (a fraction of a second for the shipped adapter, seconds for a full model of billions of parameters)."""
+    when ``path`` is no folder or cannot be read as one."""
+    from webrl.store.checkpoints import cached_content_sha256
+
     folder = Path(path)
     if not path or not folder.is_dir():
         return None
     try:
-        return _content_sha256(str(folder.resolve()), _files_signature(folder))
+        return cached_content_sha256(folder)
     except (OSError, ValueError):  # an unreadable file, a JSON file that is not JSON: no model either
         return None
-
-
-def _files_signature(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
-    """What changes when a file below ``folder`` is written, replaced, added or removed: each file's relative path,
-    inode, size and modification and change times (a change time no copy or ``touch`` can set back)."""
-    stats = ((p.relative_to(folder).as_posix(), p.stat()) for p in folder.rglob("*") if p.is_file())
-    return tuple(sorted((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for name, st in stats))
-
-
-@functools.lru_cache(maxsize=8)
-def _content_sha256(folder: str, signature: tuple[tuple[str, int, int, int, int], ...]) -> str:
-    """:func:`webrl.store.checkpoints.content_sha256` of ``folder`` while its files have ``signature``."""
-    from webrl.store.checkpoints import content_sha256
-
-    return content_sha256(folder)
 
 
 def orm_identity(path: str) -> str | None:

@@ -13,6 +13,7 @@ The sha256 covers every file of the folder except the manifest: sorted relative 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -111,6 +112,27 @@ def content_sha256(path: str | Path) -> str:
         yield json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     return _tree_sha256(path, canonical)
+
+
+def files_signature(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
+    """What changes when a file below ``folder`` is written, replaced, added or removed: each file's relative path,
+    inode, size and modification and change times (a change time no copy or ``touch`` can set back)."""
+    stats = ((p.relative_to(folder).as_posix(), p.stat()) for p in folder.rglob("*") if p.is_file())
+    return tuple(sorted((name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for name, st in stats))
+
+
+def cached_content_sha256(path: str | Path) -> str:
+    """:func:`content_sha256` of the folder ``path``, hashed once per process while no file below it changes
+    (:func:`files_signature`): what every caller that keys by an actor's content uses, so that one command reads a
+    model of billions of parameters once, not once per caller."""
+    folder = Path(path)
+    return _content_sha256_while(str(folder.resolve()), files_signature(folder))
+
+
+@functools.lru_cache(maxsize=8)
+def _content_sha256_while(folder: str, signature: tuple[tuple[str, int, int, int, int], ...]) -> str:
+    """:func:`content_sha256` of ``folder`` while its files have ``signature`` (the cache key)."""
+    return content_sha256(folder)
 
 
 def _fsync_tree(root: Path) -> None:

@@ -122,10 +122,10 @@ def evaluation_key(settings: Settings, actor: Path, configs: list[tuple[str, dic
     import torch
     import transformers
 
-    from webrl.store.checkpoints import content_sha256
+    from webrl.store.checkpoints import cached_content_sha256
 
     return EvaluationKey(
-        actor_sha256=content_sha256(actor), tasks_sha256=tasks_sha256(configs), n_tasks=len(configs),
+        actor_sha256=cached_content_sha256(actor), tasks_sha256=tasks_sha256(configs), n_tasks=len(configs),
         max_steps=rollout.max_steps, max_parse_failures=rollout.max_parse_failures,
         max_repeated_actions=rollout.max_repeated_actions, dtype=settings.models.dtype,
         max_prompt_tokens=settings.actor.max_prompt_tokens, code_sha256=code_sha256(), sandbox_seed=settings.seed,
