@@ -188,6 +188,56 @@ def test_a_job_that_kills_every_worker_that_runs_it_stops_after_its_last_start(
         configure(Settings(home=tmp_path, _env_file=None))
 
 
+def _ended(pid: int) -> bool:
+    """The process ``pid`` has exited (gone, or a zombie its parent has yet to reap)."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def test_ctrl_c_on_the_caller_stops_its_running_job_for_good(redis_url: str, postgres_url: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while ``webrl train`` waits on a job: the pool process running it ends at once (not at its end or time
+    limit), the job is stored as revoked and never delivered again (a resumed run would otherwise compute the same
+    chunk beside it), and the worker serves on."""
+    from celery.result import AsyncResult
+
+    job_s, time_limit_s, visibility_s = 28.0, 30.0, 35.0
+    queue, started, ready, env = _killtest_world(redis_url, postgres_url, tmp_path, monkeypatch, time_limit_s,
+                                                 visibility_s)
+    worker = _start_worker(env, queue, "interrupted")
+    caller = threading.get_ident()
+    sent_ids: list[str] = []
+    send_task = celery_app.send_task
+    monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: sent_ids.append((r := send_task(*a, **k)).id) or r)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def interrupt_once_started() -> None:
+        _wait_for(started, 1, [worker], "the job never started")
+        signal.pthread_kill(caller, signal.SIGINT)
+
+    try:
+        _wait_for(ready, 1, [worker], "worker not ready")
+        threading.Thread(target=interrupt_once_started, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            dispatch("killtest.sum", {"n": 10, "seconds": job_s, "started_dir": str(started)}, timeout=300)
+        interrupted = time.monotonic()
+        [pid] = [int(p.name) for p in started.iterdir()]
+        while not _ended(pid):
+            assert time.monotonic() - interrupted < job_s / 2, "the interrupted job's process still runs"
+            time.sleep(0.1)
+        assert AsyncResult(sent_ids[0], app=celery_app).state == "REVOKED"
+        time.sleep(max(0.0, interrupted + visibility_s + 4 - time.monotonic()))  # past a redelivery without an ack
+        assert [int(p.name) for p in started.iterdir()] == [pid]  # never started again
+        after = dispatch("killtest.sum", {"n": 10, "seconds": 0.0, "started_dir": str(started)}, timeout=120)
+        assert after["sum"] == 45
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _stop(worker)
+        configure(Settings(home=tmp_path, _env_file=None))
+
+
 def test_dispatch_without_a_worker_times_out_clearly(redis_url: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     queue = f"nobody-{uuid.uuid4().hex[:8]}"

@@ -7,14 +7,18 @@ finds task modules through :data:`TASK_MODULES`.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import celery.exceptions
 from celery import Celery, Task
+from celery.result import AsyncResult
 from celery.signals import worker_init
 from kombu import pools as kombu_pools
 
 from webrl.config import Settings, get_settings
+
+log = logging.getLogger(__name__)
 
 #: Queue per service; a task named ``<service>.<verb>`` goes to the service's queue.
 QUEUES: dict[str, str] = {
@@ -160,6 +164,19 @@ def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
             f"job {name} ({sent.id}) gave no result within {wait:g} s: is a worker consuming queue "
             f"{route_for(name)!r} (`celery -A webrl.wire.queue worker -Q {route_for(name)}`)? Its state: {sent.state}; "
             "WEBRL_JOBS__DISPATCH_TIMEOUT_S sets the wait") from None
+    except KeyboardInterrupt:  # Ctrl-C stops the job too: left running, it would go on beside a resumed run's copy
+        stop_job(sent)
+        raise
+
+
+def stop_job(sent: AsyncResult) -> None:
+    """Revoke the job ``sent`` on every worker, ending the pool process that runs it (SIGTERM): it is acknowledged
+    as revoked, so the broker never delivers it again. A broker that cannot be reached leaves it to its time limit
+    (logged): the interrupt that asked for this still goes through."""
+    try:
+        sent.revoke(terminate=True, signal="SIGTERM")
+    except Exception as exc:  # an interrupt must not turn into a broker error
+        log.warning("could not revoke job %s (%s): it runs to its end or its time limit", sent.id, exc)
 
 
 def configure(settings: Settings) -> Celery:
