@@ -42,7 +42,8 @@ def dashboard_expressions() -> list[str]:
 def test_dashboard_names_only_series_the_services_export() -> None:
     exported = exported_series()
     every = set().union(*exported.values())
-    named = {name for expr in dashboard_expressions() for name in re.findall(r"\bwebrl_[a-z0-9_]+", expr)}
+    named = {name for expr in dashboard_expressions()  # the series, not the labels a `by (...)` groups by
+             for name in re.findall(r"\bwebrl_[a-z0-9_]+", re.sub(r"\bby \([^)]*\)", "", expr))}
     assert named and named <= every, sorted(named - every)
     for series in ("webrl_queue_depth", "webrl_browser_episodes_in_flight", "webrl_actor_tokens_generated_total",
                    "webrl_http_request_seconds_bucket"):  # what the dashboard shows
@@ -51,6 +52,19 @@ def test_dashboard_names_only_series_the_services_export() -> None:
     assert "webrl_browser_episodes_in_flight" in exported["browser_pool"]
     for folder, series in exported.items():  # shared by every service through create_app
         assert {"webrl_queue_depth", "webrl_http_request_seconds_bucket", "webrl_http_requests_total"} <= series, folder
+
+
+def test_dashboard_groups_requests_by_the_service_label_each_service_sets() -> None:
+    """Under Prometheus' stock ``kubernetes-pods`` job every pod's ``job`` is the same: the request panels group by
+    ``webrl_service``, which each service's own series carry (its folder's name)."""
+    http = [expr for expr in dashboard_expressions() if "webrl_http_" in expr]
+    assert http and all("by (webrl_service, route" in expr and "job" not in expr for expr in http), http
+    for folder in SERVICE_DIRS:
+        client = TestClient(importlib.import_module(f"services.{folder}.app").app)
+        client.get("/metrics")
+        families = text_string_to_metric_families(client.get("/metrics").text)
+        samples = [s for f in families if f.name.startswith("webrl_http_") for s in f.samples]
+        assert samples and {s.labels["webrl_service"] for s in samples} == {folder}, folder
 
 
 def test_dashboard_panels_use_the_selected_prometheus() -> None:

@@ -298,9 +298,12 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
     app.add_middleware(InternalErrorGuard)
     app.state.settings = settings
     registry = CollectorRegistry()
-    requests_total = Counter("webrl_http_requests_total", "HTTP requests", ["route", "method", "status"],
-                             registry=registry)
-    latency = Histogram("webrl_http_request_seconds", "Request latency", ["route"], registry=registry)
+    # ``webrl_service`` names the service in the series themselves: a scrape config's ``job`` is one value for every
+    # pod under Prometheus' stock ``kubernetes-pods`` job (and ``service`` is a label its endpoint jobs set)
+    requests_total = Counter("webrl_http_requests_total", "HTTP requests", ["webrl_service", "route", "method",
+                                                                             "status"], registry=registry)
+    latency = Histogram("webrl_http_request_seconds", "Request latency", ["webrl_service", "route"],
+                        registry=registry)
     registry.register(QueueDepthCollector(settings.jobs.broker_url))
     app.state.metrics_registry = registry  # a service adds its own series (webrl.serving.metrics.register_value)
 
@@ -319,8 +322,8 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
         response = await call_next(request)
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
-        latency.labels(path).observe(time.perf_counter() - start)
-        requests_total.labels(path, request.method, str(response.status_code)).inc()
+        latency.labels(name, path).observe(time.perf_counter() - start)
+        requests_total.labels(name, path, request.method, str(response.status_code)).inc()
         response.headers["x-request-id"] = request_id
         log.info("%s %s %s %d", request_id, request.method, request.url.path, response.status_code)
         return response

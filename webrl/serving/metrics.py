@@ -5,8 +5,8 @@ logic at scrape time (the actor's generated tokens, the browser pool's episodes 
 The series, by name (``k8s/monitoring/webrl-dashboard.json`` plots them; ``tests/deploy`` checks it names no
 other):
 
-- ``webrl_http_requests_total{route, method, status}``, ``webrl_http_request_seconds{route}`` (histogram): every
-  service (``webrl/serving/factory.py``);
+- ``webrl_http_requests_total{webrl_service, route, method, status}``, ``webrl_http_request_seconds{webrl_service,
+  route}`` (histogram): every service, named by ``webrl_service`` (``webrl/serving/factory.py``);
 - ``webrl_queue_depth{queue}``: messages waiting in each Celery queue; every service, when the broker is Redis;
 - ``webrl_actor_tokens_generated_total``, ``webrl_actor_requests_in_flight``: the actor;
 - ``webrl_browser_episodes_in_flight``, ``webrl_browser_pool_size``, ``webrl_browser_restarts_total``: the browser pool.
