@@ -11,7 +11,7 @@ TORCH_INDEX_URL ?=
 .PHONY: demo test test-gpu test-exhaustive test-vllm vllm-env test-distributed deepspeed-env lint setup chromium bench clean
 
 # `make demo DEMO_ARGS="--seed 1"`: the same demo under another seed, a run of its own in the same home; other
-# flags go to `webrl train` (DEMO_ARGS="--run cpu-demo-min6 --min-solved 6": a lever tried as a run of its own).
+# flags go to `webrl train` (DEMO_ARGS="--run cpu-demo-min6 --min-solved 6 --max-attempts 2": a lever tried as a run of its own).
 demo: setup
 	$(PY) -m webrl.demo $(DEMO_ARGS)
 
