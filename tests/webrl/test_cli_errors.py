@@ -219,6 +219,7 @@ def test_a_bad_path_or_value_is_refused_naming_its_option_before_any_work(settin
         (["train", "--actor", str(TINY_ACTOR), "--report", str(a_file)], "--report", "is a file"),
         (["serve", "taskgen", "--port", "70000"], "--port", "65535"),
         (["train", "--actor", str(TINY_ACTOR), "--max-attempts", "3"], "--max-attempts", "--min-solved"),
+        (["train", "--actor", str(TINY_ACTOR), "--min-solved", "6"], "--min-solved", "--max-attempts 2 or more"),
         (["train", "--actor", str(TINY_ACTOR), "--no-curriculum", "--value-low", "0.1"], "--value-low",
          "the curriculum is off"),
         (["train-orm", "--actor", str(TINY_ACTOR), "--policy", "checkpoint:/etc"], "--policy",

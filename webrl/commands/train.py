@@ -131,6 +131,10 @@ def refuse_flags_without_effect(given: dict[str, tuple[str, Any]], record: WebRL
     if "--max-attempts" in asked and not record.rollout.min_solved:
         raise typer.BadParameter("a phase retries its unsolved tasks only with --min-solved N (the record's "
                                  "rollout.min_solved is 0)", param_hint="--max-attempts")
+    if "--min-solved" in asked and record.rollout.min_solved and record.rollout.max_attempts < 2:
+        raise typer.BadParameter("a phase retries its unsolved tasks only with --max-attempts 2 or more (the "
+                                 "record's rollout.max_attempts is 1: one attempt, nothing retried)",
+                                 param_hint="--min-solved")
     if not record.curriculum.enabled:
         for flag in (f for f in CURRICULUM_FLAGS if f in asked):
             raise typer.BadParameter("the curriculum is off (--no-curriculum): a phase rolls out seed tasks, "
