@@ -191,6 +191,8 @@ def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBac
     if settings.orm.backend == "openai":
         if not settings.orm.endpoint or not model:
             raise NotServing("the openai ORM backend needs WEBRL_ORM__ENDPOINT and WEBRL_ORM__MODEL")
+        if path and path != settings.orm.model:
+            check_served_name(settings, path)
         tokenizer = None
         if _is_allowed_folder(settings, model):
             from webrl.models.loading import load_tokenizer
@@ -204,6 +206,20 @@ def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBac
         if not is_model_folder(folder):  # the models folder itself, say: loading it would fail as a 500
             raise InvalidRequest("orm", f"{path!r} is not a model folder (no config.json or adapter_config.json)")
     return LocalOrm(model, settings)
+
+
+def check_served_name(settings: Settings, name: str) -> None:
+    """:class:`~webrl.wire.contracts.InvalidRequest` on ``orm`` unless a request's ``orm`` other than the configured
+    ``orm.model`` is a model folder a request may name (as the server serves a folder by its path): any other name
+    would be sent to the ORM server, whose refusal (a 404) would be a 500 here, and a backend built for each."""
+    refusal = (f"{name!r} is neither the served ORM ({settings.orm.model!r}, WEBRL_ORM__MODEL) nor a model folder a "
+               "request may name")
+    try:
+        folder = requested_model_folder(settings, name, "orm", configured=settings.orm.model)
+    except InvalidRequest:
+        raise InvalidRequest("orm", refusal) from None
+    if not is_model_folder(folder):
+        raise InvalidRequest("orm", refusal + " (no config.json or adapter_config.json)")
 
 
 def judge(backend: OrmBackend, trajectories: Sequence[Trajectory], threshold: float) -> list[Judgement]:

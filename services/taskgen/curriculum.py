@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from services.taskgen.dedup import Deduplicator
 from services.taskgen.grounded import GroundedGenerator, generated_task_id
@@ -56,18 +57,29 @@ def _existing_intents(settings: Settings) -> list[str]:
 
 
 def _store(settings: Settings, phase: int, generator: str, items: list[tuple[str, TaskConfig, int | None]],
-           request: str | None = None) -> list[str]:
+           request: str | None = None) -> tuple[list[str], bool]:
     """Store (key, TaskConfig, parent id) triples in one transaction, with the ``request`` digest that made them
-    (:func:`request_digest`) when given; returns the keys."""
-    keys = []
+    (:func:`request_digest`) when given. Returns the keys and True; or, when a copy of the same request (another
+    delivery of the job) stored its batch first, that batch's keys and False, and nothing of this one is stored.
+    The digest's row goes in first: a concurrent copy's insert waits for this transaction, then finds the batch."""
+    keys = [key for key, _, _ in items]
     with session_scope(settings) as s:
+        if request is not None:
+            stored = _generation_row(s, request)
+            if stored is None:
+                row = m.GenerationRequest(digest=request, task_keys=keys)
+                stored = repo.insert_once(s, row, lambda: _generation_row(s, request))
+                stored = None if stored is row else stored
+            if stored is not None:
+                return list(stored.task_keys), False
         for key, config, parent_id in items:
             repo.upsert_task(s, key, config, origin="generated", split="train", phase=phase,
                              parent_id=parent_id, generator=generator)
-            keys.append(key)
-        if request is not None:
-            s.add(m.GenerationRequest(digest=request, task_keys=keys))
-    return keys
+    return keys, True
+
+
+def _generation_row(s: Session, digest: str) -> m.GenerationRequest | None:
+    return s.scalar(select(m.GenerationRequest).where(m.GenerationRequest.digest == digest))
 
 
 def request_digest(settings: Settings, request: GenerateRequest) -> str:
@@ -98,7 +110,7 @@ def generate_grounded(settings: Settings, phase: int, parent_keys: list[str], n:
         generator.close()
     ids = {p.key: p.id for p in parents}
     items = [(f"generated/p{phase}/{p.config.task_id}", p.config, ids[p.parent_key]) for p in proposals]
-    return GenerationResult(_store(settings, phase, "grounded", items, request))
+    return GenerationResult(_store(settings, phase, "grounded", items, request)[0])
 
 
 class EndpointRefused(InvalidRequest):
@@ -154,8 +166,8 @@ def generate_llm(settings: Settings, phase: int, parent_keys: list[str], n: int,
             task_id = generated_task_id(phase, intent)
             items.append((f"generated/p{phase}/{task_id}", llm_task_config(site, intent, task_id), examples[0].id))
             per_site[site] = per_site.get(site, 0) + 1
-    result.task_keys = _store(settings, phase, "llm", items, request)
-    return result
+    result.task_keys, ours = _store(settings, phase, "llm", items, request)
+    return result if ours else GenerationResult(result.task_keys)  # another copy's batch: its report was its own
 
 
 def filter_by_value(settings: Settings, task_keys: list[str], values: dict[str, float], *,

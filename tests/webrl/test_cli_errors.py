@@ -209,6 +209,15 @@ def test_a_bad_path_or_value_is_refused_naming_its_option_before_any_work(settin
     not_a_model.mkdir()
     a_file = tmp_path / "report.md"
     a_file.write_text("kept\n")
+    broken_actor = _copy_with_broken_json(tmp_path / "broken-actor")
+    assert settings.artifacts_dir is not None  # the trainer reads a --probe only there
+    cut_probe = _cut_gzip(settings.artifacts_dir / "cut.jsonl.gz")
+    folder_probe = tmp_path / "folder.jsonl.gz"
+    folder_probe.mkdir()
+    off_list = _task_file(tmp_path / "off-list.json", "http://example.com/")
+    no_tasks = tmp_path / "none.json"
+    no_tasks.write_text("[]")
+    tiny = str(TINY_ACTOR)
     cases = [
         (["eval", "--actor", str(TINY_ACTOR), "--split", "val"], "--split", "got val"),
         (["tasks", "export", "--out", str(tmp_path)], "--out", "is a folder"),
@@ -226,6 +235,45 @@ def test_a_bad_path_or_value_is_refused_naming_its_option_before_any_work(settin
          "outside the artifacts store"),
         (["train-orm", "--actor", str(TINY_ACTOR), "--output", str(tmp_path / "orm")], "--output",
          "outside the artifacts store"),
+        # a curriculum count above what a phase's requests carry (GenerateRequest.n, parent_keys, FilterRequest)
+        (["train", "--actor", tiny, "--candidates-per-phase", "10001"], "--candidates-per-phase", "10000"),
+        (["train", "--actor", tiny, "--tasks-per-phase", "5001"], "--tasks-per-phase", "5000"),
+        (["train", "--actor", tiny, "--candidates-per-phase", "10000", "--solved-share", "0.5"],
+         "--candidates-per-phase", "above the 10000 one filter request carries"),
+        (["train", "--actor", tiny, "--min-solved", "1", "--max-attempts", "1000"], "--max-attempts",
+         "above the 10000 one labelling request carries"),
+        # a seed numpy's set_seed refuses (a probe's is also an attempt number: an INTEGER column)
+        (["train", "--actor", tiny, "--seed", "-1"], "--seed", "greater than or equal to 0"),
+        (["train", "--actor", tiny, "--seed", str(2**32)], "--seed", "4294967295"),
+        (["bootstrap", "--seed", "-1"], "--seed", "greater than or equal to 0"),
+        (["train-orm", "--actor", tiny, "--seed", str(2**32)], "--seed", "4294967295"),
+        (["tasks", "load", "--seed", "-1"], "--seed", "greater than or equal to 0"),
+        (["probe", "build", "--actor", tiny, "--output", "p.jsonl.gz", "--seed", str(2**31)], "--seed",
+         "2147483647"),
+        # more browser episodes than one rollout job runs
+        (["eval", "--actor", tiny, "--concurrency", "65"], "--concurrency", "64"),
+        (["evaluation", "store", "--actor", tiny, "--concurrency", "65"], "--concurrency", "64"),
+        (["probe", "anchors", "--actor", tiny, "--output", "a.jsonl.gz", "--concurrency", "65"], "--concurrency",
+         "64"),
+        (["bootstrap", "--concurrency", "65"], "--concurrency", "64"),
+        (["train-orm", "--actor", tiny, "--concurrency", "65"], "--concurrency", "64"),
+        (["train", "--actor", tiny, "--run", "r" * 81], "--run", "at most 80 characters"),  # runs.name String(80)
+        (["train", "--actor", tiny, "--probe", str(cut_probe)], "--probe", "cut or corrupt gzip"),
+        (["probe", "anchors", "--actor", tiny, "--output", "a.jsonl.gz", "--exclude", str(cut_probe)], "--exclude",
+         "cut or corrupt gzip"),
+        (["eval", "--actor", str(broken_actor)], "--actor", "generation_config.json is not JSON"),
+        (["train", "--actor", str(broken_actor)], "--actor", "generation_config.json is not JSON"),
+        # an output place that cannot be written, refused before the work
+        (["train-orm", "--actor", tiny, "--report-dir", str(a_file)], "--report-dir", "is a file"),
+        (["report", "some-run", "--output", str(a_file)], "--output", "is a file"),
+        (["tasks", "export", "--out", str(a_file / "x.json")], "--out", "is a file, so"),
+        (["probe", "build", "--actor", tiny, "--output", str(folder_probe)], "--output", "is a folder"),
+        (["probe", "anchors", "--actor", tiny, "--output", str(a_file / "a.jsonl.gz")], "--output",
+         "is a file, so"),
+        # a task file no episode could start from
+        (["eval", "--actor", tiny, "--tasks", str(off_list)], "--tasks",
+         "entry 0 (task_id 1): host example.com is not on the allow-list"),
+        (["eval", "--actor", tiny, "--tasks", str(no_tasks)], "--tasks", "holds no task configs"),
     ]
     for args, option, problem in cases:
         result = CliRunner().invoke(app, args, env={"COLUMNS": "200", "WEBRL_HOME": str(settings.home)})
@@ -234,3 +282,25 @@ def test_a_bad_path_or_value_is_refused_naming_its_option_before_any_work(settin
         assert f"Invalid value for {option}" in words and problem in words, (args, words)
     assert a_file.read_text() == "kept\n"
     assert not (settings.home / "webrl.db").exists()  # refused before the database was created
+
+
+def _copy_with_broken_json(folder: Path) -> Path:
+    """A copy of the tiny actor whose generation_config.json is cut short (no longer JSON)."""
+    import shutil
+
+    shutil.copytree(TINY_ACTOR, folder)
+    (folder / "generation_config.json").write_text('{"bos_token_id": ')
+    return folder
+
+
+def _cut_gzip(path: Path) -> Path:
+    """A probe file cut in the middle of its gzip stream (what a killed copy leaves)."""
+    data = (REPO / "webrl" / "assets" / "probe-smollm2.jsonl.gz").read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _task_file(path: Path, start_url: str) -> Path:
+    path.write_text(json.dumps([{"task_id": 1, "sites": ["shopping"], "intent": "Buy a mug",
+                                 "start_url": start_url}]))
+    return path

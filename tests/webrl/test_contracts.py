@@ -35,7 +35,7 @@ VALID: dict[type[Contract], dict] = {
     GenerateRequest: {"phase": 1, "parent_keys": ["k"], "n": 1},
     FilterRequest: {"task_keys": ["k"], "values": {"k": 0.5}, "critic_version": "c"},
     PhaseJob: {"phase": 1, "actor": "/a"},
-    SftJob: {"base": "/b", "output": "/o"},
+    SftJob: {"base": "/b", "output": "/o", "trajectory_ids": [1]},
     OrmHeadJob: {"base": "/b", "output": "/o", "trajectory_ids": [1, 2]},
 }
 

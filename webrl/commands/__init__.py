@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from webrl.config import Settings
@@ -21,7 +22,8 @@ def check_split(split: str) -> str:
 
 def check_model_folder(folder: Path, option: str) -> Path:
     """Raise :class:`typer.BadParameter` naming ``option`` unless ``folder`` holds a model (``config.json``) or an
-    adapter (``adapter_config.json``): a mistyped path is refused before anything loads or is hashed."""
+    adapter (``adapter_config.json``) whose JSON files are JSON (:func:`check_model_files`): a mistyped path or a
+    broken file is refused before anything loads or is hashed."""
     import typer
 
     from webrl.models.folders import is_model_folder
@@ -29,27 +31,58 @@ def check_model_folder(folder: Path, option: str) -> Path:
     if not is_model_folder(folder):
         raise typer.BadParameter(f"no model at {folder} (neither config.json nor adapter_config.json)",
                                  param_hint=option)
+    return check_model_files(folder, option)
+
+
+def check_model_files(folder: Path, option: str) -> Path:
+    """Raise :class:`typer.BadParameter` naming ``option`` and the file when a JSON file of the model folder
+    ``folder`` is not JSON: the folder's content sha256 (its identity in evaluations and runs) reads every one, and
+    would fail after the work had started."""
+    import typer
+
+    from webrl.store.checkpoints import malformed_json_file
+
+    if problem := malformed_json_file(folder):
+        raise typer.BadParameter(f"{folder} is no readable model: {problem}", param_hint=option)
     return folder
 
 
 def check_output_file(path: Path | None, option: str) -> Path | None:
-    """Raise :class:`typer.BadParameter` naming ``option`` when a file to be written is an existing folder, before the
-    work whose result it holds."""
+    """Raise :class:`typer.BadParameter` naming ``option`` when a file to be written is an existing folder or cannot be
+    written there (:func:`unwritable_place`), before the work whose result it holds."""
     import typer
 
     if path is not None and path.is_dir():
         raise typer.BadParameter(f"{path} is a folder; name a file", param_hint=option)
+    if path is not None and (problem := unwritable_place(path)):
+        raise typer.BadParameter(problem, param_hint=option)
     return path
 
 
 def check_output_folder(path: Path | None, option: str) -> Path | None:
-    """Raise :class:`typer.BadParameter` naming ``option`` when a folder to be written is an existing file, before the
-    work whose results it holds."""
+    """Raise :class:`typer.BadParameter` naming ``option`` when a folder to be written is an existing file or cannot be
+    written there (:func:`unwritable_place`), before the work whose results it holds."""
     import typer
 
     if path is not None and path.exists() and not path.is_dir():
         raise typer.BadParameter(f"{path} is a file; name a folder", param_hint=option)
+    if path is not None and (problem := unwritable_place(path)):
+        raise typer.BadParameter(problem, param_hint=option)
     return path
+
+
+def unwritable_place(path: Path) -> str | None:
+    """Why nothing can be written at ``path`` (its folders created as needed), or None: a folder on the way is a
+    file, or the nearest one that exists (``path`` itself when it exists) may not be written by this user."""
+    for place in (path, *path.parents):
+        if not place.exists():
+            continue
+        if place != path and not place.is_dir():
+            return f"{place} is a file, so {path} cannot be written"
+        if not os.access(place, os.W_OK):
+            return f"{place} is not writable by this user"
+        return None
+    return None
 
 
 def quiet_model_loading() -> None:

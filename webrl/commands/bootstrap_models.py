@@ -9,6 +9,7 @@ import typer
 from webrl.commands import check_loadable, quiet_model_loading
 from webrl.config import get_settings
 from webrl.orchestration.bootstrap import BootstrapConfig
+from webrl.wire.contracts import MAX_CONCURRENCY, MAX_SEED
 
 _DEFAULT = BootstrapConfig()  # the CLI's defaults are the config's (each documented in BootstrapConfig)
 
@@ -27,14 +28,15 @@ def bootstrap(
                                         " model of --size, from scratch. Each has its own recipe of defaults."),
     size: str = typer.Option(None, help="Tiny model preset: test, small, base, large "
                                         "(default WEBRL_MODELS__TINY_SIZE)."),
-    seed: int = typer.Option(None, help="Seed of suite, sample, init and SFT (default WEBRL_SEED)."),
+    seed: int = typer.Option(None, min=0, max=MAX_SEED, help="Seed of suite, sample, init and SFT (default "
+                                                           "WEBRL_SEED)."),
     lora_rank: int = typer.Option(None, min=1, help="Rank of the actor's LoRA adapter on --base (default 16)."),
     demos_per_template: int = typer.Option(None, min=1, help="Train tasks per template the oracle demonstrates"
                                                              " (default 3 tiny, 4 pretrained)."),
     site_demos: list[str] = typer.Option(None, help="SITE=N: N demonstrations per template of SITE instead of "
                                          "--demos-per-template (0 leaves the site out). Repeat the option."),
-    demo_seed: int = typer.Option(None, help="Seed of the demo sample alone, on the same suite (default --seed): "
-                                             "other train tasks for a stage on --start."),
+    demo_seed: int = typer.Option(None, min=0, max=MAX_SEED, help="Seed of the demo sample alone, on the same suite "
+                                  "(default --seed): other train tasks for a stage on --start."),
     start: Path = typer.Option(None, help="An SFT actor adapter on --base to keep training on these "
                                           "demonstrations (default: a new adapter)."),
     sft_minutes: float = typer.Option(None, min=0.05, help="SFT wall-clock budget (default: "
@@ -56,7 +58,8 @@ def bootstrap(
     relabelled_copies: int = typer.Option(_DEFAULT.relabelled_copies, min=0,
                                           help="Relabelled copies of each demonstration (entity names swapped,"
                                                " element ids renumbered) trained on beside it."),
-    concurrency: int = typer.Option(_DEFAULT.concurrency, min=1, help="Browser episodes at once."),
+    concurrency: int = typer.Option(_DEFAULT.concurrency, min=1, max=MAX_CONCURRENCY,
+                                    help="Browser episodes at once."),
     evaluate: bool = typer.Option(False, "--evaluate/--no-evaluate", help="Also measure success on the 165 test"
                                                                          " tasks (several more minutes)."),
     output: Path = typer.Option(None, help="Where to publish the actor (default <artifacts>/models/actor-sft)."),

@@ -14,6 +14,7 @@ from rich.table import Table
 from webrl.commands import check_loadable, check_model_folder, check_output_folder, quiet_model_loading
 from webrl.config import Settings, get_settings
 from webrl.method.hyperparams import MAX_EPISODE_STEPS, Rollout
+from webrl.wire.contracts import MAX_CONCURRENCY
 
 console = Console()
 
@@ -34,7 +35,7 @@ def _rollout(max_steps: int) -> Rollout:
 def store(
     actor: Path = typer.Option(..., help="The actor folder (the start actor of the runs that will reuse it)."),
     max_steps: int = typer.Option(8, min=1, max=MAX_EPISODE_STEPS, help="Horizon (the CPU presets': 8)."),
-    concurrency: int = typer.Option(8, min=1, help="Browser episodes at once."),
+    concurrency: int = typer.Option(8, min=1, max=MAX_CONCURRENCY, help="Browser episodes at once."),
     into: Path = typer.Option(None, help="Folder to write the stored evaluation to. Default: <artifacts>/evaluations; "
                               "webrl/assets/evaluations ships it with the package."),
     validation_tasks: int = typer.Option(0, min=0, help="The suite's validation sample of this many train-split "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from webrl.commands import check_loadable
+from webrl.commands import check_loadable, check_output_folder
 from webrl.config import get_settings
 from webrl.method.hyperparams import DEFAULTS
 from webrl.orchestration.train_orm import (
@@ -22,6 +22,7 @@ from webrl.orchestration.train_orm import (
     train_orm,
 )
 from webrl.prompts.orm_prompt import SMALL_ORM_MAX_PROMPT_TOKENS
+from webrl.wire.contracts import MAX_CONCURRENCY, MAX_SEED
 
 
 def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tuple[str, str | None]:
@@ -66,6 +67,13 @@ def check_start(base: str, lora_rank: int | None, max_prompt_tokens: int | None)
                                  "uses WEBRL_ORM__MAX_PROMPT_TOKENS, or add --lora-rank",
                                  param_hint="--max-prompt-tokens")
 
+def check_report_dir(report_dir: str | None) -> str | None:
+    """The ``--report-dir`` option's callback: a folder the report can be written to (not a file, no file on its
+    way: :func:`webrl.commands.check_output_folder`), else a usage error naming the option."""
+    check_output_folder(Path(report_dir) if report_dir is not None else None, "--report-dir")
+    return report_dir
+
+
 def register(app: typer.Typer) -> None:
     @app.command("train-orm")
     def train_orm_command(
@@ -102,13 +110,15 @@ def register(app: typer.Typer) -> None:
                                  f"{LORA_LR:g} (LoRA)."),
         batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step (--objective answer, "
                                        "--backbone-epochs)."),
-        seed: int = typer.Option(0),
+        seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the task samples, the class balance and the "
+                                 "ORM's training."),
         max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT (--objective answer) "
                                           "or of the backbone's training (--backbone-epochs)."),
-        concurrency: int = typer.Option(4, min=1, help="Episodes in flight per rollout."),
+        concurrency: int = typer.Option(4, min=1, max=MAX_CONCURRENCY, help="Episodes in flight per rollout."),
         threshold: float = typer.Option(DEFAULTS.reward.orm_threshold, min=0.0, max=1.0,
                                         help="reward = 1 if p >= threshold."),
-        report_dir: str = typer.Option(None, help="Report folder. Default: <artifacts>/reports/orm."),
+        report_dir: str = typer.Option(None, callback=lambda report_dir: check_report_dir(report_dir),
+                                       help="Report folder. Default: <artifacts>/reports/orm."),
     ) -> None:
         """Train the ORM on evaluator-labelled sandbox trajectories and report how often it is wrong."""
         settings = get_settings()

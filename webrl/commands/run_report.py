@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from webrl.commands import check_output_folder
 from webrl.config import get_settings
 
 console = Console()
@@ -16,7 +17,8 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         run: str = typer.Argument(..., help="The run's name (`webrl train --run`; `make demo`: cpu-demo)."),
-        output: Path = typer.Option(None, help="Folder for report.md and its plots. Default: "
+        output: Path = typer.Option(None, callback=lambda output: check_output_folder(output, "--output"),
+                                    help="Folder for report.md and its plots. Default: "
                                     "<artifacts>/reports/<run>, where `webrl train` writes it."),
     ) -> None:
         """Write a stored run's report (report.md, plots) and show its phase table; a run stopped midway reports

@@ -11,6 +11,9 @@ import typer
 from webrl.commands import check_output_file, check_split
 from webrl.config import get_settings
 from webrl.orchestration.task_suite import load_checked, load_summary
+from webrl.wire.contracts import MAX_SEED
+
+SEED_HELP = "Suite seed (default: WEBRL_SEED)."
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +24,7 @@ def register(app: typer.Typer) -> None:
         split: str = typer.Option("test", callback=check_split, help="train or test."),
         out: Path | None = typer.Option(None, callback=lambda out: check_output_file(out, "--out"),
                                         help="Write here (default: stdout)."),
-        seed: int | None = typer.Option(None, help="Suite seed (default: WEBRL_SEED)."),
+        seed: int | None = typer.Option(None, min=0, max=MAX_SEED, help=SEED_HELP),
     ) -> None:
         """Write a split as a JSON list of WebArena task configs (placeholder URLs, like test.raw.json)."""
         from webrl.sandbox.tasks.suite import build_suite
@@ -36,7 +39,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {len(configs)} {split} tasks to {out}", err=True)
 
     @tasks.command("load")
-    def load(seed: int | None = typer.Option(None, help="Suite seed (default: WEBRL_SEED).")) -> None:
+    def load(seed: int | None = typer.Option(None, min=0, max=MAX_SEED, help=SEED_HELP)) -> None:
         """Upsert both splits into the database (its schema brought up to date first): train as origin 'seed', test
         as origin 'test'. Refused when the database holds the suite of another seed."""
         from webrl.db.migrate import upgrade
@@ -47,7 +50,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(load_summary(load_checked(settings, settings.seed if seed is None else seed)))
 
     @tasks.command("stats")
-    def stats(seed: int | None = typer.Option(None, help="Suite seed (default: WEBRL_SEED).")) -> None:
+    def stats(seed: int | None = typer.Option(None, min=0, max=MAX_SEED, help=SEED_HELP)) -> None:
         """Tasks per split, site, kind and template."""
         from webrl.sandbox.tasks.suite import build_suite, template_by_id
 

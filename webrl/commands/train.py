@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from rich.table import Table
 
 from webrl.commands import (
     check_loadable,
+    check_model_files,
     check_model_folder,
     check_output_folder,
     check_split,
@@ -24,7 +26,7 @@ from webrl.commands.progress_display import progress_display
 from webrl.config import Settings, get_settings
 from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
 from webrl.models.folders import is_model_folder
-from webrl.wire.contracts import LogWith, TrackingSpec
+from webrl.wire.contracts import MAX_CONCURRENCY, MAX_GENERATE, MAX_PARENTS, MAX_SEED, LogWith, TrackingSpec
 
 if TYPE_CHECKING:
     from webrl.runs.eta import RunEta
@@ -101,9 +103,11 @@ def _progress() -> Progress:
     return progress_display(console)
 
 
-def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyperparams:
+def hyperparams_for(preset: str | None, overrides: dict[str, Any],
+                    flags: dict[str, str] | None = None) -> WebRLHyperparams:
     """The preset's record (the defaults without one) with the ``{"group.field": value}`` flags that were given
-    (None: not given) replaced; a value the record refuses is a ``typer.BadParameter``."""
+    (None: not given) replaced; a value the record refuses is a ``typer.BadParameter``, naming the flag of
+    ``flags`` (``{"group.field": flag}``) that gave the value (:func:`flag_at_fault`)."""
     from webrl.method.presets import PRESETS
 
     if preset and preset not in PRESETS:
@@ -111,13 +115,27 @@ def hyperparams_for(preset: str | None, overrides: dict[str, Any]) -> WebRLHyper
     base = PRESETS[preset] if preset else DEFAULTS
     from pydantic import ValidationError
 
+    given = {key: value for key, value in overrides.items() if value is not None}
+    named = {key: flag for key, flag in (flags or {}).items() if key in given}
     try:
-        return with_overrides(base, {k: v for k, v in overrides.items() if v is not None})
+        return with_overrides(base, given)
     except ValidationError as exc:  # one line naming the field: "actor.lr: Input should be greater than 0"
         first = exc.errors()[0]
-        raise typer.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        key, why = ".".join(map(str, first["loc"])), str(first["msg"]).removeprefix("Value error, ")
+        message = f"{key}: {why}" if key else why
+        raise typer.BadParameter(message, param_hint=flag_at_fault(key, message, named)) from exc
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise typer.BadParameter(str(exc), param_hint=flag_at_fault("", str(exc), named)) from exc
+
+
+def flag_at_fault(key: str, message: str, flags: dict[str, str]) -> str | None:
+    """The flag of ``flags`` (``{"group.field": flag}``, those given) that a refusal of the record names: the one of
+    the refused field ``key``, else the given field the ``message`` names first; None when it names none."""
+    if key in flags:
+        return flags[key]
+    found = ((re.search(rf"\b{re.escape(field.rpartition('.')[2])}\b", message), flag) for field, flag in flags.items())
+    named = [(match.start(), flag) for match, flag in found if match]
+    return min(named)[1] if named else None
 
 
 #: Flags whose knob only the curriculum reads: with ``--no-curriculum`` a phase rolls out seed tasks, unfiltered.
@@ -203,13 +221,13 @@ def check_probe(settings: Settings, probe: Path, flag: str = "--probe") -> None:
         load_probe(probe)
     except InvalidRequest as refused:
         raise typer.BadParameter(str(refused).removeprefix(f"{flag}: "), param_hint=flag) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # load_probe's ValueError also names a cut or corrupt gzip
         raise typer.BadParameter(f"{probe} is not a probe file ({exc})", param_hint=flag) from None
 
 
 def tracking_for(run: str, log_with: str) -> TrackingSpec:
     """Where the run's training metrics go; a tracker whose package is missing, or a run name that cannot be a
-    folder, is a ``typer.BadParameter`` (one line)."""
+    folder or is longer than the database's ``runs.name``, is a ``typer.BadParameter`` (one line)."""
     from pydantic import ValidationError
 
     from webrl.runs.tracking import missing_package
@@ -220,7 +238,7 @@ def tracking_for(run: str, log_with: str) -> TrackingSpec:
     try:
         return TrackingSpec(run=run, log_with=log_with)
     except ValidationError as exc:
-        raise typer.BadParameter(f"{run!r} cannot name the run's metrics folder: "
+        raise typer.BadParameter(f"{run!r} cannot name the run (its database row and its metrics folder): "
                                  f"{exc.errors()[0]['msg']}", param_hint="--run") from None
 
 
@@ -301,14 +319,16 @@ def register(app: typer.Typer) -> None:
         solved_share: float = typer.Option(None, min=0.0, max=1.0, help="Up to this share of a phase's tasks are "
                                            "new instances of the templates of tasks the run has solved, ahead of "
                                            "those grown from failures (0: WebRL's). Default: the preset's."),
-        tasks_per_phase: int = typer.Option(None, min=1, help="Tasks a phase keeps after the filter and rolls out "
-                                            f"(paper: ~500; {DEFAULTS.curriculum.tasks_per_phase} without a preset, "
-                                            "fewer in the CPU presets). More tasks: more successes to learn from, and "
-                                            "each phase's rollouts, critic and update longer. Default: the preset's."),
-        candidates_per_phase: int = typer.Option(None, min=1, help="Tasks generated per phase before the filter, "
-                                                 "at least --tasks-per-phase (equal: the filter keeps every "
-                                                 "candidate). Default: the preset's."),
-        seed: int = typer.Option(None, help="Random seed. Default: 0 (a resumed run: its own)."),
+        tasks_per_phase: int = typer.Option(None, min=1, max=MAX_PARENTS, help="Tasks a phase keeps after the "
+                                            "filter and rolls out (paper: ~500; "
+                                            f"{DEFAULTS.curriculum.tasks_per_phase} without a preset, fewer in the "
+                                            "CPU presets). More tasks: more successes to learn from, and each phase's "
+                                            "rollouts, critic and update longer. Default: the preset's."),
+        candidates_per_phase: int = typer.Option(None, min=1, max=MAX_GENERATE, help="Tasks generated per phase "
+                                                 "before the filter, at least --tasks-per-phase (equal: the filter "
+                                                 "keeps every candidate). Default: the preset's."),
+        seed: int = typer.Option(None, min=0, max=MAX_SEED, help="Random seed. Default: 0 (a resumed run: its "
+                                 "own)."),
         rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
                                                   "rollouts (evaluation stays greedy). Default: the preset's."),
         max_steps: int = typer.Option(None, min=1, max=MAX_EPISODE_STEPS, help="Rollout horizon: actions per "
@@ -421,6 +441,7 @@ def register(app: typer.Typer) -> None:
         actor_path = actor or default_actor(settings)
         if not is_model_folder(actor_path):
             raise typer.BadParameter(f"no model at {actor_path}; run `webrl bootstrap` first", param_hint="--actor")
+        check_model_files(actor_path, "--actor")
         orm_path = orm or (default_orm(settings) if is_model_folder(default_orm(settings)) else None)
         if orm is not None:
             check_model_folder(orm, "--orm")
@@ -457,7 +478,7 @@ def register(app: typer.Typer) -> None:
             "--activation-checkpointing": ("batching.gradient_checkpointing", activation_checkpointing),
             "--eval-tasks": ("evaluation.tasks", eval_tasks),
         }
-        hyperparams = hyperparams_for(preset, dict(given.values()))
+        hyperparams = hyperparams_for(preset, dict(given.values()), {key: flag for flag, (key, _) in given.items()})
         refuse_flags_without_effect(given, hyperparams)
         options = PipelineOptions(run=run, actor=str(actor_path.resolve()),
                                   orm=str(orm_path.resolve()) if orm_path else "", seed=seed or 0,
@@ -525,7 +546,8 @@ def register(app: typer.Typer) -> None:
         split: str = typer.Option("test", callback=check_split, help="Task split of the built-in suite."),
         tasks: Path = typer.Option(None, help="A JSON file of WebArena task configs (e.g. WebArena-Lite)."),
         limit: int = typer.Option(None, min=1, help="Evaluate only the first N tasks."),
-        concurrency: int = typer.Option(4, min=1, help="Concurrent browser episodes (--run: the run's own)."),
+        concurrency: int = typer.Option(4, min=1, max=MAX_CONCURRENCY, help="Concurrent browser episodes (--run: "
+                                        "the run's own)."),
         max_steps: int = typer.Option(None, min=1, max=MAX_EPISODE_STEPS, help="Episode horizon (default "
                                       f"{DEFAULTS.rollout.max_steps}, WebRL's; the CPU presets use 8-10)."),
         screenshots: bool = typer.Option(True, "--screenshots/--no-screenshots", help="Store a downscaled "
@@ -550,9 +572,7 @@ def register(app: typer.Typer) -> None:
         if tasks is not None and not tasks.exists():
             raise typer.BadParameter(f"{tasks} does not exist", param_hint="--tasks")
         if tasks is not None:
-            from webrl.agent.schemas import load_task_file
-
-            load_task_file(tasks)  # a bad file is one line naming the entry and field, before anything starts
+            check_task_file(settings, tasks)
         ensure_ready(settings)
         with sandbox_if_needed(settings), _progress() as progress:
             result = evaluate_actor(settings, actor, split=split, tasks_file=tasks, limit=limit,
@@ -567,6 +587,25 @@ def register(app: typer.Typer) -> None:
         console.print(table)
         if tasks is None:
             print_template_groups(settings, actor, split=split, limit=limit, max_steps=max_steps)
+
+
+def check_task_file(settings: Settings, tasks: Path) -> None:
+    """Refuse ``webrl eval --tasks`` before anything starts: a file that is no task list is one line naming the entry
+    and field (:func:`webrl.agent.schemas.load_task_file`); one without tasks, or with an entry whose start URL no
+    episode may open (not http(s), or its host off the browser allow-list), a ``typer.BadParameter`` naming the
+    entry and the URL (:func:`webrl.safety.allow_list.first_refused`, as ``webrl pages check``)."""
+    from webrl.agent.schemas import load_task_file
+    from webrl.commands.pages import ALLOW_LIST_HINT
+    from webrl.safety.allow_list import first_refused
+
+    configs = load_task_file(tasks)
+    if not configs:
+        raise typer.BadParameter(f"{tasks} holds no task configs", param_hint="--tasks")
+    allowed = settings.host_allow_list()
+    for index, config in enumerate(configs):
+        if problem := first_refused(config.start_urls(settings), allowed):
+            raise typer.BadParameter(f"{tasks}: entry {index} (task_id {config.task_id!r}): {problem} "
+                                     f"({ALLOW_LIST_HINT})", param_hint="--tasks")
 
 
 def print_template_groups(settings: Settings, actor: Path, *, split: str, limit: int | None,

@@ -19,6 +19,7 @@ from webrl.text import without_nul
 
 _NON_WORD = re.compile(r"[^a-z0-9]+")
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 def insert_once(session: Session, row: T, stored: Callable[[], T | None]) -> T:
@@ -41,6 +42,38 @@ def insert_once(session: Session, row: T, stored: Callable[[], T | None]) -> T:
         if winner is None:
             raise
         return winner
+
+
+def insert_each_once(session: Session, keys: Sequence[K], make: Callable[[K], T],
+                     stored: Callable[[K], T | None]) -> list[tuple[T, bool]]:
+    """:func:`insert_once` for many rows: ``make(key)`` for each of ``keys`` (unique keys the caller found free), all
+    in one savepoint; when a concurrent writer committed some of those keys in between, that savepoint is rolled
+    back and each row goes in its own (:func:`insert_once`), the writer's row (``stored(key)``) standing for each key
+    it stored. Returns ``(row, inserted)`` per key, in order; ``inserted`` False: the other writer's row."""
+    if not keys:
+        return []
+    if session.get_bind().dialect.name == "sqlite":  # serialised writers (insert_once)
+        return [(row, True) for row in _add_all(session, keys, make)]
+    try:
+        with session.begin_nested():
+            rows = _add_all(session, keys, make)
+        return [(row, True) for row in rows]
+    except IntegrityError:
+        return [_insert_key_once(session, key, make, stored) for key in keys]
+
+
+def _add_all(session: Session, keys: Sequence[K], make: Callable[[K], T]) -> list[T]:
+    rows = [make(key) for key in keys]
+    session.add_all(rows)
+    session.flush()
+    return rows
+
+
+def _insert_key_once(session: Session, key: K, make: Callable[[K], T],
+                     stored: Callable[[K], T | None]) -> tuple[T, bool]:
+    row = make(key)
+    kept = insert_once(session, row, lambda: stored(key))
+    return kept, kept is row
 
 
 def normalise_intent(intent: str) -> str:
@@ -237,17 +270,26 @@ def save_label(session: Session, trajectory_id: int, orm_version: str, p_yes: fl
         m.OrmLabel.trajectory_id == trajectory_id, m.OrmLabel.orm_version == orm_version)))
 
 
+def stored_critic_values(session: Session, critic_version: str,
+                         task_ids: Iterable[int]) -> dict[int, m.CriticValue]:
+    """The values stored under ``critic_version`` for ``task_ids``, by task id."""
+    rows = session.scalars(select(m.CriticValue).where(m.CriticValue.critic_version == critic_version,
+                                                       m.CriticValue.task_id.in_(list(task_ids))))
+    return {row.task_id: row for row in rows}
+
+
 def save_critic_values(session: Session, critic_version: str, values: Iterable[tuple[int, float]]) -> None:
-    """Store V(start) per task; idempotent per (task, critic version)."""
+    """Store V(start) per task; idempotent per (task, critic version): a stored value (the first given for a task)
+    is kept, also one a concurrent writer (another delivery of the job) committed meanwhile."""
+    wanted: dict[int, float] = {}
     for task_id, value in values:
-        exists = session.scalar(
-            select(m.CriticValue.id).where(
-                m.CriticValue.task_id == task_id, m.CriticValue.critic_version == critic_version
-            )
-        )
-        if exists is None:
-            session.add(m.CriticValue(task_id=task_id, critic_version=critic_version, value=value))
-    session.flush()
+        wanted.setdefault(task_id, value)
+    stored = stored_critic_values(session, critic_version, wanted)
+    missing = [task_id for task_id in wanted if task_id not in stored]
+    insert_each_once(session, missing,
+                     lambda task_id: m.CriticValue(task_id=task_id, critic_version=critic_version,
+                                                   value=wanted[task_id]),
+                     lambda task_id: stored_critic_values(session, critic_version, [task_id]).get(task_id))
 
 
 @dataclass(frozen=True)
@@ -263,29 +305,43 @@ class StepValues:
     used: bool
 
 
+def stored_step_values(session: Session, critic_version: str, step_ids: Iterable[int]) -> dict[int, m.StepValue]:
+    """The step values stored under ``critic_version`` for ``step_ids``, by step id."""
+    rows = session.scalars(select(m.StepValue).where(m.StepValue.critic_version == critic_version,
+                                                     m.StepValue.step_id.in_(list(step_ids))))
+    return {row.step_id: row for row in rows}
+
+
 def save_step_values(session: Session, critic_version: str, phase: int, values: Iterable[StepValues]) -> int:
     """Store each step's values under ``critic_version``, one row per (step, critic): a retried phase that trained
     its critic again (not bit-identical on a GPU) overwrites them, so the stored values are the ones its actor
-    trained with. Returns how many rows were new."""
+    trained with; so does one whose rows a concurrent writer (another delivery of the job) committed meanwhile.
+    Returns how many rows were new."""
     values = list(values)
     rows = session.execute(select(m.StepRow.trajectory_id, m.StepRow.index, m.StepRow.id)
                            .where(m.StepRow.trajectory_id.in_({v.trajectory_id for v in values}))).all()
     step_ids = {(trajectory_id, index): step_id for trajectory_id, index, step_id in rows}
-    stored = {row.step_id: row for row in session.scalars(select(m.StepValue).where(
-        m.StepValue.critic_version == critic_version, m.StepValue.step_id.in_(list(step_ids.values()))))}
-    new = 0
-    for v in values:
+    fields: dict[int, dict[str, float | int | bool]] = {}
+    for v in values:  # a step given twice: the last values stand
         step_id = step_ids.get((v.trajectory_id, v.index))
-        if step_id is None:
-            continue
-        fields = {"phase": phase, "v_s": v.v_s, "v_next": v.v_next, "advantage": v.advantage,
-                  "advantage_binarised": v.advantage_binarised, "used": v.used}
-        if step_id in stored:
-            for name, value in fields.items():
-                setattr(stored[step_id], name, value)
-            continue
-        stored[step_id] = m.StepValue(step_id=step_id, critic_version=critic_version, **fields)
-        session.add(stored[step_id])
-        new += 1
+        if step_id is not None:
+            fields[step_id] = {"phase": phase, "v_s": v.v_s, "v_next": v.v_next, "advantage": v.advantage,
+                               "advantage_binarised": v.advantage_binarised, "used": v.used}
+    stored = stored_step_values(session, critic_version, fields)
+    for step_id, row in stored.items():
+        _overwrite(row, fields[step_id])
+    missing = [step_id for step_id in fields if step_id not in stored]
+    saved = insert_each_once(session, missing,
+                             lambda step_id: m.StepValue(step_id=step_id, critic_version=critic_version,
+                                                         **fields[step_id]),
+                             lambda step_id: stored_step_values(session, critic_version, [step_id]).get(step_id))
+    for row, inserted in saved:
+        if not inserted:
+            _overwrite(row, fields[row.step_id])
     session.flush()
-    return new
+    return sum(inserted for _, inserted in saved)
+
+
+def _overwrite(row: m.StepValue, fields: dict[str, float | int | bool]) -> None:
+    for name, value in fields.items():
+        setattr(row, name, value)

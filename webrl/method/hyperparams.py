@@ -26,6 +26,16 @@ Count = Annotated[int, Field(ge=1)]
 #: The longest episode a rollout runs (the bound of ``rollout.max_steps``), so also the longest history or
 #: trajectory a request carries (``webrl.wire.contracts``). This project's bound, not in the paper.
 MAX_EPISODE_STEPS = 100
+#: The bounds of the requests a run sends (``webrl.wire.contracts`` names them too; they live here because the
+#: contracts import this module): the record's counts are bounded by them, so a run the record accepts never meets
+#: a request its own phases may not send. Tasks one ``taskgen.generate`` request asks for at most:
+MAX_GENERATE = 10_000
+#: ... and the parent tasks it names at most (a phase with more samples them: ``Pipeline._capped_parents``).
+MAX_PARENTS = 5_000
+#: Task keys or trajectory ids one request carries at most: each becomes a bound parameter of an SQL ``IN (...)``.
+MAX_KEYS = 10_000
+#: Browser episodes one rollout or observe job runs at once at most.
+MAX_CONCURRENCY = 64
 
 
 def check_band(low: float, high: float, names: tuple[str, str] = ("low", "high")) -> None:
@@ -46,11 +56,11 @@ class Curriculum:
 
     phases: Count = 3
     """WebRL phases after the SFT actor (paper section 4.1: 8 on WebArena-Lite; 3 is the CPU demo's)."""
-    tasks_per_phase: Count = 48
+    tasks_per_phase: Annotated[int, Field(ge=1, le=MAX_PARENTS)] = 48
     """Tasks kept per phase after the filter (paper section 3.1: ~500; 48 is the CPU demo's)."""
-    candidates_per_phase: Count = 96
+    candidates_per_phase: Annotated[int, Field(ge=1, le=MAX_GENERATE)] = 96
     """Tasks generated per phase before the filter (published code: generated in bulk; 96 is the CPU demo's)."""
-    seed_tasks: Count = 48
+    seed_tasks: Annotated[int, Field(ge=1, le=MAX_KEYS)] = 48
     """Phase 0: seed train tasks the SFT actor attempts; its failures seed the curriculum (this project's)."""
     enabled: bool = True
     """False: phase tasks are fresh seed tasks, no generation (the "w/o curriculum" ablation, paper section 4.3)."""
@@ -77,6 +87,16 @@ class Curriculum:
         if self.candidates_per_phase < self.tasks_per_phase:  # the filter keeps tasks_per_phase of the candidates
             raise ValueError(f"curriculum.candidates_per_phase {self.candidates_per_phase} is below tasks_per_phase "
                              f"{self.tasks_per_phase}: a phase cannot keep more tasks than it generates")
+        if self.filtered_at_most > MAX_KEYS:  # one observe and one filter request carry them all
+            raise ValueError(f"curriculum.candidates_per_phase {self.candidates_per_phase} plus the solved_share "
+                             f"{self.solved_share} of tasks_per_phase {self.tasks_per_phase} is "
+                             f"{self.filtered_at_most} candidates a phase, above the {MAX_KEYS} one filter request "
+                             "carries")
+
+    @property
+    def filtered_at_most(self) -> int:
+        """The most candidates a phase's filter values: those generated plus the solved templates' instances."""
+        return self.candidates_per_phase + round(self.solved_share * self.tasks_per_phase)
 
 
 @dataclass(frozen=True)
@@ -105,9 +125,9 @@ class Rollout:
     (``actor.min_new_positive_steps``), and on the CPU demo that happens with 24 tasks a phase."""
     max_attempts: Count = 1
     """At most this many attempts at a task in one phase (with ``min_solved``)."""
-    chunk: Count = 16
+    chunk: Annotated[int, Field(ge=1, le=MAX_KEYS)] = 16
     """Tasks per rollout job: the unit of progress and of resumable work (execution, not in the paper)."""
-    concurrency: Count = 4
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] = 4
     """Browser episodes in flight per rollout job (execution, not in the paper)."""
 
 
@@ -121,7 +141,7 @@ class Evaluation:
     """Test tasks evaluated after each phase (paper section 4.1: WebArena-Lite's 165)."""
     subset: Count | None = None
     """Phases between the first and the last evaluate a fixed stratified sample of this many (None: all)."""
-    concurrency: Count | None = None
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | None = None
     """Evaluation episodes at once (None: ``rollout.concurrency``). Greedy decoding has no sampling stream for the
     batching to reorder, so it changes the evaluation's time, not what the actor does."""
     validation_tasks: Annotated[int, Field(ge=0)] = 0
@@ -377,6 +397,17 @@ class WebRLHyperparams:
     actor: ActorLoss = field(default_factory=ActorLoss)
     critic: Critic = field(default_factory=Critic)
     batching: Batching = field(default_factory=Batching)
+
+    def __post_init__(self) -> None:
+        if self.labelled_at_most > MAX_KEYS:  # the label stage scores them in one request
+            raise ValueError(f"rollout.max_attempts {self.rollout.max_attempts} at curriculum.tasks_per_phase "
+                             f"{self.curriculum.tasks_per_phase} is up to {self.labelled_at_most} rollouts a phase, "
+                             f"above the {MAX_KEYS} one labelling request carries")
+
+    @property
+    def labelled_at_most(self) -> int:
+        """The most training rollouts a phase labels: its tasks, once per attempt (retries need ``min_solved``)."""
+        return self.curriculum.tasks_per_phase * (self.rollout.max_attempts if self.rollout.min_solved else 1)
 
 
 #: The record with every default: the paper's method at the CPU demo's scale.

@@ -6,6 +6,7 @@ behaviour without touching the environment), so a missing file is an error, neve
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 
 #: The manifest a published checkpoint folder holds (``webrl.store.checkpoints.MANIFEST_FILE``); its "version" names it.
 VERSION_FILE = "webrl_checkpoint.json"
+#: The longest version the database stores (its version columns are String(80)).
+MAX_VERSION_CHARS = 80
 
 _DTYPES: dict[str, torch.dtype | str] = {
     "float32": torch.float32,
@@ -152,7 +155,8 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
 
 
 def checkpoint_version(path: str | Path) -> str:
-    """The version a folder declares in :data:`VERSION_FILE`, else its folder name."""
+    """The version a folder declares in :data:`VERSION_FILE`, else its folder name; one longer than the version
+    columns hold (:data:`MAX_VERSION_CHARS`) is bounded (:func:`bounded_version`)."""
     folder = Path(path)
     marker = folder / VERSION_FILE
     if marker.is_file():
@@ -161,5 +165,15 @@ def checkpoint_version(path: str | Path) -> str:
         except (json.JSONDecodeError, AttributeError):
             version = None
         if version:
-            return str(version)
-    return folder.name
+            return bounded_version(str(version))
+    return bounded_version(folder.name)
+
+
+def bounded_version(version: str) -> str:
+    """``version`` when the version columns hold it (``trajectories.actor_version``, ``orm_labels.orm_version``,
+    ``critic_values.critic_version``: 80 characters); a longer one as its first 63 characters, "-" and 8 hex digits
+    of the sha256 of the whole, so two long names that share their start stay apart."""
+    if len(version) <= MAX_VERSION_CHARS:
+        return version
+    digest = hashlib.sha256(version.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{version[:63]}-{digest}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import torch
 
 from webrl.models.examples import EncodedExample, collate, encode_example, pad_id_of
 from webrl.models.logprobs import target_logits
+from webrl.whole_files import written_whole
 
 
 @dataclass(frozen=True)
@@ -36,24 +38,29 @@ class ProbeStep:
 
 
 def save_probe(steps: Sequence[ProbeStep], path: str | Path) -> Path:
-    """Write ``steps`` as gzip JSON lines (sorted keys and a fixed mtime: the same steps give the same bytes)."""
+    """Write ``steps`` as gzip JSON lines (sorted keys and a fixed mtime: the same steps give the same bytes), whole
+    (:func:`webrl.whole_files.written_whole`): a crash mid-write leaves what ``path`` held, never half a probe."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+    with written_whole(path) as partial, partial.open("wb") as raw, \
+            gzip.GzipFile(filename=str(path), fileobj=raw, mode="wb", mtime=0) as out:  # the header names path
         for step in steps:
             out.write((json.dumps(asdict(step), sort_keys=True, ensure_ascii=False) + "\n").encode())
     return path
 
 
 def load_probe(path: str | Path) -> list[ProbeStep]:
-    """The probe steps of ``path``; ValueError naming the line when one is not a probe step."""
+    """The probe steps of ``path``; ValueError naming the line when one is not a probe step, or naming the file when
+    it is a cut or corrupt gzip stream (``gzip.BadGzipFile``, an ``OSError``, when it is no gzip at all)."""
     steps = []
     with gzip.open(path, "rt", encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            try:
-                steps.append(ProbeStep(**json.loads(line)))
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{path}: line {number} is not a probe step ({exc})") from exc
+        try:
+            for number, line in enumerate(lines, 1):
+                try:
+                    steps.append(ProbeStep(**json.loads(line)))
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"{path}: line {number} is not a probe step ({exc})") from exc
+        except (EOFError, zlib.error) as exc:
+            raise ValueError(f"{path}: a cut or corrupt gzip stream ({exc or type(exc).__name__})") from exc
     return steps
 
 

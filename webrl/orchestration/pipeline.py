@@ -69,6 +69,8 @@ from webrl.wire import clients
 from webrl.wire.contracts import (
     DEMONSTRATION_ATTEMPT,
     DEMONSTRATION_PURPOSE,
+    MAX_PARENTS,
+    MAX_STATES,
     VALIDATION_ATTEMPT,
     VALIDATION_PURPOSE,
     CheckpointSpec,
@@ -93,6 +95,9 @@ __all__ = ["BASELINE_STAGES", "BASELINE_TABLE", "PHASE_TABLE", "STAGES", "PhaseS
 log = logging.getLogger(__name__)
 
 ProgressHook = Callable[[str, int, int], None]  # (label, done, total)
+#: Added to the phase index as the salt of the sample of a phase's parents (``Pipeline._capped_parents``), apart from
+#: the salts of the task samples (0, the phase index).
+PARENTS_SALT = 1_000_000
 
 
 def sampling_seed(seed: int, phase: int, attempt: int) -> int:
@@ -295,7 +300,7 @@ class Pipeline:
         # a phase without failures still evolves: from every task it attempted (published code: any seed set)
         parents = failed or attempted_task_keys(previous)
         result = clients.taskgen_generate(GenerateRequest(
-            phase=index, parent_keys=parents, n=curriculum.candidates_per_phase,
+            phase=index, parent_keys=self._capped_parents(parents, index), n=curriculum.candidates_per_phase,
             generator=curriculum.generator, seed=self.options.seed * 1000 + index,
         ))
         instances = self._solved_template_instances(index)
@@ -316,7 +321,7 @@ class Pipeline:
         if not solved:
             return []
         return clients.taskgen_generate(GenerateRequest(
-            phase=index, parent_keys=solved, n=n, generator="grounded", evolve="instances",
+            phase=index, parent_keys=self._capped_parents(solved, index), n=n, generator="grounded", evolve="instances",
             seed=self.options.seed * 1000 + index,
         )).task_keys
 
@@ -364,9 +369,11 @@ class Pipeline:
         if not keys or not (critic or orm):
             return None, "none"
         starts = clients.rollout_observe(ObserveRequest(task_keys=keys)).states
-        if critic:
+        if critic:  # a request holds at most MAX_STATES states: the paper's 1,000 candidates take four
             states = [CriticState.of(start) for start in starts]
-            values = clients.critic_value(ValueRequest(critic=critic, states=states)).values
+            values = [value for i in range(0, len(states), MAX_STATES)
+                      for value in clients.critic_value(ValueRequest(critic=critic,
+                                                                     states=states[i:i + MAX_STATES])).values]
             judge = f"critic:{Path(critic).name}"
         else:
             values = clients.orm_start_value(StartValueRequest(orm=orm, states=starts)).values
@@ -493,6 +500,12 @@ class Pipeline:
     def _sample(self, keys: list[str], n: int, salt: int) -> list[str]:
         rng = random.Random(self.options.seed * 7919 + salt)
         return sorted(rng.sample(keys, min(n, len(keys))))
+
+    def _capped_parents(self, keys: list[str], index: int) -> list[str]:
+        """The parents of phase ``index``'s generate request: ``keys`` as they are, or, when there are more than one
+        request names (:data:`~webrl.wire.contracts.MAX_PARENTS`: the solved tasks of many phases), the run's seeded
+        sample of that many, the same on a resume."""
+        return keys if len(keys) <= MAX_PARENTS else self._sample(keys, MAX_PARENTS, salt=PARENTS_SALT + index)
 
     def _policy(self, actor: str, temperature: float | None, label: str) -> PolicySpec:
         """What a rollout of the folder ``actor`` runs (:func:`webrl.policies.actor_service.rollout_policy`), with the

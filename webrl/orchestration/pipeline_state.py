@@ -243,29 +243,47 @@ class RunStore:
         which are stored back), refused (``InvalidRequest`` on "actor" or "orm", nothing stored changed) when one of
         those folders now holds another checkpoint (:func:`refuse_changed_folders`). The store and the options the
         run goes on with."""
+        from webrl.db.repository import insert_once
+
         with session_scope(settings) as s:
-            run = s.scalar(select(m.Run).where(m.Run.name == options.run))
+            run = cls._run(s, options.run)
             if run is None:
-                options = options.with_folder_identities()
-                run = m.Run(name=options.run, options=options.to_json())
-                s.add(run)
-                s.flush()
-            else:
-                phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run.id))
-                started = {p.index: list(p.stages_done) for p in phases}
-                options = resumed_options(options, run.options, started, end_at)
-                refuse_changed_folders(options)  # the actor's hash reads its every file, once per process
-                run.options = options.to_json()
-            return cls(settings, run.id), options
+                new = options.with_folder_identities()
+                created = m.Run(name=new.run, options=new.to_json())
+                run = insert_once(s, created, lambda: cls._run(s, options.run))
+                if run is created:
+                    return cls(settings, run.id), new
+            # stored, or created meanwhile by a concurrent open of the same name (whose options it then keeps)
+            return cls(settings, run.id), cls._resumed(s, run, options, end_at)
+
+    @staticmethod
+    def _run(s: Session, name: str) -> m.Run | None:
+        return s.scalar(select(m.Run).where(m.Run.name == name))
+
+    @staticmethod
+    def _resumed(s: Session, run: m.Run, options: PipelineOptions, end_at: int | None) -> PipelineOptions:
+        """The options stored run ``run`` goes on with (:func:`resumed_options`), stored back; refused when its
+        folders changed (:func:`refuse_changed_folders`)."""
+        phases = s.scalars(select(m.Phase).where(m.Phase.run_id == run.id))
+        started = {p.index: list(p.stages_done) for p in phases}
+        options = resumed_options(options, run.options, started, end_at)
+        refuse_changed_folders(options)  # the actor's hash reads its every file, once per process
+        run.options = options.to_json()
+        return options
 
     def phase_row(self, s: Session, index: int) -> m.Phase:
-        """Phase ``index``'s row, created (no stage done) when the phase has none yet."""
-        row = s.scalar(select(m.Phase).where(m.Phase.run_id == self.run_id, m.Phase.index == index))
+        """Phase ``index``'s row, created (no stage done) when the phase has none yet (or the one a concurrent
+        writer created meanwhile)."""
+        from webrl.db.repository import insert_once
+
+        row = self._phase(s, index)
         if row is None:
-            row = m.Phase(run_id=self.run_id, index=index, stages_done=[], metrics={})
-            s.add(row)
-            s.flush()
+            row = insert_once(s, m.Phase(run_id=self.run_id, index=index, stages_done=[], metrics={}),
+                              lambda: self._phase(s, index))
         return row
+
+    def _phase(self, s: Session, index: int) -> m.Phase | None:
+        return s.scalar(select(m.Phase).where(m.Phase.run_id == self.run_id, m.Phase.index == index))
 
     def stages_done(self, index: int) -> list[str]:
         with session_scope(self.settings) as s:

@@ -106,12 +106,33 @@ def content_sha256(path: str | Path) -> str:
         if file.suffix != ".json":
             yield from _chunks(file)
             return
-        data = json.loads(file.read_text())
+        data = _json_of(file)
         if isinstance(data, dict):
             data = {k: v for k, v in data.items() if k not in WRITER_STAMPS}
         yield json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     return _tree_sha256(path, canonical)
+
+
+def _json_of(file: Path) -> Any:
+    """The data of the JSON file ``file``; ValueError naming it when it is not JSON (or not UTF-8 text)."""
+    try:
+        return json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file} is not JSON ({exc})") from None
+
+
+def malformed_json_file(folder: str | Path) -> str | None:
+    """Why a JSON file under ``folder`` cannot be read as :func:`content_sha256` reads it, naming the first such
+    (in the order it hashes them); None when every one can: a model folder is checked before its identity is
+    needed, so a broken file is named up front rather than by a traceback after work has started."""
+    root = Path(folder)
+    for file in sorted(p for p in root.rglob("*.json") if p.is_file() and p.name != MANIFEST_FILE):
+        try:
+            _json_of(file)
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def files_signature(folder: Path) -> tuple[tuple[str, int, int, int, int], ...]:
@@ -262,19 +283,24 @@ def remove_stale_temporaries(parent: str | Path, older_than_s: float = STALE_AFT
 def record(session: Session, info: CheckpointInfo) -> m.Checkpoint:
     """The checkpoints row of ``info``, one per (role, version): inserted, or, when a retried job published the
     version again (a retrain that is not bit-identical, on a GPU), brought up to the folder now on disk, so its
-    sha256 verifies and the job is not retrained on every later delivery."""
-    row = session.scalar(select(m.Checkpoint).where(m.Checkpoint.role == info.role,
-                                                     m.Checkpoint.version == info.version))
+    sha256 verifies and the job is not retrained on every later delivery. A concurrent writer (another delivery of
+    the job) that committed the row meanwhile is such a publisher too: its row is brought up to date, never an
+    ``IntegrityError`` (:func:`webrl.db.repository.insert_once`)."""
+    from webrl.db.repository import insert_once
+
+    def stored() -> m.Checkpoint | None:
+        return session.scalar(select(m.Checkpoint).where(m.Checkpoint.role == info.role,
+                                                         m.Checkpoint.version == info.version))
+
     metrics = json.loads(json.dumps(info.metrics, default=float))  # plain JSON numbers for the JSON column
-    if row is not None:
-        if (row.path, row.sha256) != (info.path, info.sha256):
-            row.path, row.sha256, row.metrics = info.path, info.sha256, metrics
-            session.flush()
-        return row
-    row = m.Checkpoint(role=info.role, version=info.version, parent_version=info.parent_version, path=info.path,
-                       sha256=info.sha256, phase=info.phase, metrics=metrics)
-    session.add(row)
-    session.flush()
+    row = stored()
+    if row is None:
+        row = insert_once(session, m.Checkpoint(role=info.role, version=info.version,
+                                                parent_version=info.parent_version, path=info.path,
+                                                sha256=info.sha256, phase=info.phase, metrics=metrics), stored)
+    if (row.path, row.sha256) != (info.path, info.sha256):
+        row.path, row.sha256, row.metrics = info.path, info.sha256, metrics
+        session.flush()
     return row
 
 

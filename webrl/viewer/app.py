@@ -15,6 +15,7 @@ from typing import Annotated, TypeVar
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Form, Query, Request
+from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import Session
@@ -34,6 +35,7 @@ from webrl.store import screenshots
 from webrl.viewer import plots, queries
 from webrl.viewer.templating import templates
 from webrl.viewer.tokens import decoder_for
+from webrl.wire.contracts import DB_MAX_INT
 
 KEY_COOKIE = "webrl_key"
 STATIC = Path(__file__).with_name("static")
@@ -47,6 +49,10 @@ REFRESH_S = 10  # a run in progress reloads its page this often (a meta refresh:
 
 pages = templates()
 T = TypeVar("T")
+#: A row id or a phase index in a path: INTEGER columns (signed 32-bit on Postgres); a larger number is a 422
+#: naming it, not an overflow in the database driver (a 500).
+RowId = Annotated[int, PathParam(ge=1, le=DB_MAX_INT)]
+PhaseIndex = Annotated[int, PathParam(ge=0, le=DB_MAX_INT)]
 
 
 def _session(request: Request) -> Iterator[Session]:
@@ -109,7 +115,7 @@ def _routes(app: FastAPI) -> None:
         return Response(png, media_type="image/png")
 
     @app.get("/runs/{name}/phases/{index}", response_class=HTMLResponse, tags=["viewer"])
-    def phase(request: Request, name: str, index: int, session: SessionDep) -> Response:
+    def phase(request: Request, name: str, index: PhaseIndex, session: SessionDep) -> Response:
         tasks = _found(queries.phase_tasks(session, name, index), f"phase {index} of run {name!r}")
         return pages.TemplateResponse(request, "phase.html", {"phase": tasks})
 
@@ -120,17 +126,17 @@ def _routes(app: FastAPI) -> None:
             "page": queries.trajectory_page(session, filters), "choices": queries.filter_choices(session)})
 
     @app.get("/trajectories/{trajectory_id}", response_class=HTMLResponse, tags=["viewer"])
-    def trajectory(request: Request, trajectory_id: int, session: SessionDep) -> Response:
+    def trajectory(request: Request, trajectory_id: RowId, session: SessionDep) -> Response:
         view = queries.trajectory_view(session, trajectory_id, decoder_for(session, app.state.settings))
         return pages.TemplateResponse(request, "trajectory.html", {"t": _found(view, f"trajectory {trajectory_id}")})
 
     @app.get("/tasks/{task_id}", response_class=HTMLResponse, tags=["viewer"])
-    def task(request: Request, task_id: int, session: SessionDep) -> Response:
+    def task(request: Request, task_id: RowId, session: SessionDep) -> Response:
         attempts = queries.task_attempts(session, task_id, decoder_for(session, app.state.settings))
         return pages.TemplateResponse(request, "task.html", {"task": _found(attempts, f"task {task_id}")})
 
     @app.get("/screenshots/{step_id}", tags=["viewer"])
-    def screenshot(step_id: int, session: SessionDep) -> Response:
+    def screenshot(step_id: RowId, session: SessionDep) -> Response:
         rel = queries.screenshot_path(session, step_id)
         path = _found(screenshots.resolve(app.state.settings, rel) if rel else None, f"screenshot of step {step_id}")
         return Response(path.read_bytes(), media_type=screenshots.MEDIA_TYPES[path.suffix],

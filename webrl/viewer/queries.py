@@ -26,8 +26,11 @@ from webrl.method.hyperparams import DEFAULTS
 from webrl.method.rewards import SUCCESS_SCORE
 from webrl.orchestration.pipeline import BASELINE_STAGES, STAGES, PhaseState, PipelineOptions
 from webrl.runs.report import phase_rows_in
+from webrl.wire.contracts import DB_MAX_INT
 
 PAGE_SIZE = 50  # trajectories per page of the list
+#: The last page a request may ask for: its offset still fits a signed 32-bit integer.
+MAX_PAGE = DB_MAX_INT // PAGE_SIZE
 LOGPROB_BUCKETS = 10  # heat-map colours: token probability p = exp(log p) in tenths
 Outcome = Literal["success", "failure", "unscored"]
 
@@ -180,13 +183,13 @@ class TrajectoryFilters(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     run: str | None = Field(None, max_length=80, description="a run's name: the trajectories it rolled out")
-    phase: int | None = Field(None, ge=0)
+    phase: int | None = Field(None, ge=0, le=DB_MAX_INT)
     site: str | None = Field(None, max_length=40)
-    template: int | None = Field(None, description="intent_template_id of the task")
+    template: int | None = Field(None, ge=-DB_MAX_INT - 1, le=DB_MAX_INT, description="intent_template_id of the task")
     outcome: Outcome | None = Field(None, description="by the evaluator's score: success, failure or unscored")
     purpose: str | None = Field(None, max_length=20)
-    task: int | None = Field(None, ge=1, description="a task's id")
-    page: int = Field(1, ge=1)
+    task: int | None = Field(None, ge=1, le=DB_MAX_INT, description="a task's id")
+    page: int = Field(1, ge=1, le=MAX_PAGE)
 
     @field_validator("*", mode="before")
     @classmethod

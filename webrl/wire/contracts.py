@@ -26,15 +26,34 @@ from webrl.agent.actions import Action
 from webrl.agent.early_stop import MAX_STEPS, StopRules
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.agent.schemas import Observation, Seed, Trajectory
-from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, check_band
+from webrl.method.hyperparams import (
+    DEFAULTS,
+    MAX_CONCURRENCY,
+    MAX_EPISODE_STEPS,
+    MAX_GENERATE,
+    MAX_KEYS,
+    MAX_PARENTS,
+    WebRLHyperparams,
+    check_band,
+)
 
 DB_MAX_INT = 2**31 - 1  # ids, phases and attempts are INTEGER columns: signed 32-bit on Postgres
 MAX_TRAJECTORIES = 256  # full trajectories per ORM request: bounds one request's memory and latency
 MAX_STATES = 256  # states per critic request
 MAX_ACT_BATCH = 256  # one act request carries at most this many observations
+# The request limits MAX_GENERATE (tasks a generate request asks for), MAX_PARENTS (its parent tasks), MAX_KEYS (task
+# keys or trajectory ids of one request, each a parameter of an SQL ``IN (...)``) and MAX_CONCURRENCY (episodes one
+# job runs at once) are defined beside the run's record they bound (``webrl.method.hyperparams``, which this module
+# imports) and imported from here by the rest.
+#: The largest training seed: numpy's ``np.random.seed`` (Accelerate's ``set_seed``) takes 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+#: The longest run name: ``runs.name`` is a String(80) column (``webrl.db.models.Run``).
+MAX_RUN_NAME = 80
 
 DbId = Annotated[int, Field(ge=1, le=DB_MAX_INT)]
 DbCount = Annotated[int, Field(ge=0, le=DB_MAX_INT)]  # a phase or an attempt number
+#: A seed a trainer job seeds numpy, torch and Python with (a larger or negative one fails inside ``set_seed``).
+TrainingSeed = Annotated[int, Field(ge=0, le=MAX_SEED, description=f"Training seed (0 .. {MAX_SEED}).")]
 #: What a trajectory was rolled out for: a phase's training tasks, an evaluation, SFT demonstrations, ORM training
 #: data, the validation sample. A request naming another is a 422, not an empty selection.
 Purpose = Literal["train", "eval", "sft", "orm", "validate"]
@@ -168,14 +187,14 @@ VALIDATION_ATTEMPT = 1_000_000
 class RolloutRequest(Contract):
     """``rollout.run`` and ``POST /v1/rollouts``: run a policy on stored tasks and store the trajectories."""
 
-    task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks (tasks.key).")
+    task_keys: list[str] = Field(min_length=1, max_length=MAX_KEYS, description="Keys of stored tasks (tasks.key).")
     phase: int = Field(0, ge=0, le=DB_MAX_INT)
     attempt: int = Field(0, ge=0, le=DB_MAX_INT)
     run_id: DbCount = Field(0, description="The pipeline run (runs.id) the trajectories belong to; 0: none "
                             "(stand-alone evaluation, bootstrap, ORM data). Part of the idempotency key.")
     purpose: Purpose = "train"
     policy: PolicySpec
-    concurrency: int = Field(1, ge=1, le=64, description="Episodes at once (one browser each).")
+    concurrency: int = Field(1, ge=1, le=MAX_CONCURRENCY, description="Episodes at once (one browser each).")
     max_steps: int = Field(MAX_STEPS, ge=1, le=MAX_EPISODE_STEPS)
     max_parse_failures: int = Field(DEFAULTS.rollout.max_parse_failures, ge=1, description="Stop an episode after "
                                     "this many unparsable responses in a row.")
@@ -210,8 +229,8 @@ class RolloutResult(Contract):
 class ObserveRequest(Contract):
     """``rollout.observe``: the start states of stored tasks (reads only)."""
 
-    task_keys: list[str] = Field(min_length=1, description="Keys of stored tasks.")
-    concurrency: int = Field(2, ge=1, le=64, description="Episodes opened at once.")
+    task_keys: list[str] = Field(min_length=1, max_length=MAX_KEYS, description="Keys of stored tasks.")
+    concurrency: int = Field(2, ge=1, le=MAX_CONCURRENCY, description="Episodes opened at once.")
 
 
 class StartState(Contract):
@@ -273,7 +292,7 @@ class ValueRequest(Contract):
     (start pages from ``observations`` or stored episodes)."""
 
     states: list[CriticState] | None = Field(None, min_length=1, max_length=MAX_STATES)
-    task_keys: list[str] | None = Field(None, min_length=1)
+    task_keys: list[str] | None = Field(None, min_length=1, max_length=MAX_KEYS)
     observations: dict[str, str] = Field(default_factory=dict, description="Start page per task key, if known.")
     critic: str | None = Field(None, min_length=1, description="Saved critic folder; default WEBRL_CRITIC__MODEL.")
 
@@ -303,7 +322,7 @@ class ScoreRequest(Contract):
 
     trajectories: list[Annotated[Trajectory, AfterValidator(_bounded_steps)]] | None = Field(
         None, min_length=1, max_length=MAX_TRAJECTORIES)
-    trajectory_ids: list[DbId] | None = Field(None, min_length=1)
+    trajectory_ids: list[DbId] | None = Field(None, min_length=1, max_length=MAX_KEYS)
     phase: int | None = Field(None, ge=0, le=DB_MAX_INT, description="Every trajectory of this phase (and purpose, "
                               "and run).")
     purpose: Purpose = "train"
@@ -350,9 +369,9 @@ class GenerateRequest(Contract):
     of solved tasks' templates."""
 
     phase: int = Field(ge=1, le=DB_MAX_INT, description="Phase the new tasks belong to.")
-    parent_keys: list[str] = Field(min_length=1, max_length=5000, description="Keys of the parent tasks (WebRL: "
-                                   "the failed ones).")
-    n: int = Field(ge=1, le=10000, description="How many tasks to generate at most.")
+    parent_keys: list[str] = Field(min_length=1, max_length=MAX_PARENTS, description="Keys of the parent tasks "
+                                   "(WebRL: the failed ones).")
+    n: int = Field(ge=1, le=MAX_GENERATE, description="How many tasks to generate at most.")
     generator: Literal["grounded", "llm"] = "grounded"
     evolve: Literal["breadth", "instances"] = Field("breadth", description="breadth: the parent's template anew and "
                                                     "related templates (WebRL); instances: only new instances of the "
@@ -380,7 +399,7 @@ class GenerateResult(Contract):
 class FilterRequest(Contract):
     """``taskgen.filter`` and ``POST /v1/tasks/filter``: keep the tasks whose V lies in [low, high]."""
 
-    task_keys: list[str] = Field(min_length=1, max_length=10000)
+    task_keys: list[str] = Field(min_length=1, max_length=MAX_KEYS)
     values: dict[str, float] = Field(description="V(start state) per task key, in [0, 1].")
     critic_version: str = Field(min_length=1, max_length=80)
     low: float = Field(DEFAULTS.curriculum.value_low, ge=0.0, le=1.0)
@@ -410,7 +429,7 @@ LogWith = Literal["tensorboard", "wandb", "mlflow"]
 class TrackingSpec(Contract):
     """The run a job's training metrics belong to and the tracker they go to."""
 
-    run: str = Field(max_length=200, pattern=r"^[^/\\]+$",
+    run: str = Field(max_length=MAX_RUN_NAME, pattern=r"^[^/\\]+$",
                      description="The pipeline run's name, a folder name (<artifacts>/tensorboard/<run>/).")
     log_with: LogWith = "tensorboard"
 
@@ -441,7 +460,7 @@ class PhaseJob(Contract):
     hyperparams: WebRLHyperparams = Field(default_factory=WebRLHyperparams,
                                           description="The run's WebRL hyperparameters (replay, advantage, actor "
                                                       "loss, critic, batching are read here).")
-    seed: int = 0
+    seed: TrainingSeed = 0
     max_minutes: float | None = Field(None, gt=0, description="Budget for each of critic and actor training.")
     max_length: int | None = Field(None, ge=16)
     purpose: Purpose = "train"
@@ -458,12 +477,13 @@ class SftJob(Contract):
     base: str = Field(description="Hugging Face folder to start from.")
     output: str = Field(description="Where to publish the trained folder.")
     kind: Literal["actor", "orm"] = "actor"
-    trajectory_ids: list[DbId] | None = Field(None, description="Trajectories to learn from; else phase/purpose.")
+    trajectory_ids: list[DbId] | None = Field(None, max_length=MAX_KEYS, description="Trajectories to learn from; "
+                                              "else every one of phase (and purpose).")
     phase: DbCount | None = None
     purpose: Purpose | None = Field(None, description="Trajectory purpose filter (e.g. 'sft', 'orm').")
     epochs: int = Field(1, ge=1)
     lr: float = Field(1e-5, gt=0)
-    seed: int = 0
+    seed: TrainingSeed = 0
     max_minutes: float | None = Field(None, gt=0)
     batch_size: int = Field(8, ge=1)
     grad_accum: int = Field(1, ge=1)
@@ -478,6 +498,14 @@ class SftJob(Contract):
                                   "frozen base and publish the adapter (MBs); None: full fine-tuning. A base that "
                                   "is itself an adapter folder always trains its adapter.")
 
+    @model_validator(mode="after")
+    def _a_selection(self) -> Self:
+        """Without trajectory ids or a phase the job would train on every stored trajectory (of its purpose)."""
+        if self.trajectory_ids is None and self.phase is None:
+            raise ValueError("give trajectory_ids or phase: without either the job would train on every stored "
+                             "trajectory" + (f" of purpose {self.purpose!r}" if self.purpose else ""))
+        return self
+
 
 class OrmHeadJob(Contract):
     """``train.orm_head`` and ``POST /v1/train/orm-head``: an ORM that judges with a classification head
@@ -488,7 +516,7 @@ class OrmHeadJob(Contract):
     output: str = Field(description="Where to publish the ORM (the backbone's files plus the head).")
     trajectory_ids: list[DbId] = Field(min_length=2, description="Trajectories with an env score to fit on; both "
                                        "labels must occur.")
-    seed: int = Field(0, description="Which training tasks are held out to choose the L2 strength.")
+    seed: TrainingSeed = Field(0, description="Which training tasks are held out to choose the L2 strength.")
     max_length: int | None = Field(None, ge=16, description="Tokens the ORM reads (prompt + reserve, as ORM SFT); "
                                    "default the model's context.")
     batch_size: int = Field(4, ge=1, description="Prompts per forward pass (and per training step).")

@@ -105,3 +105,34 @@ def test_orm_start_value_judges_start_states(tiny_orm_dir, db_settings) -> None:
     orm = LocalOrm(tiny_orm_dir, db_settings)
     prompts = [render_orm_prompt(orm.tokenizer, i["intent"], [], i["observation"]) for i in items]
     assert result["values"] == pytest.approx(orm_probabilities(orm.model, orm.tokenizer, prompts), abs=1e-5)
+
+
+def test_the_openai_backend_refuses_an_orm_it_does_not_serve_naming_it(openai_server, db_settings, tiny_orm_dir,
+                                                                      make_trajectory, monkeypatch) -> None:
+    """With WEBRL_ORM__BACKEND=openai a request's ``orm`` is the served model's name: only the configured one, or a
+    model folder a request may name (served by its path), is sent to the server. Any other name is a 422 naming
+    ``orm`` before anything reaches the network (the server's 404 would be a 500), and no backend is kept for it."""
+    from fastapi.testclient import TestClient
+
+    from services.orm.app import create_orm_app
+
+    url, _ = openai_server
+    settings = db_settings.replace(orm={"backend": "openai", "endpoint": url, "model": "tiny-orm"})
+    sent: list[str] = []
+    real = OpenAIOrm.probabilities
+    monkeypatch.setattr(OpenAIOrm, "probabilities", lambda self, trajs: sent.append(self.model) or real(self, trajs))
+    reports = settings.artifacts_dir / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    app = create_orm_app(settings)
+    client = TestClient(app)
+    body = {"trajectories": [make_trajectory(0).model_dump(mode="json")]}
+    for name in ("gpt-4o", "/etc", "/nonexistent-webrl", str(reports)):
+        refused = client.post("/v1/orm/score", json={**body, "orm": name})
+        assert refused.status_code == 422, (name, refused.text)
+        error = refused.json()["error"]
+        assert error["fields"][0]["field"] == "orm" and "neither the served ORM" in error["message"], name
+    assert sent == [] and app.state.orm.backends == {}
+    for name in (None, "tiny-orm", str(tiny_orm_dir)):
+        served = client.post("/v1/orm/score", json={**body, "orm": name})
+        assert served.status_code == 200 and served.json()["orm_version"] == (name or "tiny-orm"), served.text
+    assert sent == ["tiny-orm", "tiny-orm", str(tiny_orm_dir)]

@@ -4,9 +4,11 @@ or a held-out template, and evaluators the oracle solvers satisfy through real C
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from services.taskgen.curriculum import generate_grounded
 from services.taskgen.grounded import GroundedGenerator
@@ -130,3 +132,53 @@ def test_the_oracle_solves_generated_tasks(suite_db: Settings) -> None:
     with running_sandbox(suite_db, ports=sandbox_ports(suite_db)):
         scores = asyncio.run(run())
     assert scores == [1.0] * len(configs), list(zip([c.intent for c in configs], scores, strict=True))
+
+
+def _miss_once(look: Callable[..., Any]) -> Callable[..., Any]:
+    """``look`` that answers None once (a look taken before another copy of the job committed), then looks."""
+    calls: list[int] = []
+
+    def missed(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return None if len(calls) == 1 else look(*args, **kwargs)
+
+    return missed
+
+
+def _request_stored_twice(settings: Settings, monkeypatch: pytest.MonkeyPatch, *looks: str) -> None:
+    """Two copies of one ``taskgen.generate`` job: the late one's ``looks`` missed the first one's batch, so it
+    generates too. It gets the first's keys, no error, and stores nothing of its own."""
+    from services.taskgen import curriculum
+    from webrl.wire.contracts import GenerateRequest
+
+    request = GenerateRequest(phase=1, parent_keys=_parents(settings, 2), n=8, seed=3)
+    first = curriculum.generate(settings, request)
+    for name in looks:
+        monkeypatch.setattr(curriculum, name, _miss_once(getattr(curriculum, name)))
+    again = curriculum.generate(settings, request)
+    assert again.task_keys == first.task_keys and not again.rejected and again.duplicates == 0
+    with session_scope(settings) as s:
+        assert s.scalar(select(func.count()).select_from(m.GenerationRequest)) == 1
+        assert sorted(t.key for t in repo.tasks_where(s, origin="generated")) == sorted(first.task_keys)
+
+
+def test_a_copy_of_a_request_that_missed_the_stored_batch_returns_it(suite_db: Settings,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The late copy looked (``stored_generation``, its own transaction) before the first committed."""
+    _request_stored_twice(suite_db, monkeypatch, "stored_generation")
+
+
+@pytest.mark.postgres
+def test_a_copy_that_loses_the_race_to_store_returns_the_winners_batch_on_postgres(
+        free_sites: Settings, postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both of the late copy's looks missed: its insert of the request's digest meets the first's committed row
+    (an IntegrityError inside a savepoint), and it returns the first's batch."""
+    from webrl.db.migrate import downgrade
+
+    settings = free_sites.replace(database={"url": postgres_url})
+    upgrade(settings)
+    try:
+        load_suite(settings, settings.seed)
+        _request_stored_twice(settings, monkeypatch, "stored_generation", "_generation_row")
+    finally:
+        downgrade(settings)  # the session's Postgres database stays empty for the next test

@@ -124,8 +124,10 @@ def test_the_store_the_shipped_models_and_the_configured_actor_may_be_loaded(db,
 
     in_store = Path(db.artifacts_dir) / "models" / "base" / "smollm2-135m"
     in_store.mkdir(parents=True)
+    (in_store / "config.json").write_text("{}")  # a model folder (and a saved critic: the critic field names it)
+    (in_store / "critic_heads.safetensors").write_bytes(b"")
     for base in (in_store, SHIPPED_MODELS / "actor-sft", tiny_dir):
-        check_paths(db, SftJob(base=str(base), output="models/out"))
+        check_paths(db, SftJob(base=str(base), output="models/out", trajectory_ids=[1]))
     configured = db.replace(actor={"model": "/etc"}, security={"model_dirs": []})
     check_paths(configured, PhaseJob(phase=1, actor="/etc", critic=str(in_store)))
     with pytest.raises(InvalidRequest, match=r"^actor: "):
@@ -144,3 +146,36 @@ def test_a_phase_job_reads_a_probe_file_only_inside_the_model_roots(db, tiny_dir
             dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), field: value})
     with pytest.raises(InvalidRequest, match=rf"^{field}: no file at"):
         dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), field: str(db.artifacts_dir)+"/x.jsonl.gz"})
+
+
+def test_a_folder_that_holds_no_model_is_a_422_naming_the_field(db, tiny_dir: Path) -> None:
+    """An existing folder in the store that holds no model (its reports, say) is refused before the job is queued,
+    not when transformers fails to load it; a phase job's critic must be a saved critic (its heads file)."""
+    from webrl.models.critic import HEADS_FILE
+
+    reports = Path(db.artifacts_dir) / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    client = TestClient(create_trainer_app(db))
+    for route, fields in INPUT_FIELDS.items():
+        for field in fields:
+            reply = client.post(route, json=_job(route, db, tiny_dir, **{field: str(reports)}))
+            assert reply.status_code == 422, (route, field, reply.text)
+            assert reply.json()["error"]["fields"][0]["field"] == field
+            assert "is not a model folder" in reply.json()["error"]["message"]
+    not_a_critic = client.post("/v1/train", json=_job("/v1/train", db, tiny_dir, critic=str(tiny_dir)))
+    assert not_a_critic.status_code == 422 and not_a_critic.json()["error"]["fields"][0]["field"] == "critic"
+    assert f"is not a saved critic (no {HEADS_FILE})" in not_a_critic.json()["error"]["message"]
+    with session_scope(db) as session:
+        assert list_checkpoints(session) == []
+
+
+def test_a_celery_job_naming_a_folder_that_holds_no_model_fails_naming_the_field(db, tiny_dir: Path) -> None:
+    from webrl.wire.queue import configure, dispatch
+
+    models = Path(db.artifacts_dir) / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    configure(db)
+    with pytest.raises(InvalidRequest, match=r"^base: .*is not a model folder"):
+        dispatch("train.sft", {"base": str(models), "output": "sft", "trajectory_ids": [1]})
+    with pytest.raises(InvalidRequest, match=r"^critic: .*is not a saved critic"):
+        dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), "critic": str(tiny_dir)})

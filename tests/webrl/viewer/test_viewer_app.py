@@ -113,6 +113,34 @@ def test_bad_filters_are_422_naming_the_field(client: TestClient) -> None:
     assert client.get("/trajectories", params={"phase": "", "site": ""}).status_code == 200  # a form's "any"
 
 
+TOO_BIG = str(2**64)  # past every integer column (and SQLite's, whose driver overflows on it)
+
+
+@pytest.mark.parametrize(("path", "field"), [
+    (f"/trajectories/{TOO_BIG}", "trajectory_id"), ("/trajectories/2147483648", "trajectory_id"),
+    ("/trajectories/0", "trajectory_id"), (f"/tasks/{TOO_BIG}", "task_id"), (f"/screenshots/{TOO_BIG}", "step_id"),
+    (f"/runs/live/phases/{TOO_BIG}", "index"), ("/runs/live/phases/-1", "index"),
+    (f"/trajectories?phase={TOO_BIG}", "phase"), (f"/trajectories?template={TOO_BIG}", "template"),
+    (f"/trajectories?template=-{TOO_BIG}", "template"), (f"/trajectories?task={TOO_BIG}", "task"),
+    (f"/trajectories?page={TOO_BIG}", "page"), ("/trajectories?page=100000000", "page"),
+])
+def test_integers_past_the_database_columns_are_422_naming_the_field(client: TestClient, path: str,
+                                                                     field: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 422, (path, response.text)
+    assert response.json()["error"]["fields"][0]["field"].endswith(field), response.text
+
+
+def test_the_largest_ids_and_the_last_page_are_answered(client: TestClient) -> None:
+    from webrl.viewer.queries import MAX_PAGE
+
+    for path in ("/trajectories/2147483647", "/tasks/2147483647", "/screenshots/2147483647",
+                 "/runs/live/phases/2147483647"):
+        assert client.get(path).status_code == 404, path
+    listing = client.get("/trajectories", params={"page": MAX_PAGE, "template": 2**31 - 1, "task": 2**31 - 1})
+    assert listing.status_code == 200
+
+
 def test_the_api_key_guards_every_page_and_a_browser_logs_in(db: Settings) -> None:
     keyed = db.replace(security={"api_key": KEY})
     with TestClient(build_app(keyed)) as c:
