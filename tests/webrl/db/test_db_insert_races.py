@@ -31,6 +31,7 @@ T = TypeVar("T")
 @pytest.fixture
 def pg(postgres_url: str, tmp_path: Path) -> Iterator[Settings]:
     settings = Settings(home=tmp_path, database={"url": postgres_url}, _env_file=None)
+    downgrade(settings)  # the per-session database may hold rows an earlier test left: the counts start from none
     upgrade(settings)
     yield settings
     downgrade(settings)  # leaves the per-session Postgres database empty for the next test
