@@ -292,7 +292,8 @@ def run_settings(
                                     settings.artifacts_dir / "bench" / "phase_offline" / name, name)
             if validation_tasks:
                 passed, _ = solved_on(settings, folder, validation, max_steps, validation, split="train")
-                judged = verdict(validation, validated, passed, hp.evaluation.validation_alpha)
+                judged = verdict(validation, validated, passed, hp.evaluation.validation_alpha,
+                                 hp.evaluation.validation_margin)
                 row["validation"] = {**judged.to_json(), "solved_tasks": sorted(passed)}
                 console.print(f"{name}: validation {judged.start_solved} -> {judged.solved} of {judged.tasks} "
                               f"({judged.gained} gained, {judged.lost} lost, p = {judged.p:.4f}): "

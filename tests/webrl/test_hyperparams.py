@@ -148,6 +148,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--solved-share", "0.25", "--min-positive-confidence", "0.5",
         "--max-positive-confidence", "0.95", "--anchor-kl", "3", "--anchors", str(probe), "--intent-contrast", "2",
         "--renumbered-positives", "2", "--keep-activations", "--tasks-per-phase", "48", "--candidates-per-phase", "96",
+        "--validation-tasks", "40", "--validation-margin", "2",
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -165,6 +166,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert (hp.actor.anchor_kl, received.anchors) == (3.0, str(probe.resolve()))
     assert (hp.actor.intent_contrast, hp.actor.renumbered_positives) == (2.0, 2)
     assert (hp.curriculum.tasks_per_phase, hp.curriculum.candidates_per_phase) == (48, 96)
+    assert (hp.evaluation.validation_tasks, hp.evaluation.validation_margin) == (40, 2)
     assert hp.batching.gradient_checkpointing is False and PRESETS["smoke"].batching.gradient_checkpointing
     smoke = PRESETS["smoke"]
     assert (hp.critic.epochs, hp.batching.batch_size, hp.curriculum.phases) == (
@@ -179,7 +181,7 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
                  "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs", "--objective",
                  "--failed-positives", "--min-positive-confidence", "--max-positive-confidence", "--probe",
                  "--anchor-kl", "--anchors", "--intent-contrast", "--renumbered-positives",
-                 "--keep-activations", "--tasks-per-phase", "--candidates-per-phase"):
+                 "--keep-activations", "--tasks-per-phase", "--candidates-per-phase", "--validation-margin"):
         assert flag in result.output, flag
 
 

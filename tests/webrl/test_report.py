@@ -181,6 +181,12 @@ def test_the_actor_columns_show_the_exact_kl_k1_flips_and_positives_from_failed_
     header, body = phase_table([PHASE_0, skipped, trained, {**PHASE_1, "train.positive_steps": 4}])
     assert [dict(zip(header, row, strict=True))["A > 0 steps"] for row in body] == [
         "-", "6 (6 replayed), actor kept", "19 (8 replayed)", "4"]
+    refused = {**PHASE_1, "train.positive_steps": 13, "validate.accepted": False, "validate.lost": 8,
+               "validate.gained": 2, "validate.tasks": 40}
+    header, body = phase_table([refused, {**refused, "validate.margin": 2, "validate.refused_by": "margin"}])
+    assert [dict(zip(header, row, strict=True))["A > 0 steps"] for row in body] == [
+        "13, update refused (validation: 8 lost, 2 gained of 40)",
+        "13, update refused (validation: 8 lost, 2 gained of 40; net loss above the margin of 2)"]
     retried = {**PHASE_1, "rollout.rollouts": 46, "rollout.attempts": 2}
     header, body = phase_table([{**PHASE_1, "rollout.rollouts": 24, "rollout.attempts": 1}, retried])
     assert [dict(zip(header, row, strict=True))["rollouts"] for row in body] == ["24", "46 (2 attempts)"]

@@ -384,6 +384,9 @@ def register(app: typer.Typer) -> None:
                                              "is published again; 0: always). Default: the preset's."),
         validation_alpha: float = typer.Option(None, min=0.0, max=1.0, help="The level of --validation-tasks' sign "
                                                "test. Default: the preset's."),
+        validation_margin: int = typer.Option(None, min=0, help="Refuse as well an update that lost more than this "
+                                              "many of the --validation-tasks net of those it gained "
+                                              "(non-inferiority; unset: the sign test alone). Default: the preset's."),
         min_positive_confidence: float = typer.Option(None, min=0.0, max=1.0, help="Leave out of the actor's update "
                                                       "the A > 0 steps the phase's start actor takes with confidence "
                                                       "exp(lp / n) at or below this (0: keep all). Default: the "
@@ -465,6 +468,7 @@ def register(app: typer.Typer) -> None:
             "--min-new-positive-steps": ("actor.min_new_positive_steps", min_new_positive_steps),
             "--validation-tasks": ("evaluation.validation_tasks", validation_tasks),
             "--validation-alpha": ("evaluation.validation_alpha", validation_alpha),
+            "--validation-margin": ("evaluation.validation_margin", validation_margin),
             "--min-positive-confidence": ("actor.min_positive_confidence", min_positive_confidence),
             "--max-positive-confidence": ("actor.max_positive_confidence", max_positive_confidence),
             "--optimizer-state": ("actor.optimizer_state", optimizer_state),

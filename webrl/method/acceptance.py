@@ -11,6 +11,14 @@ is the chance of losing at least that many by luck. The update is refused when p
 significantly more tasks it used to solve than it gained, which is how an update on a handful of successes
 collapses (the stop action learned from one episode and taken everywhere). An update that churns, gaining about as
 many as it loses, is published: the gate stops a collapse, not an update whose value shows on other templates.
+
+On 40 tasks the sign test needs five unanswered losses to refuse, so an update that gains 2 and loses 8 passes
+(p = 0.055). The optional non-inferiority margin k (``evaluation.validation_margin``) refuses as well any update
+whose net loss exceeds it:
+
+    refused  <=>  p < alpha  or  lost - gained > k
+
+that is, the updated actor must solve at least ``start_solved - k`` of the validation tasks.
 """
 
 from __future__ import annotations
@@ -38,20 +46,33 @@ class Verdict:
     lost: int
     p: float
     """:func:`losses_p` of ``gained`` and ``lost``."""
+    margin: int | None
+    """The non-inferiority margin in tasks (None: the sign test alone)."""
     accepted: bool
-    """False when ``p`` < alpha: the start actor is published again."""
+    """False when ``p`` < alpha or ``lost - gained`` > ``margin``: the start actor is published again."""
+
+    @property
+    def refused_by(self) -> str | None:
+        """Which rule refused the update: "sign test", "margin", or None when it was published."""
+        if self.accepted:
+            return None
+        return "margin" if self.margin is not None and self.lost - self.gained > self.margin else "sign test"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "refused_by": self.refused_by}
 
 
 def verdict(tasks: Collection[str], start_solved: Collection[str], solved: Collection[str],
-            alpha: float) -> Verdict:
-    """The sign test of ``solved`` (the updated actor's solved tasks among ``tasks``) against ``start_solved``."""
+            alpha: float, margin: int | None = None) -> Verdict:
+    """The sign test of ``solved`` (the updated actor's solved tasks among ``tasks``) against ``start_solved``, and
+    the non-inferiority ``margin`` (net tasks lost) where one is given."""
+    if margin is not None and margin < 0:
+        raise ValueError(f"the validation margin is a number of tasks >= 0, not {margin}")
     keys, before, after = set(tasks), set(start_solved), set(solved)
     if not (before | after) <= keys:
         raise ValueError(f"solved tasks outside the validation tasks: {sorted((before | after) - keys)[:5]}")
     gained, lost = len(after - before), len(before - after)
     p = losses_p(gained, lost)
     return Verdict(tasks=len(keys), start_solved=len(before), solved=len(after), gained=gained, lost=lost,
-                   p=round(p, 6), accepted=p >= alpha)
+                   p=round(p, 6), margin=margin,
+                   accepted=p >= alpha and (margin is None or lost - gained <= margin))

@@ -156,6 +156,10 @@ class Evaluation:
     ``cpu-demo`` preset validates on 40."""
     validation_alpha: Probability = 0.05
     """The sign test's level: the update is refused when P(losing at least that many by chance) < this."""
+    validation_margin: Annotated[int, Field(ge=0)] | None = None
+    """Non-inferiority: the update is refused as well when it lost more than this many validation tasks net of
+    those it gained (None: the sign test alone). The sign test on 40 tasks published seed 1's 2-gained / 8-lost
+    update (p = 0.055; docs/runs/2026-12-07-make-demo-seed1-critic-start-actor), which cost 11 seen test tasks."""
 
 
 @dataclass(frozen=True)

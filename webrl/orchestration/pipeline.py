@@ -431,7 +431,8 @@ class Pipeline:
     def _stage_validate(self, index: int, state: PhaseState) -> StageOutput:
         """Publish the phase's updated actor only when it has not lost significantly more of the validation tasks
         (:meth:`validation_keys`) than it gained against the actor the phase started from (one-sided sign test at
-        ``evaluation.validation_alpha``, :mod:`webrl.method.acceptance`); else the start actor is published again
+        ``evaluation.validation_alpha``, :mod:`webrl.method.acceptance`), nor more than
+        ``evaluation.validation_margin`` of them net where a margin is set; else the start actor is published again
         (the critic's update stays). Passes when ``evaluation.validation_tasks`` is 0 or the actor was not
         updated. Records both actors' solved tasks and the verdict."""
         start = self.actor_for_phase(index)
@@ -444,15 +445,16 @@ class Pipeline:
         keys = self.validation_keys()
         before = self._start_validation(index, keys, start)
         after = self._validation_solved(index, keys, state.actor_path, VALIDATION_ATTEMPT, "updated")
-        result = verdict(keys, before, after, self.hp.evaluation.validation_alpha)
+        result = verdict(keys, before, after, self.hp.evaluation.validation_alpha, self.hp.evaluation.validation_margin)
         published = after if result.accepted else before
         metrics = {**result.to_json(), "keys": keys, "start_solved_tasks": sorted(before),
                    "solved_tasks": sorted(after), "published_solved_tasks": sorted(published)}
         if result.accepted:
             return metrics, state
-        log.warning("phase %d: the updated actor lost %d and gained %d of %d validation tasks (p = %.4f < %s); the "
-                    "start actor is published again", index, result.lost, result.gained, result.tasks, result.p,
-                    self.hp.evaluation.validation_alpha)
+        log.warning("phase %d: the updated actor lost %d and gained %d of %d validation tasks (p = %.4f, alpha %s, "
+                    "margin %s: refused by the %s); the start actor is published again", index, result.lost,
+                    result.gained, result.tasks, result.p, self.hp.evaluation.validation_alpha, result.margin,
+                    result.refused_by)
         version = self.phase_state(index - 1).actor_version if index > 1 else None
         return metrics, state.with_(actor_path=start, actor_version=version)
 

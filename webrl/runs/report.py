@@ -206,13 +206,16 @@ def positive_steps_cell(row: dict[str, Any]) -> str:
     """The steps with A > 0 the phase's actor update had (``train.positive_steps``) with the replayed ones among them,
     and "actor kept" where the phase's own were fewer than ``actor.min_new_positive_steps`` so the actor was published
     unchanged, or "update refused" where the validate stage published the start actor again
-    (``evaluation.validation_tasks``): "12 (3 replayed), update refused (validation: 9 lost, 1 gained of 40)"."""
+    (``evaluation.validation_tasks``): "12 (3 replayed), update refused (validation: 9 lost, 1 gained of 40)", with
+    "; net loss above the margin of 2" where the non-inferiority margin refused it and the sign test would not."""
     cell = _fmt(row.get("train.positive_steps"))
     if row.get("train.replayed_positive_steps") is not None:
         cell += f" ({_fmt(row['train.replayed_positive_steps'])} replayed)"
     if row.get("validate.accepted") is False:
+        why = (f"; net loss above the margin of {row.get('validate.margin')}"
+               if row.get("validate.refused_by") == "margin" else "")
         return (f"{cell}, update refused (validation: {row.get('validate.lost')} lost, "
-                f"{row.get('validate.gained')} gained of {row.get('validate.tasks')})")
+                f"{row.get('validate.gained')} gained of {row.get('validate.tasks')}{why})")
     return f"{cell}, actor kept" if row.get("train.actor_skipped") else cell
 
 

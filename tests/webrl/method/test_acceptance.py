@@ -36,6 +36,26 @@ def test_a_collapse_is_refused_and_churn_is_published() -> None:
     assert collapsed.to_json()["accepted"] is False
 
 
+def test_the_margin_refuses_a_net_loss_the_sign_test_lets_through() -> None:
+    tasks = [f"train/{i}" for i in range(40)]
+    start = tasks[:16]
+    # seed 1's published update: 2 gained, 8 lost (16 -> 10), p = 0.055 > 0.05
+    update = tasks[:8] + tasks[16:18]
+    assert verdict(tasks, start, update, alpha=0.05).accepted
+    refused = verdict(tasks, start, update, alpha=0.05, margin=2)
+    assert (refused.gained, refused.lost, refused.accepted, refused.refused_by) == (2, 8, False, "margin")
+    assert refused.to_json()["refused_by"] == "margin" and refused.to_json()["margin"] == 2
+    # a net loss of exactly the margin passes; one more task does not
+    assert verdict(tasks, start, tasks[:14], alpha=0.05, margin=2).accepted  # 16 -> 14
+    assert not verdict(tasks, start, tasks[:13], alpha=0.05, margin=2).accepted  # 16 -> 13
+    # churn with a net gain passes whatever the margin; a collapse is the sign test's, margin or not
+    assert verdict(tasks, start, tasks[4:22], alpha=0.05, margin=0).accepted  # 4 lost, 6 gained
+    assert verdict(tasks, start, tasks[:3], alpha=0.05, margin=20).refused_by == "sign test"
+    assert verdict(tasks, start, start, alpha=0.05, margin=0).refused_by is None
+    with pytest.raises(ValueError, match="validation margin"):
+        verdict(tasks, start, start, alpha=0.05, margin=-1)
+
+
 def test_solved_tasks_outside_the_validation_tasks_are_an_error() -> None:
     with pytest.raises(ValueError, match="outside the validation tasks"):
         verdict(["a", "b"], ["a"], ["c"], alpha=0.05)

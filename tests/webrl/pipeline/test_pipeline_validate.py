@@ -67,6 +67,17 @@ def test_an_update_is_validated_on_train_tasks_and_a_collapse_is_refused(smoke_w
     assert state.actor_path == str(tiny_actor) and state.actor_version is None
     assert _validation_episodes(world, refused.run_id) == []  # both read back: not one episode ran
 
+    # 2 of the 6 lost, none gained: p = 0.25 passes the sign test; the non-inferiority margin of 1 refuses it
+    save(world, key_for(world, updated, keys, hp.rollout, split="train"),
+         {k: TaskResult(site="shop", score=float(i >= 2), steps=3) for i, k in enumerate(keys)})
+    margin = with_overrides(hp, {"evaluation.validation_margin": 1})
+    for run, hyperparams, accepted in (("sign-test-only", hp, True), ("margin", margin, False)):
+        judged = Pipeline(world, PipelineOptions(run=run, actor=str(tiny_actor), hyperparams=hyperparams))
+        metrics_m, state_m = judged._stage_validate(1, PhaseState(actor_path=updated, actor_version="v-updated"))
+        assert (metrics_m["gained"], metrics_m["lost"], metrics_m["accepted"]) == (0, 2, accepted)
+        assert metrics_m["refused_by"] == (None if accepted else "margin")
+        assert state_m.actor_path == (updated if accepted else str(tiny_actor))
+
     # phase 2 starts from what phase 1 published: its validated solved tasks are read back, not evaluated again
     refused.store.finish_stage(1, "validate", (metrics, state), last=False)
     assert refused._start_validation(2, keys, str(tiny_actor)) == set(keys)
