@@ -46,7 +46,7 @@ log = logging.getLogger("webrl.vllm_supervisor")
 
 REQUEST_TIMEOUT_S = 10.0
 ACTOR_ROLE = "actor"
-PEFT_CONFIG_FILE = "adapter_config.json"  # webrl.models.folders.PEFT_CONFIG_FILE: an adapter folder
+PEFT_CONFIG_FILE = "adapter_config.json"  # webrl.model_folders.PEFT_CONFIG_FILE: an adapter folder
 
 
 def is_adapter(path: str) -> bool:

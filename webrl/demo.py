@@ -47,7 +47,7 @@ SFT_STAGES = (
 
 def shipped_actor_is_intact(folder: Path = SHIPPED_ACTOR) -> bool:
     """True when the shipped actor exists and its files hash to the sha256 its manifest records."""
-    from webrl.models.folders import is_model_folder
+    from webrl.model_folders import is_model_folder
     from webrl.store.checkpoints import verify
 
     return is_model_folder(folder) and verify(folder)
@@ -56,7 +56,7 @@ def shipped_actor_is_intact(folder: Path = SHIPPED_ACTOR) -> bool:
 def sft_actor(settings: Settings) -> Path:
     """The SFT actor under the artifacts folder: copied from the shipped adapter, or bootstrapped."""
     from webrl.cli import app
-    from webrl.models.folders import is_model_folder
+    from webrl.model_folders import is_model_folder
     from webrl.models.pretrained_base import ensure_base
 
     assert settings.artifacts_dir is not None

@@ -25,9 +25,9 @@ import torch
 
 from webrl.agent.actions import ActionParseError, parse_action
 from webrl.config import Settings
+from webrl.model_folders import is_adapter
 from webrl.models.backends import Backend, Generation, make_backend
 from webrl.models.backends.local import LocalBackend
-from webrl.models.folders import is_adapter
 from webrl.models.loading import checkpoint_version, load_tokenizer
 from webrl.models.model_policies import actor_prompt, prompt_budget
 from webrl.text import without_nul

@@ -31,7 +31,6 @@ from webrl.db import models as m
 from webrl.db.repository import load_trajectory, save_label
 from webrl.db.session import session_scope
 from webrl.method.rewards import reward_of
-from webrl.models.folders import is_model_folder
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
 from webrl.prompts.orm_prompt import (
     NO,
@@ -202,9 +201,7 @@ def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBac
     if not model:
         raise NotServing("no ORM model: set WEBRL_ORM__MODEL to a model folder")
     if path:
-        folder = requested_model_folder(settings, path, "orm", configured=settings.orm.model)
-        if not is_model_folder(folder):  # the models folder itself, say: loading it would fail as a 500
-            raise InvalidRequest("orm", f"{path!r} is not a model folder (no config.json or adapter_config.json)")
+        requested_model_folder(settings, path, "orm", configured=settings.orm.model)
     return LocalOrm(model, settings)
 
 
@@ -215,11 +212,9 @@ def check_served_name(settings: Settings, name: str) -> None:
     refusal = (f"{name!r} is neither the served ORM ({settings.orm.model!r}, WEBRL_ORM__MODEL) nor a model folder a "
                "request may name")
     try:
-        folder = requested_model_folder(settings, name, "orm", configured=settings.orm.model)
-    except InvalidRequest:
-        raise InvalidRequest("orm", refusal) from None
-    if not is_model_folder(folder):
-        raise InvalidRequest("orm", refusal + " (no config.json or adapter_config.json)")
+        requested_model_folder(settings, name, "orm", configured=settings.orm.model)
+    except InvalidRequest as refused:
+        raise InvalidRequest("orm", f"{refusal} ({str(refused).removeprefix('orm: ')})") from None
 
 
 def judge(backend: OrmBackend, trajectories: Sequence[Trajectory], threshold: float) -> list[Judgement]:

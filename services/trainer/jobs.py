@@ -17,14 +17,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, overload
 
 from webrl.config import Settings
-from webrl.models.folders import is_model_folder
-from webrl.serving.paths import confined_path, requested_model_file, requested_model_folder
+from webrl.serving.paths import confined_path, is_configured_model, requested_model_file, requested_model_folder
 from webrl.wire.contracts import InvalidRequest, OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
 
 log = logging.getLogger("webrl.trainer.jobs")
@@ -53,40 +52,31 @@ def input_fields(job: TrainJob) -> dict[str, str]:
 def check_paths(settings: Settings, job: TrainJob) -> None:
     """Raise an :class:`~webrl.wire.contracts.InvalidRequest` naming the field unless every output path of ``job`` lies
     inside the artifacts store (a job replaces what is at its output, so it may write there only) and every model
-    folder it loads is one a request may name (:func:`~webrl.serving.paths.requested_model_folder`: loading runs a
-    folder's pickles and code, and its error would tell whether any path exists) and holds a model (a phase job's
-    ``critic``: a saved critic, :func:`check_model_folder`), so a folder that holds none is refused before the job
-    starts, not deep inside transformers. The configured models count as named (and are loaded as configured). The
-    REST routes call this before enqueueing, :func:`run_job` before running."""
+    folder it loads is one a request may name and holds a model (:func:`~webrl.serving.paths.requested_model_folder`:
+    loading runs a folder's pickles and code, and its error would tell whether any path exists; a phase job's
+    ``critic`` also the heads of a saved critic), so a folder that holds none is refused before the job starts, not
+    deep inside transformers. The configured models count as named (and are loaded as configured). The REST routes
+    call this before enqueueing, :func:`run_job` before running."""
     for name, value in output_fields(job).items():
         confined_path(settings, value, name)
     configured = (settings.actor.model, settings.critic.model, settings.orm.model)
     for name, value in input_fields(job).items():
         folder = requested_model_folder(settings, value, name, configured=configured)
-        if not is_configured(folder, configured):
-            check_model_folder(folder, name, value, critic=isinstance(job, PhaseJob) and name == "critic")
+        if isinstance(job, PhaseJob) and name == "critic" and not is_configured_model(folder, configured):
+            check_saved_critic(folder, name, value)
     if isinstance(job, PhaseJob):
         for name, value in (("probe", job.probe), ("anchors", job.anchors)):
             if value is not None:
                 requested_model_file(settings, value, name)
 
 
-def is_configured(folder: Path, configured: Iterable[str | None]) -> bool:
-    """Whether the resolved ``folder`` is one of the ``configured`` models (the operator's)."""
-    return any(model and folder == Path(model).expanduser().resolve() for model in configured)
+def check_saved_critic(folder: Path, field: str, value: str) -> None:
+    """Raise an :class:`~webrl.wire.contracts.InvalidRequest` naming ``field`` unless ``folder`` holds the heads of
+    a saved critic (:data:`webrl.models.critic.HEADS_FILE`)."""
+    from webrl.models.critic import HEADS_FILE
 
-
-def check_model_folder(folder: Path, field: str, value: str, *, critic: bool = False) -> None:
-    """Raise an :class:`~webrl.wire.contracts.InvalidRequest` naming ``field`` unless ``folder`` holds a model (a
-    Hugging Face folder or an adapter, :func:`~webrl.models.folders.is_model_folder`) and, for a ``critic``, the
-    heads of a saved critic (:data:`webrl.models.critic.HEADS_FILE`)."""
-    if not is_model_folder(folder):
-        raise InvalidRequest(field, f"{value!r} is not a model folder (no config.json or adapter_config.json)")
-    if critic:
-        from webrl.models.critic import HEADS_FILE
-
-        if not (folder / HEADS_FILE).is_file():
-            raise InvalidRequest(field, f"{value!r} is not a saved critic (no {HEADS_FILE})")
+    if not (folder / HEADS_FILE).is_file():
+        raise InvalidRequest(field, f"{value!r} is not a saved critic (no {HEADS_FILE})")
 
 
 @contextmanager

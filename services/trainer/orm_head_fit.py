@@ -33,9 +33,9 @@ from webrl.db import models as m
 from webrl.db.repository import load_trajectory
 from webrl.db.session import session_scope
 from webrl.method.rewards import is_success
+from webrl.model_folders import is_adapter
 from webrl.models.adapters import LoraSpec, load_trainable, save_adapter
 from webrl.models.feature_cache import FeatureCache
-from webrl.models.folders import is_adapter
 from webrl.models.loading import load_tokenizer, save_tokenizer
 from webrl.models.orm_head import (
     HEAD_CONFIG_FILE,

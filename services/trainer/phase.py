@@ -76,9 +76,9 @@ from webrl.config import Settings
 from webrl.db.repository import StepValues, save_step_values, tasks_where
 from webrl.db.session import session_scope
 from webrl.method.returns import advantages, binarise
+from webrl.model_folders import is_adapter
 from webrl.models.critic import critic_value
 from webrl.models.examples import pad_id_of
-from webrl.models.folders import is_adapter
 from webrl.models.probe import load_probe
 from webrl.runs.tracking import Tracker
 from webrl.serving.paths import confined_path

@@ -47,15 +47,28 @@ def test_a_requested_model_folder_must_be_in_the_store_a_model_dir_or_the_config
         store: Settings, tmp_path: Path) -> None:
     inside = Path(store.artifacts_dir) / "models" / "orm"
     inside.mkdir(parents=True)
+    (inside / "config.json").write_text("{}")
     assert requested_model_folder(store, str(inside), "orm") == inside.resolve()
     released = tmp_path / "released" / "webrl-orm"
     released.mkdir(parents=True)
+    (released / "adapter_config.json").write_text("{}")  # an adapter folder is a model folder too
     with pytest.raises(InvalidRequest, match="WEBRL_SECURITY__MODEL_DIRS") as refused:
         requested_model_folder(store, str(released), "orm")
     assert refused.value.field == "orm"
     assert requested_model_folder(store, str(released), "orm", configured=str(released)) == released.resolve()
     store.security.model_dirs = [str(tmp_path / "released")]
     assert requested_model_folder(store, str(released), "orm") == released.resolve()
+
+
+def test_a_requested_folder_that_holds_no_model_is_refused_unless_it_is_the_configured_model(
+        store: Settings, tmp_path: Path) -> None:
+    empty = Path(store.artifacts_dir) / "models"
+    empty.mkdir(parents=True)  # the models folder itself, say: loading it would fail inside transformers
+    with pytest.raises(InvalidRequest, match="not a model folder") as refused:
+        requested_model_folder(store, str(empty), "actor")
+    assert refused.value.field == "actor"
+    # the operator's configured model is loaded as configured, whatever it holds
+    assert requested_model_folder(store, str(empty), "actor", configured=[None, str(empty)]) == empty.resolve()
 
 
 @pytest.mark.parametrize("value", ["/etc", "/", "<a>" * 2000, "a\x00b", "", "models/../../.."])

@@ -26,7 +26,7 @@ def check_model_folder(folder: Path, option: str) -> Path:
     broken file is refused before anything loads or is hashed."""
     import typer
 
-    from webrl.models.folders import is_model_folder
+    from webrl.model_folders import is_model_folder
 
     if not is_model_folder(folder):
         raise typer.BadParameter(f"no model at {folder} (neither config.json nor adapter_config.json)",

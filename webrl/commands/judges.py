@@ -31,7 +31,7 @@ def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tupl
     ``--actor`` defaults to ``<artifacts>/models/actor-sft`` when that is a model folder, and ``--base`` to the
     actor; ``--base FOLDER`` alone is also the actor (what ``--base`` meant before ``--actor`` existed).
     Raises :class:`typer.BadParameter` naming the option at fault."""
-    from webrl.models.folders import is_model_folder
+    from webrl.model_folders import is_model_folder
     from webrl.models.pretrained_base import BASES
 
     if actor is not None and not is_model_folder(actor):
@@ -54,7 +54,7 @@ def resolve_models(artifacts: Path, base: str | None, actor: str | None) -> tupl
 
 def check_start(base: str, lora_rank: int | None, max_prompt_tokens: int | None) -> None:
     """Options that contradict the kind of ``base`` (resolved by :func:`resolve_models`); raises BadParameter."""
-    from webrl.models.folders import is_adapter
+    from webrl.model_folders import is_adapter
     from webrl.models.pretrained_base import BASES
 
     if base in BASES:

@@ -25,7 +25,7 @@ from webrl.commands import (
 from webrl.commands.progress_display import progress_display
 from webrl.config import Settings, get_settings
 from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
-from webrl.models.folders import is_model_folder
+from webrl.model_folders import is_model_folder
 from webrl.wire.contracts import MAX_CONCURRENCY, MAX_GENERATE, MAX_PARENTS, MAX_SEED, LogWith, TrackingSpec
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from webrl.config import Settings
-from webrl.models.folders import PEFT_CONFIG_FILE, is_adapter
+from webrl.model_folders import PEFT_CONFIG_FILE, is_adapter
 
 log = logging.getLogger("webrl.models.adapters")
 

@@ -27,8 +27,8 @@ SAVE_EVERY = 200
 
 def backbone_key(folder: str | Path) -> str:
     """sha256 of a backbone folder's files and, for an adapter, of its base's identity (name and sha256)."""
+    from webrl.model_folders import is_adapter
     from webrl.models.adapters import base_identity
-    from webrl.models.folders import is_adapter
     from webrl.store.checkpoints import folder_sha256
 
     identity = {"folder": folder_sha256(folder), "base": base_identity(Path(folder)) if is_adapter(folder) else None}

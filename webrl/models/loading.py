@@ -16,8 +16,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.config import Settings
+from webrl.model_folders import is_adapter
 from webrl.models.adapters import load_merged
-from webrl.models.folders import is_adapter
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import httpx
 
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import Settings
+from webrl.model_folders import model_config_file
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
-from webrl.models.folders import model_config_file
 from webrl.prompts.actor import render_actor_prompt
 from webrl.safety.credentials import actor_headers
 from webrl.wire.contracts import ActItem, ActRequest, ActResponse

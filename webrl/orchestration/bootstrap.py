@@ -295,8 +295,8 @@ def sft_output(settings: Settings, config: BootstrapConfig) -> Path:
 
 def check_start(start: str, base: str) -> None:
     """Raise ValueError unless ``start`` is a LoRA adapter folder trained on the pretrained base ``base``."""
+    from webrl.model_folders import is_adapter
     from webrl.models.adapters import ADAPTER_FILE
-    from webrl.models.folders import is_adapter
 
     record = Path(start) / ADAPTER_FILE
     if not is_adapter(start) or not record.is_file():

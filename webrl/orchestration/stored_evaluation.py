@@ -68,7 +68,7 @@ def storable_key(settings: Settings, actor: str | Path, keys: list[str], rollout
     """:func:`key_for` when ``actor`` is a model folder whose evaluation can be stored, else None: the rollouts must
     load it here, in fp32 (through an actor service, the service's backend and dtype decide the tokens: vLLM serves
     in bf16, and the key would not name it)."""
-    from webrl.models.folders import is_model_folder
+    from webrl.model_folders import is_model_folder
 
     if settings.rollouts_through_actor or not is_model_folder(Path(actor)):
         return None

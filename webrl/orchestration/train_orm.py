@@ -202,7 +202,7 @@ def orm_attempt(index: int, policy: PolicySpec) -> int:
         raise ValueError(f"at most {ORM_POLICY_SLOTS} policies, got policy #{index + 1}")
     identity = policy.model_dump_json()
     if isinstance(policy, CheckpointSpec):
-        from webrl.models.folders import model_config_file
+        from webrl.model_folders import model_config_file
 
         config = model_config_file(Path(policy.path))
         identity += f":{Path(policy.path).resolve()}:{config.stat().st_mtime_ns if config.exists() else 0}"
@@ -308,7 +308,7 @@ def default_prompt_tokens(settings: Settings, folder: Path) -> int:
 
 def prepare_start(settings: Settings, options: TrainOrmOptions) -> OrmStart:
     """The folder the ORM trains from (see the module docstring, step 3); reused when already published."""
-    from webrl.models.folders import is_adapter
+    from webrl.model_folders import is_adapter
     from webrl.models.pretrained_base import BASES
     from webrl.prompts.orm_prompt import ORM_CONTEXT_RESERVE, orm_prompt_budget
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from webrl.config import Settings
-from webrl.models.folders import is_adapter
+from webrl.model_folders import is_adapter
 from webrl.safety.credentials import actor_headers
 from webrl.store.checkpoints import CHANNEL, CheckpointError, CheckpointInfo, announce, folder_sha256, read_manifest
 from webrl.wire.contracts import CheckpointSpec, EndpointSpec, PolicySpec

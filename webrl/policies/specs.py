@@ -4,12 +4,10 @@ service. The interface they implement is :class:`webrl.agent.policy.Policy`.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from webrl.agent.policy import Policy
 from webrl.config import Settings
-from webrl.models.folders import is_model_folder
 from webrl.safety.allow_list import endpoint_problem
 from webrl.serving.paths import requested_model_folder
 from webrl.wire.contracts import POLICY_SPEC, CheckpointSpec, EndpointSpec, InvalidRequest, OracleSpec, PolicySpec
@@ -19,24 +17,15 @@ def check_policy_spec(spec: PolicySpec, settings: Settings) -> None:
     """Raise :class:`~webrl.wire.contracts.InvalidRequest` naming ``policy`` unless ``spec`` may be served here: an
     endpoint url must be a configured one (``Settings.endpoint_allow_list``: a request may not send the browser
     pool to any server it likes; no url means ``settings.actor.url``), and a checkpoint path a model folder a
-    request may name (:func:`~webrl.serving.paths.requested_model_folder`, or the configured ``actor.model``: the worker
-    loads it, running its pickles and code) that holds a model (:func:`~webrl.models.folders.is_model_folder`; the
-    configured one is loaded as configured), so a folder that holds none is refused before the rollout, not inside
-    transformers. The shape of the spec is the contract's business (pydantic)."""
+    request may name that holds a model (:func:`~webrl.serving.paths.requested_model_folder`, or the configured
+    ``actor.model``: the worker loads it, running its pickles and code), so a folder that holds none is refused
+    before the rollout, not inside transformers. The shape of the spec is the contract's business (pydantic)."""
     if isinstance(spec, CheckpointSpec):
-        folder = requested_model_folder(settings, spec.path, "policy.path", configured=settings.actor.model)
-        if not _is_configured_actor(folder, settings) and not is_model_folder(folder):
-            raise InvalidRequest("policy.path", f"{spec.path!r} is not a model folder (no config.json or "
-                                 "adapter_config.json)")
+        requested_model_folder(settings, spec.path, "policy.path", configured=settings.actor.model)
     if isinstance(spec, EndpointSpec) and spec.url is not None:
         problem = endpoint_problem(spec.url, settings.endpoint_allow_list())
         if problem:
             raise InvalidRequest("policy", f"url: {problem}")
-
-
-def _is_configured_actor(folder: Path, settings: Settings) -> bool:
-    """Whether the resolved ``folder`` is the configured ``actor.model`` (the operator's)."""
-    return bool(settings.actor.model) and folder == Path(str(settings.actor.model)).expanduser().resolve()
 
 
 def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> Policy:

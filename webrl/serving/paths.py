@@ -12,7 +12,10 @@ A model folder a request names for a service to load (the ORM's ``orm``, the cri
 lie in the artifacts store, in the shipped assets (:data:`SHIPPED_MODELS`), in one of
 ``Settings.security.model_dirs``, or be a model the service is configured with: a request cannot make a service load
 (and so execute the pickles or code of) an arbitrary folder, nor probe the file system (whether ``/root/x``
-exists is never told).
+exists is never told). A folder other than a configured model must hold a model (a ``config.json`` or an adapter's
+config, :func:`~webrl.model_folders.is_model_folder`), so that one which holds none (the store itself, a run's
+folder) is refused naming the field before any work, not as a 500 from inside transformers; the configured models
+are the operator's and are loaded as configured.
 
 Both refuse a path the file system could not hold (longer than :data:`MAX_PATH_BYTES`, or a name longer than
 :data:`MAX_NAME_BYTES`) before any work starts, rather than failing when the job writes it.
@@ -24,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from webrl.config import Settings
+from webrl.model_folders import is_model_folder
 from webrl.wire.contracts import InvalidRequest
 
 #: Linux's PATH_MAX and NAME_MAX (bytes): a longer path or file name would pass the checks and fail in the file
@@ -96,9 +100,10 @@ def model_roots(settings: Settings) -> list[Path]:
 
 def requested_model_folder(settings: Settings, value: str, field: str,
                            configured: str | Iterable[str | None] | None = None) -> Path:
-    """The model folder a request names in ``field``, checked: inside one of :func:`model_roots` (symlinks and
-    ``..`` resolved) or exactly one of the ``configured`` models, and an existing folder; anything else is an
-    :class:`~webrl.wire.contracts.InvalidRequest` naming ``field`` (whether a folder elsewhere exists is not told)."""
+    """The model folder a request names in ``field``, checked: exactly one of the ``configured`` models, or inside one
+    of :func:`model_roots` (symlinks and ``..`` resolved) and a folder that holds a model
+    (:func:`~webrl.model_folders.is_model_folder`); anything else is an :class:`~webrl.wire.contracts.InvalidRequest`
+    naming ``field`` (whether a folder elsewhere exists is not told)."""
     return _requested(settings, value, field, configured, folder=True)
 
 
@@ -108,18 +113,25 @@ def requested_model_file(settings: Settings, value: str, field: str) -> Path:
     return _requested(settings, value, field, None, folder=False)
 
 
+def is_configured_model(folder: Path, configured: str | Iterable[str | None] | None) -> bool:
+    """Whether the resolved ``folder`` is exactly one of the ``configured`` models (the operator's settings)."""
+    wanted = [configured] if isinstance(configured, str) else [c for c in configured or () if c]
+    return any(folder == Path(model).expanduser().resolve() for model in wanted)
+
+
 def _requested(settings: Settings, value: str, field: str, configured: str | Iterable[str | None] | None,
                folder: bool) -> Path:
     resolved = _resolved(value, field, InvalidRequest)
-    wanted = [configured] if isinstance(configured, str) else [c for c in configured or () if c]
     try:
-        allowed = any(resolved.is_relative_to(root) and resolved != root for root in model_roots(settings)) or any(
-            resolved == Path(model).expanduser().resolve() for model in wanted)
+        operators = is_configured_model(resolved, configured)
+        allowed = operators or any(resolved.is_relative_to(root) and resolved != root for root in model_roots(settings))
         if not allowed:
             raise InvalidRequest(field, f"{value!r} is outside the artifacts store and WEBRL_SECURITY__MODEL_DIRS; put "
                                         "the model there or add its folder to WEBRL_SECURITY__MODEL_DIRS")
         if folder and not resolved.is_dir():
             raise InvalidRequest(field, f"no model folder at {value!r}")
+        if folder and not operators and not is_model_folder(resolved):
+            raise InvalidRequest(field, f"{value!r} is not a model folder (no config.json or adapter_config.json)")
         if not folder and not resolved.is_file():
             raise InvalidRequest(field, f"no file at {value!r}")
     except OSError as error:  # a permission error on the way

@@ -159,8 +159,8 @@ def test_the_published_adapter_loads_with_the_trained_weights(two_ranks: Path, o
                                                               tiny_dir: Path) -> None:
     """The LoRA actor published by rank 0 is an adapter folder on the tiny base; loaded (merged) by the actor's loader
     it gives the logits of the base with the one-process adapter."""
+    from webrl.model_folders import is_adapter
     from webrl.models.adapters import LoraSpec, load_trainable
-    from webrl.models.folders import is_adapter
     from webrl.models.loading import load_causal_lm
 
     folder = Path(record(two_ranks, "actor-lora")["published"])

@@ -172,7 +172,7 @@ def test_the_backbone_trains_with_the_head_and_the_kept_epoch_is_what_the_orm_se
 
     from services.orm.scoring import LocalOrm
     from webrl.db.migrate import upgrade
-    from webrl.models.folders import is_adapter
+    from webrl.model_folders import is_adapter
     from webrl.models.orm_head import HEAD_CONFIG_FILE
     from webrl.orchestration.train_orm import measure
     from webrl.wire.queue import dispatch

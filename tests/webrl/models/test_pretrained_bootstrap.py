@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from webrl.config import Settings
+from webrl.model_folders import is_adapter
 from webrl.models.adapters import ADAPTER_FILE
-from webrl.models.folders import is_adapter
 from webrl.orchestration.bootstrap import BootstrapConfig, run_bootstrap
 from webrl.store.checkpoints import verify
 

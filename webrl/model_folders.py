@@ -1,4 +1,5 @@
-"""What kind of model folder a path is, without importing torch (the CLI checks its options with these)."""
+"""What kind of model folder a path is, without importing torch or transformers: the CLI checks its options with these,
+and the services check the model folders a request names (:mod:`webrl.serving.paths`)."""
 
 from __future__ import annotations
 
