@@ -133,16 +133,22 @@ class OpenAIOrm:
     as the served model's token texts: the text of the first token of YES and NO under ``tokenizer`` (just
     ``YES`` and ``NO`` for Llama-3), so a model whose tokenizer splits them is judged by the same tokens the
     local backend reads.
+
+    Its labels are stored under ``version``: for a model served by its folder's path, the version that folder
+    declares (:func:`~webrl.models.loading.checkpoint_version`, what a run's rewards are read back under, as with
+    the local backend), else the served name, bounded to the version columns.
     """
 
     def __init__(self, endpoint: str, model: str, settings: Settings, tokenizer: Any | None = None,
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, version: str | None = None) -> None:
         from openai import OpenAI
+
+        from webrl.models.loading import bounded_version
 
         self.client = OpenAI(base_url=endpoint.rstrip("/"), api_key=settings.orm.api_key or "none",
                              timeout=timeout_s, max_retries=2)
         self.model = model
-        self.version = model
+        self.version = version or bounded_version(model)
         self.tokenizer = tokenizer
         self.layout = settings.orm.layout
         self.max_tokens = settings.orm.max_prompt_tokens
@@ -192,12 +198,12 @@ def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBac
             raise NotServing("the openai ORM backend needs WEBRL_ORM__ENDPOINT and WEBRL_ORM__MODEL")
         if path and path != settings.orm.model:
             check_served_name(settings, path)
-        tokenizer = None
-        if _is_allowed_folder(settings, model):
-            from webrl.models.loading import load_tokenizer
+        tokenizer, version = None, None
+        if _is_allowed_folder(settings, model):  # served by its path: its tokenizer and version are read here
+            from webrl.models.loading import checkpoint_version, load_tokenizer
 
-            tokenizer = load_tokenizer(model, settings)
-        return OpenAIOrm(settings.orm.endpoint, model, settings, tokenizer=tokenizer)
+            tokenizer, version = load_tokenizer(model, settings), checkpoint_version(model)
+        return OpenAIOrm(settings.orm.endpoint, model, settings, tokenizer=tokenizer, version=version)
     if not model:
         raise NotServing("no ORM model: set WEBRL_ORM__MODEL to a model folder")
     if path:

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from services.orm.scoring import LocalOrm, OpenAIOrm, p_from_top_logprobs
 from webrl.db import models as m
 from webrl.db.session import session_scope
+from webrl.models.loading import bounded_version, checkpoint_version
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
 from webrl.prompts.orm_prompt import render_orm_prompt
 from webrl.wire.queue import dispatch
@@ -132,7 +133,11 @@ def test_the_openai_backend_refuses_an_orm_it_does_not_serve_naming_it(openai_se
         error = refused.json()["error"]
         assert error["fields"][0]["field"] == "orm" and "neither the served ORM" in error["message"], name
     assert sent == [] and app.state.orm.backends == {}
-    for name in (None, "tiny-orm", str(tiny_orm_dir)):
+    # a folder served by its path is labelled with the version it declares, as the local backend labels it and a
+    # run's pipeline reads its rewards back (checkpoint_version), not with the path
+    for name, version in ((None, "tiny-orm"), ("tiny-orm", "tiny-orm"),
+                          (str(tiny_orm_dir), checkpoint_version(tiny_orm_dir))):
         served = client.post("/v1/orm/score", json={**body, "orm": name})
-        assert served.status_code == 200 and served.json()["orm_version"] == (name or "tiny-orm"), served.text
+        assert served.status_code == 200 and served.json()["orm_version"] == version, served.text
     assert sent == ["tiny-orm", "tiny-orm", str(tiny_orm_dir)]
+    assert OpenAIOrm(url, "m" * 300, settings).version == bounded_version("m" * 300)  # the columns hold 80
