@@ -19,12 +19,12 @@ the demo as a run of its own.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from rich.console import Console
 
 from webrl.config import Settings, get_settings
+from webrl.whole_files import copy_folder_whole
 
 console = Console()
 BASE = "smollm2-135m"
@@ -45,12 +45,18 @@ SFT_STAGES = (
 )
 
 
-def shipped_actor_is_intact(folder: Path = SHIPPED_ACTOR) -> bool:
-    """True when the shipped actor exists and its files hash to the sha256 its manifest records."""
+def is_whole_model(folder: Path) -> bool:
+    """True when ``folder`` holds a model whose files hash to the sha256 its manifest records: a whole copy of the
+    shipped actor, or a published checkpoint (a bootstrapped actor); a partial copy is not."""
     from webrl.model_folders import is_model_folder
     from webrl.store.checkpoints import verify
 
     return is_model_folder(folder) and verify(folder)
+
+
+def shipped_actor_is_intact() -> bool:
+    """True when the shipped actor exists and its files hash to the sha256 its manifest records."""
+    return is_whole_model(SHIPPED_ACTOR)
 
 
 def sft_actor(settings: Settings) -> Path:
@@ -64,12 +70,11 @@ def sft_actor(settings: Settings) -> Path:
         base = ensure_base(settings, BASE)
     console.print(f"base: {base}")
     target = settings.artifacts_dir / "models" / "actor-sft-smollm2"
-    if is_model_folder(target):
+    if is_whole_model(target):
         console.print(f"SFT actor: {target} (already there)")
         return target
     if shipped_actor_is_intact():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(SHIPPED_ACTOR, target)
+        copy_folder_whole(SHIPPED_ACTOR, target)
         console.print(f"SFT actor: copied the shipped adapter to {target} (see webrl/assets/PROVENANCE.md)")
         return target
     console.print("SFT actor: none shipped; building it as webrl/assets/PROVENANCE.md records, two `webrl bootstrap` "

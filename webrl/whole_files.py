@@ -6,6 +6,7 @@ a row committed after the rename never points at a partial one.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,3 +37,18 @@ def write_text_whole(path: Path, text: str) -> Path:
     with written_whole(path) as partial:
         partial.write_text(text)
     return path
+
+
+def copy_folder_whole(source: Path, target: Path) -> Path:
+    """Copy the folder ``source`` to ``target`` whole: into a hidden sibling first, then renamed into place, so a kill
+    mid-copy leaves no partial ``target`` for a later run to trust. A ``target`` already there is replaced (a partial
+    copy an older, non-atomic copy left, say); a kill between its removal and the rename leaves no ``target``, and
+    the next call copies again. Returns ``target``."""
+    staging = target.with_name(f".{target.name}.copying")
+    shutil.rmtree(staging, ignore_errors=True)  # a killed copy's
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source, staging)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staging, target)
+    return target

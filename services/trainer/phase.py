@@ -301,11 +301,24 @@ def _already_done(settings: Settings, version: str) -> TrainedPhase | None:
     return None
 
 
+#: What a phase job carries that the trainer never reads: where it logs, and the hyperparameters of the stages before
+#: the update (a resume may change them, ``--phases`` say, and the phase it trains is the same).
+NOT_TRAINED_ON: dict[str, Any] = {"tracking": True,
+                                  "hyperparams": {"curriculum": True, "rollout": True, "evaluation": True}}
+
+
+def phase_version(job: PhaseJob) -> str:
+    """The version the phase's checkpoints are published under: a hash of what the trainer reads, so the same
+    update asked for again (a redelivered job, a resumed run, one whose later phases changed) finds its checkpoints
+    instead of training again."""
+    return payload_version(f"phase{job.phase}", job.model_dump(exclude=NOT_TRAINED_ON))
+
+
 def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     """Train the phase's critic then actor and publish both. Idempotent: the same job returns its published
     checkpoints without training again. Under a multi-process launch only the main process gets the result
     (the others return None)."""
-    version = payload_version(f"phase{job.phase}", job.model_dump(exclude={"tracking"}))  # where it logs: no
+    version = phase_version(job)
     done = _already_done(settings, version)
     if done is not None:
         log.info("phase %d (%s) already trained", job.phase, version)

@@ -31,3 +31,41 @@ def test_a_failed_first_write_leaves_no_file(tmp_path: Path) -> None:
         partial.write_bytes(b"x")
         raise OSError("disk full")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_copy_killed_midway_leaves_no_partial_folder_and_a_partial_one_is_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from webrl.demo import is_whole_model
+    from webrl.store.checkpoints import publish_folder
+    from webrl.whole_files import copy_folder_whole
+
+    def write(folder: Path) -> None:
+        (folder / "adapter_config.json").write_text("{}")
+        (folder / "adapter_model.safetensors").write_bytes(b"\0" * 4096)
+        (folder / "tokenizer.json").write_text("{}")
+
+    source = publish_folder(write, tmp_path / "shipped", role="actor", version="sft").path
+    target = tmp_path / "store" / "models" / "actor"
+    copied: list[str] = []
+
+    def killed(src: str, dst: str) -> None:  # the kill lands after the second file
+        if len(copied) == 2:
+            raise KeyboardInterrupt
+        copied.append(src)
+        shutil.copy2(src, dst)
+
+    real = shutil.copytree
+    monkeypatch.setattr(shutil, "copytree", lambda s, d: real(s, d, copy_function=killed))
+    with pytest.raises(KeyboardInterrupt):
+        copy_folder_whole(Path(source), target)
+    assert not target.exists()  # the next run does not find half an actor and trust it
+    monkeypatch.setattr(shutil, "copytree", real)
+
+    # a partial copy an older, non-atomic copy left: not whole, so it is replaced
+    target.mkdir(parents=True)
+    (target / "adapter_config.json").write_text("{}")
+    assert not is_whole_model(target)
+    assert copy_folder_whole(Path(source), target) == target and is_whole_model(target)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["actor"]  # no staging folder left beside it

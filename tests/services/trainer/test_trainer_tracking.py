@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from services.trainer.actor_update import actor_loss_fn
-from services.trainer.phase import run_phase
-from services.trainer.publish import payload_version
+from services.trainer.phase import phase_version, run_phase
 from services.trainer.training_loop import LoopConfig, make_accelerator, prepare, prepared_loader, train
 from webrl.method.hyperparams import DEFAULTS, with_overrides
 from webrl.runs.tracking import read_stream, tracking_dir
@@ -54,8 +53,14 @@ def test_a_tracked_phase_logs_every_step_and_the_advantages_and_keeps_its_versio
     job = PhaseJob(phase=1, actor=str(tiny_dir), hyperparams=hp, max_length=400,
                    tracking=TrackingSpec(run="tracked"))
     result = run_phase(db, job)
-    assert result.actor.version == payload_version("phase1", job.model_copy(update={"tracking": None})
-                                                   .model_dump(exclude={"tracking"}))  # logging is no new checkpoint
+    assert result.actor.version == phase_version(job.model_copy(update={"tracking": None}))  # logging is no new one
+    # what the trainer never reads is no new checkpoint either: a run resumed with more phases, other rollouts or
+    # evaluations finds this phase's update; what it trains on is
+    later = with_overrides(hp, {"curriculum.phases": 9, "rollout.temperature": 0.3, "evaluation.validation_tasks": 40})
+    assert phase_version(job.model_copy(update={"hyperparams": later})) == result.actor.version
+    assert run_phase(db, job.model_copy(update={"hyperparams": later})).actor.version == result.actor.version
+    other = with_overrides(hp, {"actor.lr": 2e-3})
+    assert phase_version(job.model_copy(update={"hyperparams": other})) != result.actor.version
 
     actor, actor_histograms = read_stream(tracking_dir(db, "tracked") / "phase-1" / "actor")
     steps = result.metrics["steps"]
