@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 
-from services.orm.scoring import OrmBackend, UnknownTrajectoriesError, backend_from_settings, score
+from services.orm.scoring import OrmBackend, UnknownTrajectoriesError, backend_from_settings, backend_key, score
 from webrl.config import Settings, get_settings
 from webrl.serving.factory import create_app, model_work
 from webrl.wire.contracts import ScoreRequest, ScoreResult
@@ -23,16 +23,20 @@ class OrmState:
     def __init__(self, settings: Settings, backend: OrmBackend | None = None) -> None:
         self.settings = settings
         self.default = backend  # serves requests that name no ORM (tests inject one)
-        self.backends: dict[str | None, OrmBackend] = {}
+        self.backends: dict[tuple[str | None, int | None], OrmBackend] = {}
         self.lock = threading.Lock()
 
     def backend(self, request: ScoreRequest) -> OrmBackend:
         """The ORM for ``request``; :class:`~webrl.wire.contracts.NotServing` (503) when none is configured."""
         if request.orm is None and self.default is not None:
             return self.default
-        if request.orm not in self.backends:
-            self.backends[request.orm] = backend_from_settings(self.settings, request.orm)
-        return self.backends[request.orm]
+        key = backend_key(self.settings, request.orm)  # a folder republished in place is loaded again
+        if key not in self.backends:
+            backend = backend_from_settings(self.settings, request.orm)
+            for stale in [k for k in self.backends if k[0] == request.orm]:  # its earlier publication's
+                del self.backends[stale]
+            self.backends[key] = backend
+        return self.backends[key]
 
 
 def get_state(request: Request) -> OrmState:

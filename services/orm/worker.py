@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from services.orm.scoring import OrmBackend, backend_from_settings, score, start_value
+from services.orm.scoring import OrmBackend, backend_from_settings, backend_key, score, start_value
 from webrl.config import get_settings
 from webrl.wire.contracts import ScoreRequest, StartValueRequest
 from webrl.wire.queue import celery_app
 
 
 @lru_cache(maxsize=2)
-def _backend(path: str | None) -> OrmBackend:
-    """One loaded ORM per worker process and path (loading is the expensive part)."""
+def _loaded(path: str | None, published: int | None) -> OrmBackend:
+    """One loaded ORM per worker process, path and publication (loading is the expensive part)."""
     return backend_from_settings(get_settings(), path)
+
+
+def _backend(path: str | None) -> OrmBackend:
+    """The ORM a request names, loaded again when its folder was republished (:func:`backend_key`)."""
+    return _loaded(*backend_key(get_settings(), path))
 
 
 @celery_app.task(name="orm.score")

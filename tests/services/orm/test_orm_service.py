@@ -113,6 +113,32 @@ def test_rest_route_and_celery_task_label_a_phase_alike(tiny_orm_dir, db_setting
         assert session.scalar(select(func.count()).select_from(m.OrmLabel)) == 2
 
 
+def test_an_orm_republished_in_place_is_loaded_again_by_route_and_task(tiny_orm_dir, db_settings,
+                                                                       make_trajectory) -> None:
+    """``webrl train-orm`` publishes into the same folder: a running service must judge with the new model and
+    label with its version, not answer for it with the one it loaded before."""
+    import shutil
+
+    from webrl.store.checkpoints import publish_folder
+    from webrl.wire.clients import orm_score
+    from webrl.wire.contracts import ScoreRequest
+
+    folder = db_settings.artifacts_dir / "models" / "orm"
+
+    def publish(version: str) -> None:
+        publish_folder(lambda tmp: shutil.copytree(tiny_orm_dir, tmp, dirs_exist_ok=True), folder, role="orm",
+                       version=version, replace=True)
+
+    request = ScoreRequest(trajectories=[make_trajectory(0)], orm=str(folder), threshold=0.5)
+    client = TestClient(create_orm_app(db_settings))
+    for version in ("orm-a", "orm-b"):
+        publish(version)
+        by_route = client.post("/v1/orm/score", json=request.model_dump(mode="json"))
+        assert by_route.status_code == 200 and by_route.json()["orm_version"] == version, by_route.text
+        assert orm_score(request).orm_version == version  # the worker's cache too
+    assert len(client.app.state.orm.backends) == 1  # the first publication's model is let go
+
+
 def test_a_trajectory_over_the_step_cap_is_a_422_naming_it(client, make_trajectory) -> None:
     from webrl.wire.contracts import MAX_EPISODE_STEPS
 
