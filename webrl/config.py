@@ -59,7 +59,7 @@ NESTED_DELIMITER = "__"
 
 
 class RenamedSetting(UserError):
-    """The environment (or ``.env``) still sets a setting by its flat name of before the groups."""
+    """The environment still sets a setting by its flat name of before the groups."""
 
 
 def _split_list(value: object) -> object:
@@ -366,13 +366,16 @@ class BrowserSettings(Group):
 
 
 class Settings(BaseSettings):
-    """webrl's configuration. A top-level field is ``WEBRL_<FIELD>`` in the environment or ``.env``, a group's
-    field ``WEBRL_<GROUP>__<FIELD>`` (:func:`setting_variables` lists them all)."""
+    """webrl's configuration. A top-level field is ``WEBRL_<FIELD>`` in the environment, a group's field
+    ``WEBRL_<GROUP>__<FIELD>`` (:func:`setting_variables` lists them all). The environment only: no ``.env`` is
+    read unless given (``Settings(_env_file=...)``), since the ``.env`` in a checkout is docker compose's (its
+    ``WEBRL_*`` lines name paths inside the containers, and its API key), which a host command run beside it must
+    not pick up."""
 
     # hide_input_in_errors: an invalid setting's error (a service's traceback at start) must not print its value,
     # which may be a key or a URL with a password; the CLI names the variable and the problem only.
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED_DELIMITER,
-                                      env_file=".env", extra="ignore", hide_input_in_errors=True)
+                                      env_file=None, extra="ignore", hide_input_in_errors=True)
 
     home: Path = Field(Path(".webrl"), description="Working directory for state: SQLite file, artifacts, logs.")
     artifacts_dir: Path | None = Field(None, description="Checkpoints and reports. Default: <home>/artifacts.")
@@ -399,7 +402,7 @@ class Settings(BaseSettings):
                                    dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        _refuse_renamed({"the environment": env_settings, ".env": dotenv_settings})
+        _refuse_renamed({"the environment": env_settings, ".env": dotenv_settings})  # an env file only if given
         return init_settings, env_settings, dotenv_settings, file_secret_settings
 
     @model_validator(mode="after")

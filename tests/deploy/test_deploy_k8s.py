@@ -192,6 +192,36 @@ def test_prod_vllm_max_model_len_fits_the_models_it_serves() -> None:
     assert max_model_len(args) <= min(contexts.values()), (max_model_len(args), contexts)
 
 
+def test_prod_vllm_outlives_a_reload_and_the_pipeline_waits_for_it() -> None:
+    """A full-weight reload restarts vLLM inside its container, where only the liveness probe applies: it allows
+    the startup probe's budget, and the pipeline's wait for the new checkpoint (actor.reload_timeout_s) covers that
+    budget plus the supervisor's look-up and stop (docker/vllm_supervisor.py's options as the container gives them)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "docker"))
+    from vllm_supervisor import parse_args
+
+    rendered = _rendered("prod")
+    [container] = _containers(_by_key(rendered)[("Deployment", "vllm")])
+    budget = {probe: container[probe]["periodSeconds"] * container[probe]["failureThreshold"]
+              for probe in ("startupProbe", "livenessProbe")}
+    assert budget["livenessProbe"] >= budget["startupProbe"], budget
+    supervisor = parse_args(container["args"])
+    [config] = [r["data"] for r in rendered if r["kind"] == "ConfigMap" and "WEBRL_HOME" in r["data"]]
+    wait = Settings(_env_file=None, actor={"reload_timeout_s": config["WEBRL_ACTOR__RELOAD_TIMEOUT_S"]})
+    assert wait.actor.reload_timeout_s > budget["startupProbe"] + supervisor.poll_s + supervisor.stop_timeout_s
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_services_that_keep_state_in_their_process_run_one_replica(overlay: str) -> None:
+    """The browser pool's REST episodes live in its memory and each actor replica loads the published checkpoint
+    on its own: a second replica behind the Service would answer half the requests wrongly."""
+    objects = _by_key(_rendered(overlay))
+    for name in ("browser-pool", "actor"):
+        assert objects[("Deployment", name)]["spec"].get("replicas", 1) == 1, (overlay, name)
+    assert objects[("Deployment", "orm")]["spec"]["replicas"] == (2 if overlay == "prod" else 1)  # stateless
+
+
 def test_dev_keeps_the_in_cluster_database_and_a_migration_job() -> None:
     objects = _by_key(_rendered("dev"))
     assert ("StatefulSet", "postgres") in objects and ("Deployment", "redis") in objects

@@ -66,3 +66,19 @@ def test_the_dev_secret_holds_a_redis_password_and_prod_expects_yours() -> None:
     secret = next(r for r in _rendered("dev") if r["kind"] == "Secret")
     assert re.fullmatch(r"[0-9a-z-]{16,}", secret["stringData"]["REDIS_PASSWORD"])  # URL-safe as it stands
     assert not [r for r in _rendered("prod") if r["kind"] == "Secret"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_redis_keeps_its_append_only_file_on_a_volume_that_outlives_the_pod(overlay: str) -> None:
+    """Queued jobs, results and the job-start counters survive a drain or an apply: the append-only file is on a
+    claim of its own (an emptyDir would go with the pod), mounted where Redis writes it."""
+    rendered = _rendered(overlay)
+    [redis] = [r for r in rendered if r["kind"] == "Deployment" and r["metadata"]["name"] == "redis"]
+    spec = redis["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert container["args"][container["args"].index("--appendonly") + 1] == "yes"
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == "/data"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    claim = volume["persistentVolumeClaim"]["claimName"]
+    [pvc] = [r for r in rendered if r["kind"] == "PersistentVolumeClaim" and r["metadata"]["name"] == claim]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"] and redis["spec"]["strategy"]["type"] == "Recreate"

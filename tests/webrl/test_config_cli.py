@@ -105,6 +105,18 @@ def test_a_flat_name_of_before_the_groups_is_refused_with_its_new_name(monkeypat
         Settings(_env_file=dotenv)
 
 
+def test_compose_s_env_file_in_the_working_directory_is_not_read(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """`cp .env.example .env` is compose's setup; `make demo` run beside it must not load the containers' models."""
+    _clear_webrl_environment(monkeypatch)
+    (tmp_path / ".env").write_text((Path(__file__).parents[2] / ".env.example").read_text()
+                                   + "WEBRL_ACTOR__MODEL=/var/lib/webrl/artifacts/models/actor-sft\n")
+    monkeypatch.chdir(tmp_path)
+    settings = Settings()
+    assert settings.actor.model is None and settings.security.api_key is None
+    assert Settings(_env_file=tmp_path / ".env").actor.model == "/var/lib/webrl/artifacts/models/actor-sft"
+
+
 def test_every_old_flat_name_maps_to_a_setting() -> None:
     """The table is built from the groups: one old name per grouped field, none a current name."""
     renamed = renamed_variables()
