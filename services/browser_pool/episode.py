@@ -162,6 +162,7 @@ class BrowserEpisode:
         self.screenshot: bytes | None = None  # the page of ``observation`` (``webrl.store.screenshots``), when taken
         self.closed = False
         self.page_crashed = False
+        self.start_error: str | None = None  # why the task's start URL did not open (a site down), if it did not
         self._new_page = asyncio.Event()
         self._navigations: set[Request] = set()  # main-frame navigation requests not yet committed or done
         self._navigation_done = asyncio.Event()
@@ -213,6 +214,8 @@ class BrowserEpisode:
             except PlaywrightError as exc:
                 self._check_alive()
                 self.notes.add(f"could not open {url}: {exc.message.splitlines()[0]}")
+                if index == 0:
+                    self.start_error = f"could not open the start URL {url}: {exc.message.splitlines()[0]}"
         if len(urls) > 1:
             await first.bring_to_front()
         self.context.on("page", self._on_new_page)

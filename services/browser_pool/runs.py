@@ -28,7 +28,8 @@ class LeasedEpisode:
     """A :class:`BrowserEpisode` as the episode loop's :class:`webrl.agent.environment.Environment`: ``reset``
     leases a browser and opens the episode. A Playwright error ends this episode, not the batch it runs in:
     it is raised as :class:`EpisodeCrashed` (reason ``browser_crashed`` when the browser died, else
-    ``browser_error``)."""
+    ``browser_error``); so is a start URL that did not open (``site_unreachable``: the agent would act on the
+    browser's error page, and its failure would be stored as the actor's)."""
 
     def __init__(self, pool: BrowserPool, task: TaskConfig, settings: Settings, screenshots: bool = False) -> None:
         self.pool, self.settings, self.screenshots = pool, settings, screenshots
@@ -48,6 +49,8 @@ class LeasedEpisode:
     async def reset(self) -> Observation:
         with self._browser_errors():
             self.episode = await BrowserEpisode.open(self.pool, self.task, self.settings, self.screenshots)
+        if self.episode.start_error is not None:
+            raise EpisodeCrashed("site_unreachable", self.episode.start_error)
         assert self.episode.observation is not None
         self.shots.append(self.episode.screenshot)
         return self.episode.observation
@@ -92,12 +95,20 @@ async def run_episode(task: TaskConfig, policy: Policy, pool: BrowserPool, setti
     return await _run(task, decide, pool, settings, max_steps, stop_rules)
 
 
-#: Runs again of an episode the machinery ended (a crashed browser or renderer, a failed browser call): the pool
-#: replaces a dead browser, so a crash that the agent did not cause is not stored as the agent's failure.
+#: Runs again of an episode the machinery ended (a crashed browser or renderer, a failed browser call, a site that
+#: did not answer): the pool replaces a dead browser, so a crash that the agent did not cause is not stored as the
+#: agent's failure.
 INFRASTRUCTURE_RETRIES = 2
+#: Seconds before the n-th run again of an episode whose site did not answer (a container restarting takes seconds).
+SITE_RETRY_WAIT_S = (5.0, 20.0)
 
 #: Hears each finished episode as (index of its task in the batch, trajectory), before the next one takes its slot.
 OnTrajectory = Callable[[int, Trajectory], Awaitable[None]]
+
+
+async def _wait_for_site(retry: int) -> None:
+    """The pause before the ``retry``-th run again of an episode whose site did not answer."""
+    await asyncio.sleep(SITE_RETRY_WAIT_S[min(retry, len(SITE_RETRY_WAIT_S) - 1)])
 
 
 async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, settings: Settings,
@@ -123,6 +134,8 @@ async def run_batch(tasks: list[TaskConfig], policy: Policy, pool: BrowserPool, 
                         break
                     log.warning("task %s: the episode ended by %s; it runs again on a fresh browser (%d of %d)",
                                 task.task_id, traj.stop_reason, retry + 1, INFRASTRUCTURE_RETRIES)
+                    if traj.stop_reason == "site_unreachable":
+                        await _wait_for_site(retry)
             finally:
                 batcher.leave()  # the other episodes' policy batches no longer wait for this one
             if on_trajectory is not None:

@@ -18,6 +18,7 @@ import torch
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from webrl.agent.environment import INFRASTRUCTURE_STOPS
 from webrl.agent.schemas import Step, Trajectory
 from webrl.db import models as m
 from webrl.db.repository import label_of, load_trajectory, trajectories_for_phase
@@ -99,10 +100,15 @@ def load_phase_examples(session: Session, phase: int, prompt: PromptFn, *, run_i
                         gamma: float = DEFAULTS.advantage.gamma, purpose: str = "train",
                         orm_version: str | None = None) -> list[StepExample]:
     """All steps of the phase's labelled trajectories in run ``run_id`` (unlabelled ones are skipped and counted in
-    the log)."""
+    the log), less those the machinery ended (:data:`~webrl.agent.environment.INFRASTRUCTURE_STOPS`: a crashed
+    browser, a site down), which are not the actor's behaviour."""
     out: list[StepExample] = []
     skipped = 0
     for row in trajectories_for_phase(session, phase, purpose, run_id=run_id):
+        if row.stop_reason in INFRASTRUCTURE_STOPS:
+            log.warning("phase %d: trajectory %d ended by %s is not the actor's experience; left out", phase, row.id,
+                        row.stop_reason)
+            continue
         reward = _labelled_reward(row, orm_version)
         if reward is None:
             skipped += 1

@@ -15,16 +15,18 @@ from typing import Protocol
 from webrl.agent.actions import Action
 from webrl.agent.schemas import Observation, TaskConfig
 
-#: Stop reasons that say the machinery failed, not the agent: the browser died, its page's renderer crashed, or a
-#: browser call failed. Such an episode is run again (:data:`services.browser_pool.runs.INFRASTRUCTURE_RETRIES`) and
-#: one that still ends so is never stored as an evaluation's result.
-INFRASTRUCTURE_STOPS = frozenset({"browser_crashed", "page_crashed", "browser_error"})
+#: Stop reasons that say the machinery failed, not the agent: the browser died, its page's renderer crashed, a
+#: browser call failed, or the task's site did not answer (its start URL did not open: a sites container
+#: restarting, say). Such an episode is run again (:data:`services.browser_pool.runs.INFRASTRUCTURE_RETRIES`), one
+#: that still ends so is never stored as an evaluation's result, and the trainer leaves it out of a phase's
+#: experience: it is not the actor's behaviour.
+INFRASTRUCTURE_STOPS = frozenset({"browser_crashed", "page_crashed", "browser_error", "site_unreachable"})
 
 
 class EpisodeCrashed(Exception):
     """The browser or page under an episode died, or it could not start; the episode cannot go on. ``reason``
     names what happened (``browser_crashed``, ``page_crashed``, ``page_error``, ``browser_error``,
-    ``start_url_refused``): the trajectory's stop reason."""
+    ``site_unreachable``, ``start_url_refused``): the trajectory's stop reason."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)

@@ -310,3 +310,65 @@ async def test_an_episode_a_crashed_browser_ended_runs_again_and_only_its_last_r
         assert own.restarts == 1  # the first run's browser died ...
     assert traj.stop_reason != "browser_crashed" and len(traj.steps) == 3  # ... and the second ran to the horizon
     assert heard == [(0, traj.stop_reason)]  # the crashed run was never handed on to be stored
+
+
+async def test_an_episode_whose_site_did_not_answer_runs_again_once_it_is_back(pool_settings, make_task,
+                                                                                monkeypatch):
+    """A start URL that does not open (a sites container restarting) is the machinery's failure, not the agent's:
+    the episode runs again after a pause, and only when the site never comes back is it stored, as
+    ``site_unreachable`` with no step (not as the agent acting on the browser's error page)."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from services.browser_pool import runs
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><title>Back</title><body><button>Go</button></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there now
+    host = f"127.0.0.1:{port}"
+    settings = pool_settings.replace(security={"allowed_hosts": [*pool_settings.security.allowed_hosts, host]})
+    task = make_task(f"http://{host}/")
+    servers: list[ThreadingHTTPServer] = []
+
+    async def stays_down(retry: int) -> None:
+        pass
+
+    async def comes_back(retry: int) -> None:  # the site is up again by the run again
+        server = ThreadingHTTPServer(("127.0.0.1", port), Page)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+
+    class Scroll:
+        async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
+            return [PolicyResponse(response='do(action="Scroll Down")') for _ in requests]
+
+    heard = []
+
+    async def hear(index: int, traj) -> None:
+        heard.append(traj.stop_reason)
+
+    async with BrowserPool(settings, size=1) as own:
+        monkeypatch.setattr(runs, "_wait_for_site", stays_down)
+        [down] = await runs.run_batch([task], Scroll(), own, settings, concurrency=1, max_steps=2, on_trajectory=hear)
+        assert down.stop_reason == "site_unreachable" and down.steps == [] and heard == ["site_unreachable"]
+        monkeypatch.setattr(runs, "_wait_for_site", comes_back)
+        try:
+            [back] = await runs.run_batch([task], Scroll(), own, settings, concurrency=1, max_steps=2)
+        finally:
+            for server in servers:
+                server.shutdown()
+    assert len(servers) == 1 and back.stop_reason == "max_steps" and len(back.steps) == 2
+    assert "Back" in back.steps[0].observation.html or back.steps[0].observation.title == "Back"

@@ -51,6 +51,19 @@ def test_phase_examples_carry_reward_returns_and_next_states(store_trajectory, d
     assert failed.reward == 0.0 and failed.mc_return == 0.0
 
 
+def test_episodes_the_machinery_ended_are_not_the_actor_s_experience(store_trajectory, db) -> None:
+    """A crashed browser or a site that did not answer ended the episode, not the actor: left out of the phase."""
+    from webrl.db import models as m
+
+    kept = store_trajectory("t1", 1, 0, [CLICK], reward=0.0, run_id=RUN)
+    down = store_trajectory("t2", 1, 0, [CLICK], reward=0.0, run_id=RUN)
+    with session_scope(db) as session:
+        session.get(m.TrajectoryRow, down).stop_reason = "site_unreachable"
+    with session_scope(db) as session:
+        examples = load_phase_examples(session, 1, _prompt, run_id=RUN)
+    assert [e.trajectory_id for e in examples] == [kept]
+
+
 def test_a_trajectory_s_reward_is_the_run_s_orm_label(store_trajectory, db) -> None:
     """Another ORM's later label never stands in for the run's ORM's; without a version the latest label counts."""
     from webrl.db.repository import save_label
