@@ -384,7 +384,8 @@ class Pipeline:
         """The actor's sampled episodes on the phase's kept tasks, attempt 0; with ``rollout.min_solved``, further
         attempts at the tasks no episode has solved yet, each round labelled as it ends (labels are idempotent: the
         label stage finds them), until that many tasks are solved or ``rollout.max_attempts`` attempts have run.
-        ``solved_by_attempt``: the tasks solved after each attempt."""
+        ``solved_by_attempt``: the tasks solved after each attempt. Episodes of a later attempt (stored before a kill)
+        do not count before their attempt, so a resumed stage decides and reports as an uninterrupted one did."""
         rollout = self.hp.rollout
         label = f"phase {index}: rollout"
         policy = self._policy(self.actor_for_phase(index), rollout.temperature, label)
@@ -397,7 +398,9 @@ class Pipeline:
             if not rollout.min_solved:
                 break
             self._label(round_ids, f"phase {index}: ORM, attempt {attempt + 1}")
-            solved = set(solved_task_keys_of(self._phase_trajectories(index), self._orm_version()))
+            later = range(attempt + 1, rollout.max_attempts)
+            solved = set(solved_task_keys_of([t for t in self._phase_trajectories(index) if t.attempt not in later],
+                                             self._orm_version()))
             solved_by_attempt.append(len(solved))
             keys = [k for k in state.kept_keys if k not in solved]
             if len(solved) >= rollout.min_solved or not keys:

@@ -32,14 +32,23 @@ def _attempts(settings: Settings, run_id: int) -> dict[str, list[int]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-def _solved_before(settings: Settings, run_id: int, key: str) -> None:
-    """An episode of ``key`` in phase 1 of the run that the sandbox evaluator scored a success (attempt 9)."""
+def _solved_before(settings: Settings, run_id: int, key: str, attempt: int = 9) -> None:
+    """An episode of ``key`` in phase 1 of the run that the sandbox evaluator scored a success (attempt 9: none the
+    stage runs)."""
     with session_scope(settings) as s:
         task = next(t for t in repo.tasks_where(s, split="train") if t.key == key)
         traj = Trajectory(task_id=key, intent="done", steps=[
             Step(index=0, observation=Observation(html="<html></html>", url="http://s/"), response="exit()")])
-        row = repo.save_trajectory(s, task.id, 1, 9, traj, purpose="train", run_id=run_id)
+        row = repo.save_trajectory(s, task.id, 1, attempt, traj, purpose="train", run_id=run_id)
         repo.save_label(s, row.id, EVALUATOR_LABELS, p_yes=1.0, threshold=0.5)
+
+
+def _solved_in(settings: Settings, run_id: int, attempt: int) -> set[str]:
+    """The tasks whose phase-1 training episode of ``attempt`` the sandbox evaluator scored a success."""
+    with session_scope(settings) as s:
+        rows = repo.trajectories_for_phase(s, 1, purpose="train", run_id=run_id)
+        return {row.task.key for row in rows if row.attempt == attempt
+                and (label := repo.label_of(row, EVALUATOR_LABELS)) is not None and label.reward == 1.0}
 
 
 def _responses(settings: Settings, run_id: int, attempt: int) -> dict[str, list[str]]:
@@ -97,3 +106,13 @@ def test_unsolved_tasks_are_tried_again_until_enough_are_solved(world: Settings,
         metrics, _ = enough._stage_rollout(1, state)
         assert metrics["attempts"] == 1
         assert all(a[0] == 0 and 1 not in a for a in _attempts(world, enough.run_id).values())
+
+        # resumed after a kill that stored a later attempt's success: it does not count before its attempt, so
+        # the stage decides as an uninterrupted one did (the first attempt's own successes only)
+        resumed = pipeline("resumed", **{"rollout.min_solved": 1, "rollout.max_attempts": 3})
+        _solved_before(world, resumed.run_id, keys[1], attempt=1)
+        metrics, _ = resumed._stage_rollout(1, state)
+        first_solved = _solved_in(world, resumed.run_id, attempt=0)
+        assert metrics["solved_by_attempt"][0] == len(first_solved)
+        if not first_solved:  # not enough after the first attempt: the second ran, and found the stored episode
+            assert metrics["attempts"] >= 2 and metrics["solved_by_attempt"][1] >= 1
