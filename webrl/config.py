@@ -462,14 +462,14 @@ class Settings(BaseSettings):
 
     def host_allow_list(self) -> list[str]:
         """Hosts (``host:port`` or bare host) a browser may contact: ``security.allowed_hosts`` when set, else
-        the hosts of the sites that exist: each configured ``sites.<site>_url`` and the sandbox's own sites (not
-        the sandbox ports of map and wikipedia, where nothing is served)."""
+        ``host:port`` of each site that exists: each configured ``sites.<site>_url`` and the sandbox's own sites
+        (not the sandbox ports of map and wikipedia, where nothing is served). A site URL without a port gives its
+        scheme's default port, never the bare host: a bare host is every port, so a page of
+        ``https://gitlab.example.com`` could reach that host's other services (its Redis on 6379, say)."""
         if self.security.allowed_hosts:
             return list(self.security.allowed_hosts)
-        from urllib.parse import urlsplit
-
         sites = [site for site in SITE_PLACEHOLDERS if getattr(self.sites, f"{site}_url") or site in SANDBOX_SITES]
-        return sorted({urlsplit(self.site_url(site)).netloc for site in sites})
+        return sorted({_host_and_port(self.site_url(site)) for site in sites})
 
     def endpoint_allow_list(self) -> list[str]:
         """Base URLs a request body may send the services to: ``security.allowed_endpoints`` and the configured
@@ -525,6 +525,17 @@ def _refuse_renamed(sources: Mapping[str, PydanticBaseSettingsSource]) -> None:
     if found:
         raise RenamedSetting(f"renamed settings: {'; '.join(found)}. Settings are grouped: "
                              f"{ENV_PREFIX}<GROUP>{NESTED_DELIMITER}<FIELD>")
+
+
+def _host_and_port(url: str) -> str:
+    """``host:port`` of a site URL, the scheme's default port where it names none (IPv6 hosts in brackets)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port}" if port else host
 
 
 @lru_cache(maxsize=1)

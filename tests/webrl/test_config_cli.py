@@ -184,6 +184,15 @@ def test_allow_list_defaults_to_the_site_hosts(tmp_path) -> None:
     with_map = Settings(home=tmp_path, sites={"map_url": "http://map.test:3000"}, _env_file=None)
     assert "map.test:3000" in with_map.host_allow_list()
     assert f"127.0.0.1:{SANDBOX_PORTS['wikipedia']}" not in with_map.host_allow_list()
+    # a site URL without a port is its scheme's default port, not every port of the host
+    from webrl.safety.allow_list import is_allowed
+
+    portless = Settings(home=tmp_path, sites={"gitlab_url": "https://GitLab.example.com", "reddit_url":
+                                              "http://[::1]/forum"}, _env_file=None)
+    hosts = portless.host_allow_list()
+    assert "gitlab.example.com:443" in hosts and "[::1]:80" in hosts and "gitlab.example.com" not in hosts
+    assert is_allowed("https://gitlab.example.com/explore", hosts) and is_allowed("http://[::1]/forum/f/1", hosts)
+    assert not is_allowed("http://gitlab.example.com:6379/", hosts) and not is_allowed("http://[::1]:22/", hosts)
 
 
 def test_bad_values_are_rejected_naming_the_field(tmp_path) -> None:
