@@ -16,6 +16,7 @@ error shape ``{"error": {"type", "message", "fields", "request_id"}}`` and reque
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -128,13 +129,20 @@ def key_matches(token: str, key: str) -> bool:
     return bool(token) and hmac.compare_digest(token.encode(), key.encode())
 
 
-def presented_key(request: Request, key_cookie: str | None = None) -> str:
-    """The key a request presents: its ``Authorization: Bearer`` token, else (an app that lets browsers log in)
-    the ``key_cookie`` cookie; "" when neither."""
+def session_token(key: str) -> str:
+    """What a browser's login cookie holds: HMAC-SHA256 of a fixed label under the API key, never the key itself.
+    Browsers send a cookie to every port of its host, so a cookie holding the key would hand it to every server
+    there (the sandbox sites, Grafana); this token opens the app that set it and is no bearer key anywhere."""
+    return hmac.new(key.encode(), b"webrl-login-session", hashlib.sha256).hexdigest()
+
+
+def authorized(request: Request, key: str, key_cookie: str | None = None) -> bool:
+    """Does the request present the API key: its ``Authorization: Bearer`` token, else (an app that lets browsers
+    log in) a ``key_cookie`` cookie holding :func:`session_token` of it? (constant-time)"""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token:
-        return token
-    return request.cookies.get(key_cookie, "") if key_cookie else ""
+        return key_matches(token, key)
+    return bool(key_cookie) and key_matches(request.cookies.get(key_cookie or "", ""), session_token(key))
 
 
 class InternalErrorGuard:
@@ -315,7 +323,7 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
             return JSONResponse(error_body("unauthorized", f"no API key on a non-loopback address: {NO_AUTH_FIX}",
                                            request_id), status_code=401, headers={"x-request-id": request_id})
         guarded = settings.security.api_key and request.url.path not in unguarded
-        if guarded and not key_matches(presented_key(request, key_cookie), settings.security.api_key):
+        if guarded and not authorized(request, settings.security.api_key, key_cookie):
             return JSONResponse(error_body("unauthorized", "unauthorized", request_id), status_code=401,
                                 headers={"WWW-Authenticate": "Bearer", "x-request-id": request_id})
         start = time.perf_counter()

@@ -30,7 +30,7 @@ from webrl.runs.report import (
     flips_table,
     phase_table,
 )
-from webrl.serving.factory import create_app, key_matches, not_found
+from webrl.serving.factory import create_app, key_matches, not_found, session_token
 from webrl.store import screenshots
 from webrl.viewer import plots, queries
 from webrl.viewer.templating import templates
@@ -158,7 +158,8 @@ def _routes(app: FastAPI) -> None:
             return pages.TemplateResponse(request, "login.html", {"next": _local(next), "failed": True},
                                           status_code=401)
         response = RedirectResponse(_local(next), status_code=303)
-        response.set_cookie(KEY_COOKIE, key, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+        response.set_cookie(KEY_COOKIE, session_token(api_key), httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
         return response
 
 

@@ -157,7 +157,10 @@ def test_the_api_key_guards_every_page_and_a_browser_logs_in(db: Settings) -> No
         assert good.status_code == 303 and good.headers["location"] == "/runs/live"
         cookie = good.headers["set-cookie"]
         assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
-        assert c.get("/runs/live").status_code == 200  # the cookie now carries the key
+        assert c.get("/runs/live").status_code == 200  # the cookie now opens the viewer ...
+        token = c.cookies[KEY_COOKIE]
+        assert KEY not in token and KEY not in cookie  # ... without carrying the key, which every port would get
+        assert c.get("/runs/live", headers={"authorization": f"Bearer {token}"}).status_code == 401  # no bearer key
 
 
 def test_viewer_reads_cannot_write(db: Settings) -> None:
