@@ -38,6 +38,7 @@ from webrl.config import Settings, get_settings
 from webrl.models.backends import Generation
 from webrl.serving.factory import create_app, invalid, within
 from webrl.serving.metrics import attribute_reader, register_value
+from webrl.serving.paths import requested_model_folder
 from webrl.store.checkpoints import CHANNEL
 from webrl.wire.contracts import ActRequest, ActResponse
 
@@ -62,8 +63,9 @@ def _lifespan(settings: Settings, engine: ActorEngine | None, channel: str
         app.state.engine = engine or await asyncio.to_thread(ActorEngine.from_settings, settings)
         subscriber = None
         if settings.jobs.redis_url:
-            subscriber = CheckpointSubscriber(settings.jobs.redis_url, app.state.engine.reload,
-                                              lambda: app.state.engine.version, channel=channel)
+            subscriber = CheckpointSubscriber(
+                settings.jobs.redis_url, app.state.engine.reload, lambda: app.state.engine.version, channel=channel,
+                check_path=lambda path: requested_model_folder(settings, path, "path", configured=settings.actor.model))
             subscriber.start()
         app.state.subscriber = subscriber
         try:

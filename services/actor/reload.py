@@ -16,6 +16,7 @@ import redis
 from kombu.utils.url import maybe_sanitize_url
 
 from webrl.store.checkpoints import CHANNEL, folder_sha256
+from webrl.wire.contracts import InvalidRequest
 
 log = logging.getLogger("webrl.actor.reload")
 
@@ -36,12 +37,17 @@ def parse_event(data: bytes | str) -> dict[str, str] | None:
 
 
 class CheckpointSubscriber:
-    """A daemon thread that calls ``on_actor(path, version)`` for each valid actor event."""
+    """A daemon thread that calls ``on_actor(path, version)`` for each valid actor event. ``check_path`` (the
+    service's: :func:`~webrl.serving.paths.requested_model_folder`) raises for a folder a request may not name: an
+    event is a request like any other, from whoever can publish on the channel, and the sha256 it carries is its
+    own word."""
 
     def __init__(self, redis_url: str, on_actor: Callable[[str, str], object],
-                 current_version: Callable[[], str], *, channel: str = CHANNEL) -> None:
+                 current_version: Callable[[], str], *, channel: str = CHANNEL,
+                 check_path: Callable[[str], object] | None = None) -> None:
         self.redis_url = redis_url
         self.on_actor = on_actor
+        self.check_path = check_path
         self.current_version = current_version
         self.channel = channel
         self.loaded: list[str] = []
@@ -81,6 +87,13 @@ class CheckpointSubscriber:
         event = parse_event(data)
         if event is None or event["version"] == self.current_version():
             return False
+        if self.check_path is not None:
+            try:
+                self.check_path(event["path"])
+            except InvalidRequest as refused:
+                self.last_error = f"refused {event['version']}: {refused}"
+                log.error("%s", self.last_error)
+                return False
         if folder_sha256(event["path"]) != event["sha256"]:
             self.last_error = f"refused {event['version']}: {event['path']} does not hash to the announced sha256"
             log.error("%s", self.last_error)

@@ -36,3 +36,22 @@ def test_handle_loads_new_intact_checkpoints_only(actor_model_dir: Path, tmp_pat
 
     broken = CheckpointSubscriber("redis://unused", failing, lambda: "v1")
     assert not broken.handle(json.dumps(info.event())) and broken.loaded == []
+
+
+def test_an_event_naming_a_folder_a_request_may_not_name_is_refused(actor_model_dir: Path, tmp_path: Path) -> None:
+    """Whoever can publish on the channel announces the path and its sha256 alike: the folder must be one a request
+    may name (the service passes webrl.serving.paths.requested_model_folder)."""
+    from webrl.config import Settings
+    from webrl.serving.paths import requested_model_folder
+
+    store = Settings(home=tmp_path / "home", security={"model_dirs": []}, _env_file=None)
+    elsewhere = publish_folder(lambda tmp: shutil.copytree(actor_model_dir, tmp, dirs_exist_ok=True),
+                               tmp_path / "elsewhere" / "v2", role="actor", version="v2")
+    inside = publish_folder(lambda tmp: shutil.copytree(actor_model_dir, tmp, dirs_exist_ok=True),
+                            store.artifacts_dir / "models" / "actor" / "v3", role="actor", version="v3")
+    loaded: list[str] = []
+    subscriber = CheckpointSubscriber("redis://unused", lambda p, v: loaded.append(v), lambda: "v1",
+                                      check_path=lambda path: requested_model_folder(store, path, "path"))
+    assert not subscriber.handle(json.dumps(elsewhere.event())) and loaded == []
+    assert subscriber.last_error and "outside the artifacts store" in subscriber.last_error
+    assert subscriber.handle(json.dumps(inside.event())) and loaded == ["v3"]
