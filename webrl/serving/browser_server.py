@@ -106,6 +106,7 @@ class BrowserServer:
         self.allowed = list(allowed)
         self.proxies: set[AllowListProxy] = set()  # one per running browser (tests read what they refused)
         self.browsers: set[asyncio.subprocess.Process] = set()  # running now (tests and logs count them)
+        self.starting = 0  # browsers being started (their slots are taken)
         self.refused = 0  # handshakes refused by :meth:`admit` (tests and logs count them)
 
     def admit(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -131,22 +132,29 @@ class BrowserServer:
         return connection.respond(status, why + "\n")
 
     async def handle(self, client: ServerConnection) -> None:
-        if len(self.browsers) >= self.max_browsers:
+        # the slot is taken before the first await: handshakes arriving together each count the others' browsers
+        # while those start, so no more than max_browsers ever run
+        if len(self.browsers) + self.starting >= self.max_browsers:
             await client.close(TRY_AGAIN_LATER, f"{self.max_browsers} browsers running")
             return
-        proxy = await AllowListProxy(self.allowed_for(client.request)).start()
-        self.proxies.add(proxy)
-        profile = tempfile.mkdtemp(prefix="webrl-chromium-")
+        self.starting += 1
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.command, *proxy.chromium_args(), f"--user-data-dir={profile}",
-                "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True)
-        except BaseException:
-            await self._close_proxy(proxy)
-            shutil.rmtree(profile, ignore_errors=True)
-            raise
-        self.browsers.add(proc)
+            proxy = await AllowListProxy(self.allowed_for(client.request)).start()
+            self.proxies.add(proxy)
+            profile = tempfile.mkdtemp(prefix="webrl-chromium-")
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *self.command, *proxy.chromium_args(), f"--user-data-dir={profile}",
+                    "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE, start_new_session=True)
+            except BaseException:
+                await self._close_proxy(proxy)
+                shutil.rmtree(profile, ignore_errors=True)
+                raise
+            self.browsers.add(proc)
+        finally:
+            self.starting -= 1
         assert proc.stderr is not None
         drain: asyncio.Task[None] | None = None
         try:

@@ -107,6 +107,42 @@ async def test_the_server_starts_no_more_than_max_browsers(browser_server, remot
     assert not server.browsers
 
 
+async def test_handshakes_arriving_together_start_no_more_than_max_browsers(browser_server):
+    """Each handshake counts the browsers the others are still starting: five at once with room for one start one."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    from webrl.serving.browser_server import TRY_AGAIN_LATER
+
+    url, server = browser_server
+    limit, server.max_browsers = server.max_browsers, 1
+    peak, closed = 0, []
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, len(server.browsers))
+            await asyncio.sleep(0.01)
+
+    async def knock() -> None:
+        try:
+            async with connect(url, open_timeout=30) as ws:
+                await asyncio.wait_for(ws.recv(), 3)
+        except ConnectionClosed as exc:
+            closed.append(exc.rcvd.code if exc.rcvd else None)
+        except TimeoutError:
+            pass  # the one admitted: its browser waits for CDP messages
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.gather(*(knock() for _ in range(5)))
+    finally:
+        watcher.cancel()
+        server.max_browsers = limit
+    assert peak == 1 and closed.count(TRY_AGAIN_LATER) == 4, (peak, closed)
+    await _until(lambda: not server.browsers and not server.starting)
+
+
 async def test_webrl_browser_serve_drains_on_sigterm(pool_settings, fixture_url, make_task, tmp_path):
     """The chromium pod's command: on SIGTERM it takes no new connection, keeps serving the browsers in use,
     and exits once they are closed."""
