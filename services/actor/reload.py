@@ -21,6 +21,8 @@ from webrl.wire.contracts import InvalidRequest
 log = logging.getLogger("webrl.actor.reload")
 
 POLL_SECONDS = 0.2  # how often the listener checks for a stop request between messages
+RETRY_SECONDS = (0.5, 10.0)  # the first wait before subscribing again after a lost connection, and the longest
+LISTENING_FAILED = "listening on"
 
 
 def parse_event(data: bytes | str) -> dict[str, str] | None:
@@ -68,19 +70,45 @@ class CheckpointSubscriber:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        """Listen until stopped. A lost connection (Redis restarting) or an error handling one event never ends
+        the listener: it says why in ``last_error`` (``GET /v1/model``'s ``reload_error``), waits, and subscribes
+        again. Events published while it was away are gone (pub/sub keeps none); the pipeline announces the
+        checkpoint it needs again when it resumes."""
+        wait = RETRY_SECONDS[0]
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except Exception as exc:  # redis-py gives up after its own retries: the listener must not
+                self.last_error = f"{LISTENING_FAILED} {self.channel}: {exc}"
+                log.warning("%s; subscribing again in %.1f s", self.last_error, wait)
+                self._stop.wait(wait)
+                wait = min(wait * 2, RETRY_SECONDS[1])
+            else:
+                return
+
+    def _listen(self) -> None:
         client = redis.Redis.from_url(self.redis_url)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(self.channel)
-        pubsub.get_message(timeout=1.0)  # the subscribe confirmation
-        self._ready.set()
         try:
+            pubsub.subscribe(self.channel)
+            pubsub.get_message(timeout=1.0)  # the subscribe confirmation
+            if self.last_error and self.last_error.startswith(LISTENING_FAILED):
+                self.last_error = None  # listening again
+            self._ready.set()
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=POLL_SECONDS)
                 if message and message.get("type") == "message":
-                    self.handle(message["data"])
+                    self._handle_safely(message["data"])
         finally:
             pubsub.close()
             client.close()
+
+    def _handle_safely(self, data: bytes | str) -> None:
+        try:
+            self.handle(data)
+        except Exception as exc:  # a folder vanishing mid-hash, say: this event fails, not the listener
+            self.last_error = f"refused an event: {exc}"
+            log.exception("checkpoint event not handled")
 
     def handle(self, data: bytes | str) -> bool:
         """Load the event's checkpoint if it is a new, intact actor; True when it was swapped in."""

@@ -55,3 +55,55 @@ def test_an_event_naming_a_folder_a_request_may_not_name_is_refused(actor_model_
     assert not subscriber.handle(json.dumps(elsewhere.event())) and loaded == []
     assert subscriber.last_error and "outside the artifacts store" in subscriber.last_error
     assert subscriber.handle(json.dumps(inside.event())) and loaded == ["v3"]
+
+
+def test_the_listener_subscribes_again_after_redis_restarts(actor_model_dir: Path, tmp_path: Path) -> None:
+    """A Redis restart (a pod rescheduled) must not end hot reloads for the life of the service: the listener says
+    why in last_error while Redis is away, subscribes again, and loads the next checkpoint announced."""
+    import socket
+    import subprocess
+    import time
+
+    import redis as redis_client
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def redis_server() -> subprocess.Popen:
+        server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                   "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                redis_client.Redis(port=port).ping()
+                return server
+            except redis_client.ConnectionError:
+                time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    def until(condition, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+
+    info = publish_folder(lambda tmp: shutil.copytree(actor_model_dir, tmp, dirs_exist_ok=True),
+                          tmp_path / "v2", role="actor", version="v2")
+    loaded: list[str] = []
+    server = redis_server()
+    subscriber = CheckpointSubscriber(f"redis://127.0.0.1:{port}/0", lambda p, v: loaded.append(v), lambda: "v1",
+                                      channel="webrl:checkpoints:restart")
+    subscriber.start()
+    try:
+        server.terminate()
+        server.wait(10)
+        until(lambda: subscriber.last_error is not None and "listening on" in subscriber.last_error)
+        server = redis_server()
+        client = redis_client.Redis(port=port)
+        until(lambda: client.publish("webrl:checkpoints:restart", json.dumps(info.event())) > 0 or bool(loaded))
+        until(lambda: loaded == ["v2"])
+        assert subscriber.last_error is None and subscriber._thread.is_alive()
+    finally:
+        subscriber.stop()
+        server.terminate()
+        server.wait(10)
