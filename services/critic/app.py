@@ -7,6 +7,7 @@ first request) or a request's ``critic``.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
@@ -14,6 +15,7 @@ from fastapi import Depends, FastAPI, Request
 from services.critic.values import CriticScorer, critic_path, value
 from webrl.config import Settings, get_settings
 from webrl.serving.factory import create_app, model_work
+from webrl.serving.kept_models import KeptModels
 from webrl.wire.contracts import ValueRequest, ValueResult
 
 
@@ -23,17 +25,16 @@ class LoadedCritics:
     def __init__(self, settings: Settings, scorer: CriticScorer | None = None) -> None:
         self.settings = settings
         self.default = scorer  # serves requests that name no critic (tests inject one)
-        self.scorers: dict[str, CriticScorer] = {}
+        self.scorers: KeptModels[str, CriticScorer] = KeptModels()  # a run names a new critic every phase
         self.lock = threading.Lock()
 
     def scorer(self, request: ValueRequest) -> CriticScorer:
-        """The critic for ``request``: a preloaded one for the default, else loaded (and kept) on first use."""
+        """The critic for ``request``: a preloaded one for the default, else loaded on first use and kept while it
+        is among the most recently used (:class:`~webrl.serving.kept_models.KeptModels`)."""
         if request.critic is None and self.default is not None:
             return self.default
         path = critic_path(self.settings, request)
-        if path not in self.scorers:
-            self.scorers[path] = CriticScorer(path, self.settings)
-        return self.scorers[path]
+        return self.scorers.get(str(Path(path).resolve()), lambda: CriticScorer(path, self.settings))
 
 
 def get_state(request: Request) -> LoadedCritics:

@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from services.orm.scoring import OrmBackend, UnknownTrajectoriesError, backend_from_settings, backend_key, score
 from webrl.config import Settings, get_settings
 from webrl.serving.factory import create_app, model_work
+from webrl.serving.kept_models import KeptModels
 from webrl.wire.contracts import ScoreRequest, ScoreResult
 
 
@@ -23,7 +24,7 @@ class OrmState:
     def __init__(self, settings: Settings, backend: OrmBackend | None = None) -> None:
         self.settings = settings
         self.default = backend  # serves requests that name no ORM (tests inject one)
-        self.backends: dict[tuple[str | None, int | None], OrmBackend] = {}
+        self.backends: KeptModels[tuple[str | None, int | None], OrmBackend] = KeptModels()
         self.lock = threading.Lock()
 
     def backend(self, request: ScoreRequest) -> OrmBackend:
@@ -31,12 +32,9 @@ class OrmState:
         if request.orm is None and self.default is not None:
             return self.default
         key = backend_key(self.settings, request.orm)  # a folder republished in place is loaded again
-        if key not in self.backends:
-            backend = backend_from_settings(self.settings, request.orm)
-            for stale in [k for k in self.backends if k[0] == request.orm]:  # its earlier publication's
-                del self.backends[stale]
-            self.backends[key] = backend
-        return self.backends[key]
+        backend = self.backends.get(key, lambda: backend_from_settings(self.settings, request.orm))
+        self.backends.drop(lambda kept: kept[0] == request.orm and kept != key)  # its earlier publication's
+        return backend
 
 
 def get_state(request: Request) -> OrmState:

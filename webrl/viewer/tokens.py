@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from webrl.config import Settings
 from webrl.db import models as m
+from webrl.serving.kept_models import KeptModels
 
 log = logging.getLogger(__name__)
 
@@ -37,20 +38,23 @@ def actor_folder(session: Session, version: str) -> Path | None:
     return None
 
 
-_DECODERS: dict[str, Decode | None] = {}  # folder -> its tokenizer's decode (None: it has none that loads)
+#: folder -> its tokenizer's decode (None: it has none that loads): the most recently viewed few (a run has an actor
+#: folder a phase, and a tokenizer is tens of MB)
+_DECODERS: KeptModels[str, Decode | None] = KeptModels(size=8)
 
 
 def _decoder(folder: str, settings: Settings) -> Decode | None:
     from webrl.models.loading import load_tokenizer
 
-    if folder not in _DECODERS:
+    def load() -> Decode | None:
         try:
             tokenizer = load_tokenizer(folder, settings)
-            _DECODERS[folder] = lambda token_id: tokenizer.decode([token_id])
         except (OSError, ValueError) as exc:
             log.info("no tokenizer in %s: %s", folder, exc)
-            _DECODERS[folder] = None
-    return _DECODERS[folder]
+            return None
+        return lambda token_id: tokenizer.decode([token_id])
+
+    return _DECODERS.get(folder, load)
 
 
 def decoder_for(session: Session, settings: Settings) -> Callable[[str], Decode | None]:
