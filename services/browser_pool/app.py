@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from services.browser_pool.episode import StartUrlRefused, StorageStateRefused
 from services.browser_pool.pool import BrowserPool
 from services.browser_pool.rollout import check_task_keys
-from services.browser_pool.sessions import EpisodeManager, EpisodeNotFound, JobView, PoolBusy
+from services.browser_pool.sessions import EpisodeManager, EpisodeNotFound, EvaluationTimedOut, JobView, PoolBusy
 from webrl.agent.schemas import Observation, TaskConfig
 from webrl.config import Settings, get_settings
 from webrl.db import repository
@@ -141,6 +141,8 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(status_code=404, detail=str(exc)) from None
         except EvaluationError as exc:
             raise HTTPException(status_code=422, detail=f"eval: {exc}") from None
+        except EvaluationTimedOut as exc:
+            raise HTTPException(status_code=504, detail=str(exc)) from None
 
     @app.delete("/v1/episodes/{episode_id}", tags=["episodes"])
     async def delete_episode(episode_id: str, manager: ManagerDep) -> dict[str, str]:

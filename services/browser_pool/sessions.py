@@ -44,6 +44,10 @@ class PoolBusy(RuntimeError):
     """No browser became free in time."""
 
 
+class EvaluationTimedOut(RuntimeError):
+    """An episode's evaluation ran past its time limit: the episode was closed and its browser freed."""
+
+
 class JobView(BaseModel):
     job_id: str
     status: Literal["pending", "running", "succeeded", "failed"]
@@ -139,10 +143,18 @@ class EpisodeManager:
                 live.last_used = time.monotonic()
 
     async def evaluate(self, episode_id: str, answer: str | None) -> float | None:
+        """The episode's score. An evaluation over ``browser.step_timeout_s`` (a page script that never settles)
+        ends the episode and frees its browser, as a step over it does: its lock would otherwise keep the idle
+        reaper away from that browser for good, whether or not a client still waits."""
         live = self._live(episode_id)
+        limit = self.settings.browser.step_timeout_s
         async with live.lock:
             try:
-                return await live.episode.evaluate(answer)
+                return await asyncio.wait_for(live.episode.evaluate(answer), limit)
+            except TimeoutError:
+                await self.delete(episode_id)
+                raise EvaluationTimedOut(f"the evaluation took longer than {limit:.0f} s "
+                                         "(WEBRL_BROWSER__STEP_TIMEOUT_S); the episode is closed") from None
             finally:
                 live.last_used = time.monotonic()
 

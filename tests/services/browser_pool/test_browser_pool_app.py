@@ -226,6 +226,30 @@ def test_an_abandoned_episode_expires_and_frees_its_browser(pool_settings, fixtu
         assert client.delete(f"/v1/episodes/{live}").status_code == 200
 
 
+def test_an_evaluation_that_never_settles_is_a_504_and_frees_its_browser(pool_settings, fixture_url, make_task,
+                                                                         monkeypatch):
+    """Pool of one: an evaluation that never returns (a page promise that never resolves) held the episode's lock,
+    which kept the idle reaper off its browser for good; it now ends at the step limit and the browser is free."""
+    import asyncio
+
+    from services.browser_pool.episode import BrowserEpisode
+
+    async def never(self, answer):
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(BrowserEpisode, "evaluate", never)
+    settings = pool_settings.replace(browser={"pool_size": 1, "step_timeout_s": 6.0})
+    task = {"task": make_task(f"{fixture_url}/next.html").to_json()}
+    with TestClient(create_app_for_service(settings)) as client:
+        stuck = client.post("/v1/episodes", json=task).json()["episode_id"]
+        reply = client.post(f"/v1/episodes/{stuck}/evaluate", json={"answer": None})
+        assert reply.status_code == 504 and "WEBRL_BROWSER__STEP_TIMEOUT_S" in reply.text, reply.text
+        assert client.post(f"/v1/episodes/{stuck}/step", json={"action": "exit()"}).status_code == 404
+        after = client.post("/v1/episodes", json=task)  # the one browser is free again
+        assert after.status_code == 200, after.text
+        assert client.delete(f"/v1/episodes/{after.json()['episode_id']}").status_code == 200
+
+
 @pytest.mark.parametrize(("geolocation", "field"), [
     ({"latitude": 1e9, "longitude": 0}, "task.geolocation.latitude"),  # Playwright's precondition: [-90, 90]
     ({"latitude": 0, "longitude": -181}, "task.geolocation.longitude"),
