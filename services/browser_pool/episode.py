@@ -437,9 +437,21 @@ class BrowserEpisode:
             else:
                 await self.stage.close()
         except Exception as exc:  # cleanup of a broken context must never take the pool down
-            log.info("episode %s cleanup: %r", self.id, exc)
+            log.info("episode %s cleanup: %r; its context is closed instead", self.id, exc)
+            await self._abandon()
         finally:
             self.pool.release(self.slot)
+
+    async def _abandon(self) -> None:
+        """A context the stock could not take back (freezing a page stuck in a script timed out): free the sandbox
+        episode's state and close the context, each bounded, so that no context (a renderer, often spinning) and
+        no copy of the sandbox's databases is left behind for the life of the browser."""
+        cleanups = [self._free_sandbox_state(self.context)] if self.slot.alive else []
+        for cleanup in [*cleanups, self.stage.close()]:
+            try:
+                await asyncio.wait_for(cleanup, EPISODE_CLEANUP_TIMEOUT_S)
+            except Exception as exc:
+                log.warning("episode %s: a context left behind: %r", self.id, exc)
 
     async def _free_sandbox_state(self, context: BrowserContext) -> None:
         site = self.task.site

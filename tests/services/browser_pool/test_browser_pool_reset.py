@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -74,3 +75,25 @@ async def test_a_storage_state_with_local_storage_reaches_the_page(pool, pool_se
         assert await episode.active.evaluate("localStorage.getItem('token')") == "t-1"
     finally:
         await episode.close()
+
+
+async def test_a_context_the_stock_cannot_take_back_is_closed_not_left_behind(pool_settings, fixture_url, make_task,
+                                                                              monkeypatch):
+    """Giving a context back to the stock is bounded (EPISODE_CLEANUP_TIMEOUT_S); when it does not finish (a CDP
+    call that never answers), the context is closed instead: neither it nor its renderer stays on the browser for
+    the browser's life."""
+    from services.browser_pool import episode as episode_module
+    from services.browser_pool.pool import BrowserPool
+    from services.browser_pool.stock import ContextStock
+
+    async def never(self, stage, cleanup=None):
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(episode_module, "EPISODE_CLEANUP_TIMEOUT_S", 0.5)
+    async with BrowserPool(pool_settings, size=1) as own:
+        episode = await BrowserEpisode.open(own, make_task(f"{fixture_url}/next.html"), pool_settings)
+        context = episode.context
+        monkeypatch.setattr(ContextStock, "give_back", never)
+        await episode.close()
+        assert context not in own.slots[0].browser.contexts  # closed, not left open beside the stock
+        assert own.leased == 0
