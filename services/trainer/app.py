@@ -8,7 +8,9 @@ one-thread executor in this process, so the request returns at once in both.
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Annotated, Any, Literal
 
@@ -29,6 +31,10 @@ class JobAccepted(BaseModel):
     status: str
 
 
+#: Finished embedded jobs whose status is kept for ``GET /v1/jobs/{id}``.
+FINISHED_KEPT = 1000
+
+
 class JobStatus(BaseModel):
     job_id: str
     status: str
@@ -37,26 +43,40 @@ class JobStatus(BaseModel):
 
 
 class LocalJobs:
-    """Embedded mode: jobs on one background thread (training uses every core; one at a time)."""
+    """Embedded mode: jobs on one background thread (training uses every core; one at a time). A finished job is
+    kept as its status only (the last :data:`FINISHED_KEPT`): a failed job's exception carries its traceback, whose
+    frames hold the models it loaded, so keeping the future would keep an actor, its optimizer and a critic alive
+    after every failure."""
 
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webrl-train")
-        self.futures: dict[str, Future] = {}
+        self.running: dict[str, Future] = {}
+        self.finished: OrderedDict[str, JobStatus] = OrderedDict()
+        self.lock = threading.Lock()
 
     def submit(self, settings: Settings, job: TrainJob) -> str:
         job_id = uuid.uuid4().hex
-        self.futures[job_id] = self.executor.submit(run_job, settings, job)
+        future = self.executor.submit(run_job, settings, job)
+        with self.lock:
+            self.running[job_id] = future
+        future.add_done_callback(lambda done: self._finish(job_id, done))
         return job_id
 
+    def _finish(self, job_id: str, future: Future) -> None:
+        error = future.exception()
+        status = (JobStatus(job_id=job_id, status="failed", error=str(error)) if error is not None else
+                  JobStatus(job_id=job_id, status="succeeded", result=future.result().model_dump(mode="json")))
+        with self.lock:
+            self.finished[job_id] = status
+            while len(self.finished) > FINISHED_KEPT:
+                self.finished.popitem(last=False)
+            self.running.pop(job_id, None)
+
     def status(self, job_id: str) -> JobStatus | None:
-        future = self.futures.get(job_id)
-        if future is None:
-            return None
-        if not future.done():
-            return JobStatus(job_id=job_id, status="running")
-        if future.exception() is not None:
-            return JobStatus(job_id=job_id, status="failed", error=str(future.exception()))
-        return JobStatus(job_id=job_id, status="succeeded", result=future.result().model_dump(mode="json"))
+        with self.lock:
+            if job_id in self.finished:
+                return self.finished[job_id]
+            return JobStatus(job_id=job_id, status="running") if job_id in self.running else None
 
 
 def _settings(request: Request) -> Settings:

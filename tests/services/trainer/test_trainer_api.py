@@ -50,6 +50,38 @@ def test_sft_job_through_rest_runs_and_reports(tiny_dir: Path, store_trajectory,
     assert status["result"]["path"] == str((Path(db.artifacts_dir) / "sft").resolve())
 
 
+def test_a_failed_embedded_job_is_kept_as_its_status_and_lets_its_models_go(db, monkeypatch) -> None:
+    """The failed job's exception carries its traceback, whose frames hold what the job loaded: only its status
+    stays (a service that kept the future kept an actor, its optimizer and a critic alive after every failure)."""
+    import gc
+    import weakref
+
+    from services.trainer import app as trainer_app
+    from webrl.wire.contracts import SftJob
+
+    class Model:  # stands for what a job loads before it fails
+        pass
+
+    models: list[weakref.ref] = []
+
+    def failing(settings, job):
+        model = Model()
+        models.append(weakref.ref(model))
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(trainer_app, "run_job", failing)
+    jobs = trainer_app.LocalJobs()
+    job_id = jobs.submit(db, SftJob(base="base", output="sft", trajectory_ids=[1]))
+    deadline = time.time() + 30
+    while jobs.status(job_id).status == "running" and time.time() < deadline:
+        time.sleep(0.05)
+    assert jobs.status(job_id).model_dump() == {"job_id": job_id, "status": "failed", "result": None,
+                                                "error": "out of memory"}
+    gc.collect()
+    assert models and models[0]() is None and jobs.running == {}
+    assert jobs.status("nope") is None
+
+
 def test_celery_task_runs_eagerly_through_dispatch(tiny_dir: Path, store_trajectory, db) -> None:
     from webrl.wire.queue import configure, dispatch
 
