@@ -46,20 +46,18 @@ class Verdict:
     lost: int
     p: float
     """:func:`losses_p` of ``gained`` and ``lost``."""
+    alpha: float
+    """The sign test's level."""
     margin: int | None
     """The non-inferiority margin in tasks (None: the sign test alone)."""
     accepted: bool
     """False when ``p`` < alpha or ``lost - gained`` > ``margin``: the start actor is published again."""
-
-    @property
-    def refused_by(self) -> str | None:
-        """Which rule refused the update: "sign test", "margin", or None when it was published."""
-        if self.accepted:
-            return None
-        return "margin" if self.margin is not None and self.lost - self.gained > self.margin else "sign test"
+    refused_by: str | None
+    """Which rule refused the update: "sign test" (whether or not the margin would have), "margin" (the sign test
+    let it through), or None when it was published."""
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "refused_by": self.refused_by}
+        return asdict(self)
 
 
 def verdict(tasks: Collection[str], start_solved: Collection[str], solved: Collection[str],
@@ -73,6 +71,7 @@ def verdict(tasks: Collection[str], start_solved: Collection[str], solved: Colle
         raise ValueError(f"solved tasks outside the validation tasks: {sorted((before | after) - keys)[:5]}")
     gained, lost = len(after - before), len(before - after)
     p = losses_p(gained, lost)
+    beyond_margin = margin is not None and lost - gained > margin
+    refused_by = "sign test" if p < alpha else "margin" if beyond_margin else None
     return Verdict(tasks=len(keys), start_solved=len(before), solved=len(after), gained=gained, lost=lost,
-                   p=round(p, 6), margin=margin,
-                   accepted=p >= alpha and (margin is None or lost - gained <= margin))
+                   p=round(p, 6), alpha=alpha, margin=margin, accepted=refused_by is None, refused_by=refused_by)

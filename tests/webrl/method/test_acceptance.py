@@ -51,6 +51,7 @@ def test_the_margin_refuses_a_net_loss_the_sign_test_lets_through() -> None:
     # churn with a net gain passes whatever the margin; a collapse is the sign test's, margin or not
     assert verdict(tasks, start, tasks[4:22], alpha=0.05, margin=0).accepted  # 4 lost, 6 gained
     assert verdict(tasks, start, tasks[:3], alpha=0.05, margin=20).refused_by == "sign test"
+    assert verdict(tasks, start, tasks[:3], alpha=0.05, margin=2).refused_by == "sign test"  # both: the test's
     assert verdict(tasks, start, start, alpha=0.05, margin=0).refused_by is None
     with pytest.raises(ValueError, match="validation margin"):
         verdict(tasks, start, start, alpha=0.05, margin=-1)
