@@ -22,7 +22,7 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db.repository import save_critic_values, tasks_by_keys
 from webrl.db.session import session_scope
-from webrl.models.critic import HEADS_FILE, CriticModel, critic_prompt, critic_values
+from webrl.models.critic import CriticModel, check_saved_critic, critic_prompt, critic_values
 from webrl.serving.paths import requested_model_folder
 from webrl.wire.contracts import InvalidRequest, NotServing, ValueRequest, ValueResult
 
@@ -113,8 +113,7 @@ def critic_path(settings: Settings, request: ValueRequest) -> str:
     """The critic folder a request is valued with: its own, else ``WEBRL_CRITIC__MODEL``."""
     if request.critic is not None:
         folder = requested_model_folder(settings, request.critic, "critic", configured=settings.critic.model)
-        if not (folder / HEADS_FILE).is_file():  # an actor's folder, say: loading it would fail as a 500
-            raise InvalidRequest("critic", f"{request.critic!r} is not a saved critic (no {HEADS_FILE})")
+        check_saved_critic(folder, "critic", request.critic)
         return request.critic
     if not settings.critic.model:
         raise NotServing("no critic model: set WEBRL_CRITIC__MODEL to a saved critic folder or give 'critic'")

@@ -24,7 +24,7 @@ from typing import Literal, overload
 
 from webrl.config import Settings
 from webrl.serving.paths import confined_path, is_configured_model, requested_model_file, requested_model_folder
-from webrl.wire.contracts import InvalidRequest, OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
+from webrl.wire.contracts import OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
 
 log = logging.getLogger("webrl.trainer.jobs")
 
@@ -63,20 +63,13 @@ def check_paths(settings: Settings, job: TrainJob) -> None:
     for name, value in input_fields(job).items():
         folder = requested_model_folder(settings, value, name, configured=configured)
         if isinstance(job, PhaseJob) and name == "critic" and not is_configured_model(folder, configured):
+            from webrl.models.critic import check_saved_critic  # lazily: torch
+
             check_saved_critic(folder, name, value)
     if isinstance(job, PhaseJob):
         for name, value in (("probe", job.probe), ("anchors", job.anchors)):
             if value is not None:
                 requested_model_file(settings, value, name)
-
-
-def check_saved_critic(folder: Path, field: str, value: str) -> None:
-    """Raise an :class:`~webrl.wire.contracts.InvalidRequest` naming ``field`` unless ``folder`` holds the heads of
-    a saved critic (:data:`webrl.models.critic.HEADS_FILE`)."""
-    from webrl.models.critic import HEADS_FILE
-
-    if not (folder / HEADS_FILE).is_file():
-        raise InvalidRequest(field, f"{value!r} is not a saved critic (no {HEADS_FILE})")
 
 
 @contextmanager

@@ -55,6 +55,15 @@ HEAD_INIT_STD = 0.2
 N_CLASSES = 2
 
 
+def check_saved_critic(folder: Path, field: str, value: str) -> None:
+    """Raise an :class:`~webrl.wire.contracts.InvalidRequest` naming ``field`` unless ``folder`` holds the heads of
+    a saved critic (:data:`HEADS_FILE`): an actor's folder, say, would load and then fail deep in a job or a 500."""
+    from webrl.wire.contracts import InvalidRequest
+
+    if not (Path(folder) / HEADS_FILE).is_file():
+        raise InvalidRequest(field, f"{value!r} is not a saved critic (no {HEADS_FILE})")
+
+
 def _settings(settings: Settings | None) -> Settings:
     from webrl.config import get_settings
 
