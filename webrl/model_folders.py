@@ -23,3 +23,16 @@ def model_config_file(path: str | Path) -> Path:
     """The file that changes when a model folder is rewritten: its config.json, or an adapter's config."""
     folder = Path(path)
     return folder / (PEFT_CONFIG_FILE if is_adapter(folder) else "config.json")
+
+
+def written_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """What changes when the model folder ``path`` is written again: the folder's inode and its
+    :func:`model_config_file`'s inode and nanosecond mtime. A republish renames a new folder into place, so the
+    inodes change even where the files were copied with their times kept. What a cache of loaded models keys on;
+    None when ``path`` holds no such file or is no usable path."""
+    try:
+        folder = Path(path).expanduser()
+        config = model_config_file(folder).stat()
+        return folder.stat().st_ino, config.st_ino, config.st_mtime_ns
+    except (OSError, RuntimeError, ValueError):  # absent, unreadable, "~unknown-user", a NUL byte
+        return None

@@ -98,7 +98,7 @@ def _add_actor_routes(app: FastAPI) -> None:
     def model(engine: EngineDep, request: Request) -> dict:
         """The serving checkpoint: version, backend, path, size; why the last hot reload failed, if it did."""
         subscriber = request.app.state.subscriber
-        return {**engine.describe(), "reload_error": subscriber.last_error if subscriber else None}
+        return {**engine.describe(), "reload_error": subscriber.error if subscriber else None}
 
     @app.post("/v1/agent/run", response_model=AgentRunResponse, tags=["agent"],
               responses={503: {"description": "The browser pool service is unreachable or has no free browser"}})

@@ -22,7 +22,6 @@ log = logging.getLogger("webrl.actor.reload")
 
 POLL_SECONDS = 0.2  # how often the listener checks for a stop request between messages
 RETRY_SECONDS = (0.5, 10.0)  # the first wait before subscribing again after a lost connection, and the longest
-LISTENING_FAILED = "listening on"
 
 
 def parse_event(data: bytes | str) -> dict[str, str] | None:
@@ -53,7 +52,8 @@ class CheckpointSubscriber:
         self.current_version = current_version
         self.channel = channel
         self.loaded: list[str] = []
-        self.last_error: str | None = None  # why the last reload failed (GET /v1/model); None once one loads
+        self.last_error: str | None = None  # why the last reload failed; None once one loads
+        self.listen_error: str | None = None  # why the listener is not subscribed now; None while it is
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="checkpoint-subscriber", daemon=True)
@@ -71,18 +71,19 @@ class CheckpointSubscriber:
 
     def _run(self) -> None:
         """Listen until stopped. A lost connection (Redis restarting) or an error handling one event never ends
-        the listener: it says why in ``last_error`` (``GET /v1/model``'s ``reload_error``), waits, and subscribes
-        again. Events published while it was away are gone (pub/sub keeps none); the pipeline announces the
-        checkpoint it needs again when it resumes."""
+        the listener: it says why in ``listen_error`` (:attr:`error`, ``GET /v1/model``'s ``reload_error``), waits
+        (longer after each failed try, from the first wait again once it was subscribed) and subscribes again.
+        Events published while it was away are gone (pub/sub keeps none); the pipeline announces the checkpoint it
+        needs again when it resumes."""
         wait = RETRY_SECONDS[0]
         while not self._stop.is_set():
             try:
                 self._listen()
             except Exception as exc:  # redis-py gives up after its own retries: the listener must not
-                self.last_error = f"{LISTENING_FAILED} {self.channel}: {exc}"
-                log.warning("%s; subscribing again in %.1f s", self.last_error, wait)
+                wait = RETRY_SECONDS[0] if self.listen_error is None else min(wait * 2, RETRY_SECONDS[1])
+                self.listen_error = f"listening on {self.channel} failed: {exc}"
+                log.warning("%s; subscribing again in %.1f s", self.listen_error, wait)
                 self._stop.wait(wait)
-                wait = min(wait * 2, RETRY_SECONDS[1])
             else:
                 return
 
@@ -92,8 +93,7 @@ class CheckpointSubscriber:
         try:
             pubsub.subscribe(self.channel)
             pubsub.get_message(timeout=1.0)  # the subscribe confirmation
-            if self.last_error and self.last_error.startswith(LISTENING_FAILED):
-                self.last_error = None  # listening again
+            self.listen_error = None  # listening again
             self._ready.set()
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=POLL_SECONDS)
@@ -109,6 +109,12 @@ class CheckpointSubscriber:
         except Exception as exc:  # a folder vanishing mid-hash, say: this event fails, not the listener
             self.last_error = f"refused an event: {exc}"
             log.exception("checkpoint event not handled")
+
+    @property
+    def error(self) -> str | None:
+        """What ``GET /v1/model`` reports as ``reload_error``: that the listener is not subscribed, else why the
+        last reload failed."""
+        return self.listen_error or self.last_error
 
     def handle(self, data: bytes | str) -> bool:
         """Load the event's checkpoint if it is a new, intact actor; True when it was swapped in."""

@@ -24,7 +24,7 @@ class OrmState:
     def __init__(self, settings: Settings, backend: OrmBackend | None = None) -> None:
         self.settings = settings
         self.default = backend  # serves requests that name no ORM (tests inject one)
-        self.backends: KeptModels[tuple[str | None, int | None], OrmBackend] = KeptModels()
+        self.backends: KeptModels[tuple[str | None, tuple[int, int, int] | None], OrmBackend] = KeptModels()
         self.lock = threading.Lock()
 
     def backend(self, request: ScoreRequest) -> OrmBackend:

@@ -31,7 +31,7 @@ from webrl.db import models as m
 from webrl.db.repository import load_trajectory, save_label
 from webrl.db.session import session_scope
 from webrl.method.rewards import reward_of
-from webrl.model_folders import model_config_file
+from webrl.model_folders import written_stamp
 from webrl.models.orm import orm_probabilities, yes_no_token_ids
 from webrl.prompts.orm_prompt import (
     NO,
@@ -43,7 +43,6 @@ from webrl.prompts.orm_prompt import (
     render_llama3_orm,
 )
 from webrl.serving.paths import requested_model_folder
-from webrl.store.checkpoints import MANIFEST_FILE
 from webrl.wire.contracts import (
     InvalidRequest,
     NotServing,
@@ -192,24 +191,14 @@ def _is_allowed_folder(settings: Settings, name: str) -> bool:
     return True
 
 
-def backend_key(settings: Settings, path: str | None) -> tuple[str | None, int | None]:
+def backend_key(settings: Settings, path: str | None) -> tuple[str | None, tuple[int, int, int] | None]:
     """What a loaded ORM is kept under: the name a request gives (None: the configured one) and when the folder it
-    names was last published (the modification time of its manifest or config; None where it names no folder
-    here). An ORM republished in place (``webrl train-orm`` into the same folder) is so loaded again, not answered
-    for by the model loaded before, whose version its labels would carry. Nothing is checked here:
+    names was last written (:func:`~webrl.model_folders.written_stamp`; None where it names no folder here). An ORM
+    republished in place (``webrl train-orm`` into the same folder) is so loaded again, not answered for by the
+    model loaded before, whose version its labels would carry. Nothing is checked here:
     :func:`backend_from_settings` checks the name when the key is new."""
     model = path or settings.orm.model
-    if not model:
-        return path, None
-    stamps = []
-    try:
-        folder = Path(model).expanduser()
-        for file in (folder / MANIFEST_FILE, model_config_file(folder)):
-            if file.is_file():
-                stamps.append(file.stat().st_mtime_ns)
-    except (OSError, RuntimeError, ValueError):  # no usable path: backend_from_settings refuses it
-        return path, None
-    return path, max(stamps, default=None)
+    return path, (written_stamp(model) if model else None)
 
 
 def backend_from_settings(settings: Settings, path: str | None = None) -> OrmBackend:

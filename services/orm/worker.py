@@ -12,7 +12,7 @@ from webrl.wire.queue import celery_app
 
 
 @lru_cache(maxsize=2)
-def _loaded(path: str | None, published: int | None) -> OrmBackend:
+def _loaded(path: str | None, written: tuple[int, int, int] | None) -> OrmBackend:
     """One loaded ORM per worker process, path and publication (loading is the expensive part)."""
     return backend_from_settings(get_settings(), path)
 

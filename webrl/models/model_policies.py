@@ -15,7 +15,7 @@ import httpx
 
 from webrl.agent.policy import PolicyRequest, PolicyResponse
 from webrl.config import Settings
-from webrl.model_folders import model_config_file
+from webrl.model_folders import written_stamp
 from webrl.models.backends import Generation
 from webrl.models.backends.local import LocalBackend
 from webrl.prompts.actor import render_actor_prompt
@@ -43,10 +43,10 @@ MAX_SHARED_BACKENDS = 2  # the actor and, during a phase, the previous one
 
 
 def shared_backend(path: str | Path, settings: Settings) -> LocalBackend:
-    """A loaded backend for ``path``, reused while the folder is unchanged (keyed by its config's mtime; an adapter
-    folder's adapter config)."""
+    """A loaded backend for ``path``, reused while the folder is unchanged (keyed by
+    :func:`~webrl.model_folders.written_stamp`: a folder republished in place is loaded again)."""
     folder = Path(path).resolve()
-    key = (str(folder), model_config_file(folder).stat().st_mtime_ns, settings.models.dtype, settings.models.device)
+    key = (str(folder), written_stamp(folder), settings.models.dtype, settings.models.device)
     with _SHARED_LOCK:
         if key in _SHARED:
             _SHARED.move_to_end(key)

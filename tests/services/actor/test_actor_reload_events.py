@@ -59,7 +59,7 @@ def test_an_event_naming_a_folder_a_request_may_not_name_is_refused(actor_model_
 
 def test_the_listener_subscribes_again_after_redis_restarts(actor_model_dir: Path, tmp_path: Path) -> None:
     """A Redis restart (a pod rescheduled) must not end hot reloads for the life of the service: the listener says
-    why in last_error while Redis is away, subscribes again, and loads the next checkpoint announced."""
+    why in its error while Redis is away, subscribes again, and loads the next checkpoint announced."""
     import socket
     import subprocess
     import time
@@ -97,12 +97,12 @@ def test_the_listener_subscribes_again_after_redis_restarts(actor_model_dir: Pat
     try:
         server.terminate()
         server.wait(10)
-        until(lambda: subscriber.last_error is not None and "listening on" in subscriber.last_error)
+        until(lambda: subscriber.error is not None and "listening on" in subscriber.error)
         server = redis_server()
         client = redis_client.Redis(port=port)
         until(lambda: client.publish("webrl:checkpoints:restart", json.dumps(info.event())) > 0 or bool(loaded))
         until(lambda: loaded == ["v2"])
-        assert subscriber.last_error is None and subscriber._thread.is_alive()
+        assert subscriber.error is None and subscriber._thread.is_alive()
     finally:
         subscriber.stop()
         server.terminate()
