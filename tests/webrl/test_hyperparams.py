@@ -148,7 +148,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
         "--solved-share", "0.25", "--min-positive-confidence", "0.5",
         "--max-positive-confidence", "0.95", "--anchor-kl", "3", "--anchors", str(probe), "--intent-contrast", "2",
         "--renumbered-positives", "2", "--keep-activations", "--tasks-per-phase", "48", "--candidates-per-phase", "96",
-        "--validation-tasks", "40", "--validation-margin", "2",
+        "--validation-tasks", "40", "--validation-margin", "2", "--filter-judge", "templates",
     ])
     assert result.exit_code == 0, result.output
     received = PhaseJob.model_validate(json.loads(jobs[0].model_dump_json()))  # as the Celery task receives it
@@ -162,6 +162,7 @@ def test_cli_flags_reach_the_trainers_phase_job(settings: Settings, tmp_path: Pa
     assert (hp.actor.objective, hp.actor.failed_positives) == ("squared", "confident")
     assert (hp.actor.min_positive_confidence, hp.actor.max_positive_confidence) == (0.5, 0.95)
     assert hp.curriculum.solved_share == 0.25 and hp.curriculum.enabled is True  # a flag left out: the preset's
+    assert hp.curriculum.filter_judge == "templates"
     assert received.probe == str(probe.resolve())
     assert (hp.actor.anchor_kl, received.anchors) == (3.0, str(probe.resolve()))
     assert (hp.actor.intent_contrast, hp.actor.renumbered_positives) == (2.0, 2)
@@ -181,7 +182,8 @@ def test_train_help_shows_the_knobs_a_researcher_tunes() -> None:
                  "--critic-heads-only", "--eval-tasks", "--actor-lr", "--actor-epochs", "--objective",
                  "--failed-positives", "--min-positive-confidence", "--max-positive-confidence", "--probe",
                  "--anchor-kl", "--anchors", "--intent-contrast", "--renumbered-positives",
-                 "--keep-activations", "--tasks-per-phase", "--candidates-per-phase", "--validation-margin"):
+                 "--keep-activations", "--tasks-per-phase", "--candidates-per-phase", "--validation-margin",
+                 "--filter-judge"):
         assert flag in result.output, flag
 
 
@@ -200,6 +202,9 @@ def test_a_value_the_record_refuses_names_its_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--critic-start", "sft"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "critic.backbone_start: Input should be 'actor' or 'base'" in result.output, result.output
+    result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--filter-judge", "orm"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "curriculum.filter_judge: Input should be 'critic' or 'templates'" in result.output, result.output
 
 
 def test_an_anchor_without_its_steps_is_refused_naming_the_flag(settings: Settings, tmp_path: Path) -> None:

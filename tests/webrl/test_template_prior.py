@@ -96,3 +96,32 @@ def test_phase_one_without_a_critic_or_orm_keeps_promising_templates_first(store
     pipeline = Pipeline(store, PipelineOptions(run="keep-all", actor="/models/actor-sft", hyperparams=keep_all))
     metrics, state = pipeline._stage_filter(1, PhaseState(candidate_keys=candidates))
     assert metrics["judge"] == "none" and state.kept_keys == ["hard/1", "new/1"]
+
+
+
+def test_the_templates_judge_values_tasks_in_every_phase_when_asked(store: Settings,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``curriculum.filter_judge = "templates"``: a phase with a critic still values its candidates by their
+    templates, without asking the critic; the default asks the critic."""
+    from webrl.method.hyperparams import DEFAULTS, with_overrides
+    from webrl.orchestration import pipeline as pipeline_module
+    from webrl.orchestration.pipeline import PhaseState, Pipeline, PipelineOptions
+
+    def no_pool(request: object) -> None:
+        raise RuntimeError("the critic's values start from the candidates' start pages")
+
+    monkeypatch.setattr(pipeline_module.clients, "rollout_observe", no_pool)
+    candidates = ["hard/1", "new/1", "easy/1", "seen/2"]
+    hp = with_overrides(DEFAULTS, {"curriculum.tasks_per_phase": 2, "curriculum.fill_filter": False})
+    for judge in ("templates", "critic"):
+        options = PipelineOptions(run="prior" if judge == "templates" else "critic-judged", actor="/models/actor-sft",
+                                  hyperparams=with_overrides(hp, {"curriculum.filter_judge": judge}))
+        pipeline = Pipeline(store, options)
+        monkeypatch.setattr(pipeline, "critic_for_phase", lambda index: "/models/critic-1")  # phase 1 published one
+        if judge == "critic":
+            with pytest.raises(RuntimeError, match="start pages"):
+                pipeline._stage_filter(2, PhaseState(candidate_keys=candidates))
+            continue
+        metrics, state = pipeline._stage_filter(2, PhaseState(candidate_keys=candidates))
+        assert metrics["judge"] == "templates" and metrics["in_band"] == 2
+        assert state.kept_keys == ["seen/2", "new/1"]

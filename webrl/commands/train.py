@@ -319,6 +319,10 @@ def register(app: typer.Typer) -> None:
         solved_share: float = typer.Option(None, min=0.0, max=1.0, help="Up to this share of a phase's tasks are "
                                            "new instances of the templates of tasks the run has solved, ahead of "
                                            "those grown from failures (0: WebRL's). Default: the preset's."),
+        filter_judge: str = typer.Option(None, help="Who values a generated task for the curriculum's filter "
+                                         "once a critic exists: critic (its V(start): the paper's) or templates "
+                                         "(its template's success in the run's rollouts so far, in every phase). "
+                                         "Default: the preset's."),
         tasks_per_phase: int = typer.Option(None, min=1, max=MAX_PARENTS, help="Tasks a phase keeps after the "
                                             "filter and rolls out (paper: ~500; "
                                             f"{DEFAULTS.curriculum.tasks_per_phase} without a preset, fewer in the "
@@ -455,6 +459,7 @@ def register(app: typer.Typer) -> None:
             "--phases": ("curriculum.phases", phases), "--curriculum": ("curriculum.enabled", curriculum),
             "--fill-filter": ("curriculum.fill_filter", fill_filter),
             "--solved-share": ("curriculum.solved_share", solved_share),
+            "--filter-judge": ("curriculum.filter_judge", filter_judge),
             "--tasks-per-phase": ("curriculum.tasks_per_phase", tasks_per_phase),
             "--candidates-per-phase": ("curriculum.candidates_per_phase", candidates_per_phase),
             "--value-low": ("curriculum.value_low", value_low), "--value-high": ("curriculum.value_high", value_high),

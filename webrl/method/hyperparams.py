@@ -77,6 +77,11 @@ class Curriculum:
     (``evolve="instances"``), ahead of those grown in breadth from failures, through the same filter (this project's;
     0: WebRL's, every task from failures). A weak actor fails most tasks grown from its failures, so a phase gets few
     successes of its own to learn from."""
+    filter_judge: Literal["critic", "templates"] = "critic"
+    """Who values a generated task once a critic exists: ``critic``, its V(start) (paper section 3.2); ``templates``,
+    its template's success in the run's training rollouts so far in every phase (``webrl.store.template_prior``;
+    this project's), most promising in-band tasks first. A critic trained on one small phase rates the next phase's
+    tasks all out of the band on the CPU demo, and the tasks nearest the band that it keeps are ones the actor fails."""
     judge_before_critic: Literal["templates", "none"] = "templates"
     """Phase 1 without an ORM has no critic to filter with: ``templates`` values a task by its template's success
     in the run's training rollouts so far (``webrl.store.template_prior``; this project's) and keeps the most promising

@@ -331,6 +331,7 @@ class Pipeline:
         Phase 1 has no critic yet: the ORM's P(YES) on the start state stands in (as the WebRL authors did);
         with neither (rewards from the sandbox evaluators), the task's template's success so far does
         (:mod:`webrl.store.template_prior`), or every generated task is kept (``curriculum.judge_before_critic``).
+        ``curriculum.filter_judge = "templates"`` values tasks by their templates in every phase, critic or not.
         """
         curriculum = self.hp.curriculum
         if not curriculum.enabled:
@@ -359,9 +360,12 @@ class Pipeline:
                 state.with_(kept_keys=kept))
 
     def _start_values(self, keys: list[str], index: int) -> tuple[dict[str, float] | None, str]:
-        """V(start state) per task from the critic, or the ORM's P(YES) before the first critic exists."""
+        """V(start state) per task from the critic, or the ORM's P(YES) before the first critic exists; or each task's
+        template's success so far (:meth:`_stage_filter`)."""
         critic, orm = self.critic_for_phase(index), self.options.orm
-        if keys and not (critic or orm) and self.hp.curriculum.judge_before_critic == "templates":
+        curriculum = self.hp.curriculum
+        if keys and (curriculum.filter_judge == "templates"
+                     or (not (critic or orm) and curriculum.judge_before_critic == "templates")):
             from webrl.store.template_prior import template_values
 
             with session_scope(self.settings) as s:
