@@ -26,6 +26,7 @@ from services.browser_pool.rollout import run_rollout
 from webrl.agent.environment import EpisodeCrashed, StepResult
 from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings
+from webrl.serving.finished_jobs import FinishedJobs
 from webrl.wire.contracts import RolloutRequest
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ class EpisodeManager:
     def __init__(self, settings: Settings, pool: BrowserPool) -> None:
         self.settings, self.pool = settings, pool
         self._episodes: dict[str, _Live] = {}
-        self._jobs: dict[str, JobView] = {}
+        self._running_jobs: dict[str, JobView] = {}
+        self._finished_jobs: FinishedJobs[JobView] = FinishedJobs()
         self._job_tasks: set[asyncio.Task[None]] = set()
         self._expired: OrderedDict[str, None] = OrderedDict()
         self._reaper: asyncio.Task[None] | None = None
@@ -180,7 +182,7 @@ class EpisodeManager:
             sent = celery_app.send_task("rollout.run", args=(payload.model_dump(mode="json"),))
             return JobView(job_id=sent.id, status="pending")
         job = JobView(job_id=uuid.uuid4().hex, status="running")
-        self._jobs[job.job_id] = job
+        self._running_jobs[job.job_id] = job
         task = asyncio.ensure_future(self._run_job(job, payload))
         self._job_tasks.add(task)
         task.add_done_callback(self._job_tasks.discard)
@@ -192,12 +194,16 @@ class EpisodeManager:
         except Exception as exc:
             log.exception("rollout job %s failed", job.job_id)
             job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
-            return
-        job.status, job.result = "succeeded", result.model_dump(mode="json")
+        else:
+            job.status, job.result = "succeeded", result.model_dump(mode="json")
+        finally:  # a cancelled job (the service closing) is dropped with the process
+            self._running_jobs.pop(job.job_id, None)
+            if job.status != "running":
+                self._finished_jobs.add(job.job_id, job)
 
     def job(self, job_id: str) -> JobView | None:
         if self.settings.eager:
-            return self._jobs.get(job_id)
+            return self._running_jobs.get(job_id) or self._finished_jobs.get(job_id)
         from celery.result import AsyncResult
 
         from webrl.wire.queue import celery_app

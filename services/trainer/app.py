@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Annotated, Any, Literal
 
@@ -21,6 +20,7 @@ from services.trainer.jobs import check_paths, kind_of, run_job
 from webrl.config import Settings, get_settings
 from webrl.db.session import session_scope
 from webrl.serving.factory import create_app, not_found
+from webrl.serving.finished_jobs import FinishedJobs
 from webrl.store.checkpoints import CheckpointInfo, list_checkpoints
 from webrl.wire.contracts import OrmHeadJob, PhaseJob, SftJob, TrainJob
 
@@ -29,10 +29,6 @@ class JobAccepted(BaseModel):
     job_id: str
     task: str
     status: str
-
-
-#: Finished embedded jobs whose status is kept for ``GET /v1/jobs/{id}``.
-FINISHED_KEPT = 1000
 
 
 class JobStatus(BaseModel):
@@ -44,14 +40,14 @@ class JobStatus(BaseModel):
 
 class LocalJobs:
     """Embedded mode: jobs on one background thread (training uses every core; one at a time). A finished job is
-    kept as its status only (the last :data:`FINISHED_KEPT`): a failed job's exception carries its traceback, whose
-    frames hold the models it loaded, so keeping the future would keep an actor, its optimizer and a critic alive
-    after every failure."""
+    kept as its status only (:class:`~webrl.serving.finished_jobs.FinishedJobs`): a failed job's exception carries
+    its traceback, whose frames hold the models it loaded, so keeping the future would keep an actor, its optimizer
+    and a critic alive after every failure."""
 
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webrl-train")
         self.running: dict[str, Future] = {}
-        self.finished: OrderedDict[str, JobStatus] = OrderedDict()
+        self.finished: FinishedJobs[JobStatus] = FinishedJobs()
         self.lock = threading.Lock()
 
     def submit(self, settings: Settings, job: TrainJob) -> str:
@@ -67,15 +63,13 @@ class LocalJobs:
         status = (JobStatus(job_id=job_id, status="failed", error=str(error)) if error is not None else
                   JobStatus(job_id=job_id, status="succeeded", result=future.result().model_dump(mode="json")))
         with self.lock:
-            self.finished[job_id] = status
-            while len(self.finished) > FINISHED_KEPT:
-                self.finished.popitem(last=False)
+            self.finished.add(job_id, status)
             self.running.pop(job_id, None)
 
     def status(self, job_id: str) -> JobStatus | None:
         with self.lock:
             if job_id in self.finished:
-                return self.finished[job_id]
+                return self.finished.get(job_id)
             return JobStatus(job_id=job_id, status="running") if job_id in self.running else None
 
 
