@@ -106,9 +106,10 @@ class TrainedPhase:
                            critic=PublishedCheckpoint(**self.critic.event()), metrics=self.metrics)
 
 
-def _free(*objects: Any) -> None:
-    """Drop references to a model that is done; on GPUs also collect and return its memory."""
-    del objects
+def _return_cached_memory() -> None:
+    """On GPUs, hand the memory of the models nobody references any more back to the device: PyTorch's caching
+    allocator keeps it otherwise, where a larger model of the phase cannot get it in one piece. The caller drops its
+    references first (``del``, ``accelerator.free_memory()``); a model still referenced stays where it is."""
     if torch.cuda.is_available():
         gc.collect()
         torch.cuda.empty_cache()
@@ -231,7 +232,8 @@ def train_critic(settings: Settings, job: PhaseJob, tokenizer: Any, experience: 
         tracker.close()
     info = publish_model(settings, accelerator, prepared.model, tokenizer, role="critic", version=version, dest=dest,
                          phase=job.phase, parent_version=_version_of(job.critic), metrics=metrics, replace=True)
-    _free(prepared)
+    del prepared
+    accelerator.free_memory()  # the accelerator's own references to the critic and its optimizer; then collects
     return info, v["v_s"], v["v_next"]
 
 
@@ -257,7 +259,8 @@ def _train_critic_heads(settings: Settings, job: PhaseJob, tokenizer: Any, exper
         tracker.close()
     info = publish_model(settings, accelerator, critic, tokenizer, role="critic", version=version, dest=dest,
                          phase=job.phase, parent_version=_version_of(job.critic), metrics=metrics, replace=True)
-    _free(critic)
+    del critic
+    accelerator.free_memory()
     return info, trained.v_s, trained.v_next
 
 
@@ -374,7 +377,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
     finally:
         if tracker is not None:
             tracker.close()
-    _free(reference_model)
+    del reference_model  # before the actor is gathered and saved
+    _return_cached_memory()
     metrics = {**summary.metrics, **stats, "steps": summary.steps, "seconds": summary.seconds,
                "tokens_per_second": summary.tokens_per_second,
                "first_loss": summary.first_loss, "last_loss": summary.last_loss,
@@ -402,7 +406,8 @@ def run_phase(settings: Settings, job: PhaseJob) -> TrainedPhase | None:
         actor_info = publish_unchanged(settings, accelerator, Path(job.actor), role="actor", version=version,
                                        dest=actor_dest, phase=job.phase, parent_version=_version_of(job.actor),
                                        metrics=metrics)
-    _free(actor)
+    del actor, model
+    accelerator.free_memory()
     if actor_info is None or critic_info is None:
         return None
     return TrainedPhase(actor=actor_info, critic=critic_info, metrics=metrics)

@@ -3,12 +3,15 @@ reload on their base to the outputs of the model that was trained, and train on 
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
 
+from services.trainer import phase as phase_module
 from services.trainer.phase import run_phase
 from services.trainer.sft import load_for_training, run_sft
 from webrl.method.hyperparams import DEFAULTS, with_overrides
@@ -105,8 +108,8 @@ def test_an_adapter_trained_elsewhere_republishes_naming_the_base_it_resolved_he
     assert folder_sha256(tmp_path / "twice") == folder_sha256(again)
 
 
-def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_dir: Path, store_trajectory,
-                                                                          db) -> None:
+def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_dir: Path, store_trajectory, db,
+                                                                          monkeypatch) -> None:
     actor, _ = _sft_adapter(tiny_dir, store_trajectory, db)
     store_trajectory("a", 1, 0, [CLICK, EXIT], reward=1.0)
     store_trajectory("b", 1, 0, [TYPE, TYPE], reward=0.0)
@@ -121,11 +124,31 @@ def test_a_phase_on_an_adapter_actor_publishes_actor_and_critic_adapters(tiny_di
     after = _adapter_weights(Path(result.actor.path))
     assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
 
+    # the critic and the reference model are let go before the actor is published (on a GPU: their memory returned)
+    loaded, alive_at_publish = [], []
+    load_reference, publish = phase_module._reference_model, phase_module.publish_model
+
+    def reference_model(*args):
+        model = load_reference(*args)
+        loaded.append(weakref.ref(model))
+        return model
+
+    def publish_model(settings, accelerator, model, *args, role, **kwargs):
+        if role == "critic":
+            loaded.append(weakref.ref(model))
+        else:
+            gc.collect()
+            alive_at_publish.extend(ref() is not None for ref in loaded)
+        return publish(settings, accelerator, model, *args, role=role, **kwargs)
+
+    monkeypatch.setattr(phase_module, "_reference_model", reference_model)
+    monkeypatch.setattr(phase_module, "publish_model", publish_model)
     nxt = run_phase(db, PhaseJob(phase=1, actor=result.actor.path, critic=result.critic.path, reference=str(actor),
                                  hyperparams=with_overrides(hp, {"replay.enabled": False}), max_length=400,
                                  actor_output=str(Path(db.artifacts_dir) / "next-actor")))  # resumes both adapters
     assert nxt.critic.parent_version == result.critic.version and is_adapter(nxt.actor.path)
     assert read_manifest(nxt.actor.path)["parent_version"] == result.actor.version
+    assert len(loaded) == 2 and alive_at_publish == [False, False]
 
 
 def _adapter_weights(folder: Path) -> dict[str, torch.Tensor]:
