@@ -84,11 +84,22 @@ class PoolUnavailableError(RuntimeError):
     could not finish); the actor answers 503 with this message."""
 
 
+class PoolRefusedError(RuntimeError):
+    """The browser pool service answered a call with an error (an episode it no longer holds, a task it refuses);
+    the actor answers 502 with the pool's status and message."""
+
+    def __init__(self, path: str, status: int, detail: str) -> None:
+        super().__init__(f"browser pool refused {path}: {status} {detail}")
+        self.status, self.detail = status, detail
+
+
 class RemoteEpisode:
     """An episode on the browser pool service (its ``/v1/episodes`` routes), as the episode loop's
     :class:`webrl.agent.environment.Environment`. The pool's errors are raised: :class:`PoolUnavailableError`
-    when it cannot be reached or has no browser, :class:`httpx.HTTPStatusError` for a refused request. A step
-    that ends the episode on the pool (a dead browser, a step over its time limit) comes back ``done``."""
+    when it cannot be reached or has no browser, :class:`PoolRefusedError` for a refused request; an evaluation the
+    pool cannot run or finish (422, 504) is an :class:`~webrl.evaluation.harness_errors.EvaluationError`, so the
+    episode is kept unscored, as on the pool's own browsers. A step that ends the episode on the pool (a dead
+    browser, a step over its time limit) comes back ``done``."""
 
     def __init__(self, task: TaskConfig, settings: Settings) -> None:
         import httpx
@@ -108,7 +119,8 @@ class RemoteEpisode:
                                        f"{exc or type(exc).__name__}") from exc
         if reply.status_code == 503:
             raise PoolUnavailableError(f"browser pool at {self.http.base_url} busy: {reply.text[:200]}")
-        reply.raise_for_status()
+        if reply.is_error:
+            raise PoolRefusedError(path, reply.status_code, _detail(reply))
         return reply.json()
 
     async def reset(self) -> Observation:
@@ -124,7 +136,14 @@ class RemoteEpisode:
                           done=bool(outcome.get("done")), answer=outcome.get("answer"))
 
     async def evaluate(self, answer: str | None) -> float | None:
-        body = await self._post(f"/v1/episodes/{self.id}/evaluate", {"answer": answer})
+        from webrl.evaluation.harness_errors import EvaluationError  # lazily: the evaluators bring Playwright
+
+        try:
+            body = await self._post(f"/v1/episodes/{self.id}/evaluate", {"answer": answer})
+        except PoolRefusedError as exc:
+            if exc.status in (422, 504):  # the task's evaluator cannot run there, or did not settle
+                raise EvaluationError(exc.detail) from exc
+            raise
         return body.get("score")
 
     async def close(self) -> None:
@@ -138,6 +157,15 @@ class RemoteEpisode:
         finally:
             self.id = None
             await self.http.aclose()
+
+
+def _detail(reply) -> str:  # reply: httpx.Response
+    """The pool's error message: FastAPI's ``detail`` (a string or a validation error list), else the body."""
+    try:
+        detail = reply.json().get("detail")
+    except ValueError:
+        detail = None
+    return str(detail if detail is not None else reply.text)[:500]
 
 
 async def run_agent(task: TaskConfig, engine, settings: Settings, *, max_steps: int = MAX_STEPS,

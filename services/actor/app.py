@@ -14,7 +14,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 
-from services.actor.agent import AgentRunError, PoolUnavailableError, resolve_run, run_agent
+from services.actor.agent import AgentRunError, PoolRefusedError, PoolUnavailableError, resolve_run, run_agent
 from services.actor.engine import ActorEngine, EngineUnavailableError
 from services.actor.reload import CheckpointSubscriber
 from services.actor.route_records import (
@@ -101,7 +101,8 @@ def _add_actor_routes(app: FastAPI) -> None:
         return {**engine.describe(), "reload_error": subscriber.error if subscriber else None}
 
     @app.post("/v1/agent/run", response_model=AgentRunResponse, tags=["agent"],
-              responses={503: {"description": "The browser pool service is unreachable or has no free browser"}})
+              responses={503: {"description": "The browser pool service is unreachable or has no free browser"},
+                         502: {"description": "The browser pool service refused a call of the run"}})
     async def agent_run(body: AgentRunRequest, engine: EngineDep) -> AgentRunResponse:
         """Run one episode through the browser pool service and return the trajectory and its evaluation."""
         try:
@@ -113,6 +114,8 @@ def _add_actor_routes(app: FastAPI) -> None:
                                          temperature=body.temperature, evaluate=body.evaluate)
         except PoolUnavailableError as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
+        except PoolRefusedError as exc:
+            raise HTTPException(status_code=502, detail=str(exc)) from None
         return AgentRunResponse(trajectory=trajectory, env_score=trajectory.env_score,
                                 version=trajectory.actor_version)
 

@@ -24,7 +24,7 @@ from typing import Literal, overload
 
 from webrl.config import Settings
 from webrl.serving.paths import confined_path, is_configured_model, requested_model_file, requested_model_folder
-from webrl.wire.contracts import OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
+from webrl.wire.contracts import InvalidRequest, OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
 
 log = logging.getLogger("webrl.trainer.jobs")
 
@@ -56,20 +56,37 @@ def check_paths(settings: Settings, job: TrainJob) -> None:
     loading runs a folder's pickles and code, and its error would tell whether any path exists; a phase job's
     ``critic`` also the heads of a saved critic), so a folder that holds none is refused before the job starts, not
     deep inside transformers. The configured models count as named (and are loaded as configured). The REST routes
-    call this before enqueueing, :func:`run_job` before running."""
-    for name, value in output_fields(job).items():
-        confined_path(settings, value, name)
+    call this before enqueueing, :func:`run_job` before running. A phase job's outputs must keep apart from each
+    other and from what it loads (:func:`_check_apart`), and its anchor loss needs its anchors."""
+    outputs = {name: confined_path(settings, value, name) for name, value in output_fields(job).items()}
     configured = (settings.actor.model, settings.critic.model, settings.orm.model)
+    inputs: dict[str, Path] = {}
     for name, value in input_fields(job).items():
-        folder = requested_model_folder(settings, value, name, configured=configured)
+        folder = inputs[name] = requested_model_folder(settings, value, name, configured=configured)
         if isinstance(job, PhaseJob) and name == "critic" and not is_configured_model(folder, configured):
             from webrl.models.critic import check_saved_critic  # lazily: torch
 
             check_saved_critic(folder, name, value)
     if isinstance(job, PhaseJob):
+        _check_apart(outputs, inputs)
+        if job.hyperparams.actor.anchor_kl > 0 and job.anchors is None:  # the update would fail after the critic's
+            raise InvalidRequest("anchors", f"actor.anchor_kl is {job.hyperparams.actor.anchor_kl}: name the anchor "
+                                 "steps it holds the policy on (`webrl probe anchors`)")
         for name, value in (("probe", job.probe), ("anchors", job.anchors)):
             if value is not None:
                 requested_model_file(settings, value, name)
+
+
+def _check_apart(outputs: dict[str, Path], inputs: dict[str, Path]) -> None:
+    """A phase publishes its critic, then its actor, each replacing what is at its output: an output that is, holds
+    or lies in the other output or a model the job loads would delete it (the critic it just published, or the
+    actor a retry of the job starts from again)."""
+    named = list(outputs.items())
+    for i, (name, path) in enumerate(named):
+        for other, other_path in [*named[:i], *inputs.items()]:
+            if path == other_path or path.is_relative_to(other_path) or other_path.is_relative_to(path):
+                raise InvalidRequest(name, f"{str(path)!r} overlaps {other} ({str(other_path)!r}): the phase "
+                                     "replaces what is at its outputs; give each its own folder")
 
 
 @contextmanager

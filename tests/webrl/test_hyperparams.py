@@ -202,6 +202,10 @@ def test_a_value_the_record_refuses_names_its_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--critic-start", "sft"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "critic.backbone_start: Input should be 'actor' or 'base'" in result.output, result.output
+    result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--rollout-temperature", "3"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "--rollout-temperature" in result.output and "less than or equal to 2" in (
+        result.output)
     result = CliRunner().invoke(app, ["train", "--actor", str(actor), "--filter-judge", "orm"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "curriculum.filter_judge: Input should be 'critic' or 'templates'" in result.output, result.output

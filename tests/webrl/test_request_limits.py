@@ -141,3 +141,20 @@ def test_a_phase_names_at_most_the_parents_one_generate_request_carries() -> Non
     assert capped == _pipeline(0)._capped_parents(list(many), 2)
     assert capped != _pipeline(1)._capped_parents(many, 2)
     GenerateRequest(phase=2, parent_keys=capped, n=MAX_GENERATE)
+
+
+def test_a_sampling_temperature_above_what_a_served_actor_takes_is_refused_where_it_is_given() -> None:
+    """The actor's act request takes temperatures up to 2 (as OpenAI-compatible servers do): a rollout's policy or
+    a run's record above it is refused when given, not at a rollout's first step after the job was accepted."""
+    from webrl.wire.contracts import MAX_TEMPERATURE, ActRequest
+
+    assert MAX_TEMPERATURE == 2.0
+    for kind in ("endpoint", "checkpoint"):
+        policy = {"kind": kind, "temperature": 2.5, **({"path": "/models/actor"} if kind == "checkpoint" else {})}
+        with pytest.raises(ValidationError, match="less than or equal to 2"):
+            RolloutRequest(task_keys=["k"], policy=policy)
+        RolloutRequest(task_keys=["k"], policy={**policy, "temperature": 2.0})
+    with pytest.raises(ValidationError, match="less than or equal to 2"):
+        ActRequest(batch=[], temperature=2.5)
+    with pytest.raises(ValueError, match=r"rollout\.temperature"):
+        with_overrides(DEFAULTS, {"rollout.temperature": 2.5})

@@ -24,7 +24,7 @@ from webrl.commands import (
 )
 from webrl.commands.progress_display import progress_display
 from webrl.config import Settings, get_settings
-from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, WebRLHyperparams, with_overrides
+from webrl.method.hyperparams import DEFAULTS, MAX_EPISODE_STEPS, MAX_TEMPERATURE, WebRLHyperparams, with_overrides
 from webrl.model_folders import is_model_folder
 from webrl.wire.contracts import MAX_CONCURRENCY, MAX_GENERATE, MAX_PARENTS, MAX_SEED, LogWith, TrackingSpec
 
@@ -333,8 +333,9 @@ def register(app: typer.Typer) -> None:
                                                  "keeps every candidate). Default: the preset's."),
         seed: int = typer.Option(None, min=0, max=MAX_SEED, help="Random seed. Default: 0 (a resumed run: its "
                                  "own)."),
-        rollout_temperature: float = typer.Option(None, min=0.0, help="Sampling temperature of the training "
-                                                  "rollouts (evaluation stays greedy). Default: the preset's."),
+        rollout_temperature: float = typer.Option(None, min=0.0, max=MAX_TEMPERATURE, help="Sampling temperature "
+                                                  "of the training rollouts (evaluation stays greedy). Default: the "
+                                                  "preset's."),
         max_steps: int = typer.Option(None, min=1, max=MAX_EPISODE_STEPS, help="Rollout horizon: actions per "
                                       f"episode at most (paper: {DEFAULTS.rollout.max_steps}). Default: the preset's."),
         actor_lr: float = typer.Option(None, help="The actor's AdamW learning rate "

@@ -36,6 +36,8 @@ MAX_PARENTS = 5_000
 MAX_KEYS = 10_000
 #: Browser episodes one rollout or observe job runs at once at most.
 MAX_CONCURRENCY = 64
+#: The highest sampling temperature a served actor takes (the actor service's and OpenAI-compatible servers' bound).
+MAX_TEMPERATURE = 2.0
 
 
 def check_band(low: float, high: float, names: tuple[str, str] = ("low", "high")) -> None:
@@ -116,7 +118,7 @@ class Rollout:
     """Stop after this many unparsable responses in a row (WebArena's ``parsing_failure_th``; published code)."""
     max_repeated_actions: Count = 5
     """Stop after this many identical actions in a row (WebArena's ``repeating_action_failure_th``)."""
-    temperature: Annotated[float, Field(ge=0.0)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)] | None = None
     """Sampling temperature of training rollouts; None: the actor's default (greedy). Evaluation is greedy."""
     sampling_dtype: Literal["float32", "bfloat16", "auto"] | None = None
     """The dtype a locally loaded actor samples training rollouts in (None: ``models.dtype``; ``auto``: bfloat16 where

@@ -33,6 +33,7 @@ from webrl.method.hyperparams import (
     MAX_GENERATE,
     MAX_KEYS,
     MAX_PARENTS,
+    MAX_TEMPERATURE,
     WebRLHyperparams,
     check_band,
 )
@@ -93,7 +94,8 @@ class CheckpointSpec(Contract):
 
     kind: Literal["checkpoint"] = "checkpoint"
     path: str = Field(min_length=1, description="A Hugging Face folder (full model or LoRA adapter).")
-    temperature: float | None = Field(None, ge=0.0, description="None: WEBRL_ACTOR__TEMPERATURE (greedy).")
+    temperature: float | None = Field(None, ge=0.0, le=MAX_TEMPERATURE,
+                                      description="None: WEBRL_ACTOR__TEMPERATURE (greedy).")
     dtype: Literal["float32", "bfloat16", "auto"] | None = Field(
         None, description="The dtype the worker loads the folder in for this rollout; None: WEBRL_MODELS__DTYPE; "
         "auto: bfloat16 where the hardware computes it natively, else float32.")
@@ -108,7 +110,8 @@ class EndpointSpec(Contract):
     kind: Literal["endpoint"] = "endpoint"
     url: str | None = Field(None, min_length=1, description="Base URL of the actor service, e.g. http://actor:8102. "
                             "None: the rollout worker's WEBRL_ACTOR__URL.")
-    temperature: float | None = Field(None, ge=0.0, description="None: the actor service's default.")
+    temperature: float | None = Field(None, ge=0.0, le=MAX_TEMPERATURE,
+                                      description="None: the actor service's default.")
     version: str | None = Field(None, min_length=1, description="The checkpoint version every step must come from: "
                                 "a batch the service answers with another (it was asked to serve another actor "
                                 "meanwhile) fails the rollout instead of being stored as this actor's; None: any.")
@@ -139,7 +142,8 @@ class ActRequest(Contract):
     """``POST /v1/act``: one action per item, batched in one forward pass."""
 
     batch: list[ActItem] = Field(min_length=1, max_length=MAX_ACT_BATCH)
-    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Default: WEBRL_ACTOR__TEMPERATURE.")
+    temperature: float | None = Field(None, ge=0.0, le=MAX_TEMPERATURE, description="Default: "
+                                      "WEBRL_ACTOR__TEMPERATURE.")
     max_new_tokens: int | None = Field(None, ge=1, le=2048, description="Default: WEBRL_ACTOR__MAX_NEW_TOKENS.")
     seed: Seed | None = None
 

@@ -61,3 +61,46 @@ def traj_site(task_key: str) -> str:
 
     task_id = int(task_key.rsplit("/", 1)[-1])
     return next(t.site for t in build_suite(0)["test"] if t.task_id == task_id)
+
+
+def test_a_task_the_pool_cannot_evaluate_is_returned_unscored(stack) -> None:
+    """A stored task whose evaluator the harness cannot build (an eval type it does not know): the pool refuses its
+    evaluation (422) and the run comes back with its steps and no score, as a rollout on the pool's own browsers
+    does (it was a 500, and the episode was lost)."""
+    from webrl.agent.schemas import TaskConfig
+    from webrl.db import repository
+    from webrl.db.session import session_scope
+
+    live, actor = stack
+    config = TaskConfig(task_id=9001, sites=["shopping"], intent="What is the store's motto?",
+                        start_url="__SHOPPING__/", eval={"eval_types": ["screenshot_match"]})
+    with session_scope(live) as session:
+        repository.upsert_task(session, "adhoc/unknown-eval", config, origin="seed", split="train")
+    reply = httpx.post(f"{actor.url}/v1/agent/run", json={"task_id": "adhoc/unknown-eval", "max_steps": 1}, timeout=300)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["env_score"] is None and len(body["trajectory"]["steps"]) == 1
+
+
+async def test_a_refused_pool_call_is_a_502_naming_the_pools_answer(settings: Settings, serve) -> None:
+    """Any other refusal of the pool (here: an episode the pool does not hold) is the actor's 502 with the pool's
+    status and message, not a 500."""
+    from fastapi import FastAPI, HTTPException
+
+    from services.actor.agent import PoolRefusedError, RemoteEpisode
+    from webrl.agent.schemas import TaskConfig
+
+    pool = FastAPI()
+
+    @pool.post("/v1/episodes/{episode_id}/step")
+    async def step(episode_id: str) -> None:
+        raise HTTPException(status_code=404, detail=f"no episode {episode_id}")
+
+    served = serve(pool)
+    task = TaskConfig(task_id=1, sites=["shopping"], intent="x", start_url="http://127.0.0.1/")
+    episode = RemoteEpisode(task, settings.replace(browser={"pool_url": served.url}))
+    episode.id = "gone"
+    with pytest.raises(PoolRefusedError, match="404 no episode gone") as refused:
+        await episode.step('do(action="Scroll Down")')
+    assert refused.value.status == 404
+    await episode.close()

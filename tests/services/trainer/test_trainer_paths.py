@@ -179,3 +179,36 @@ def test_a_celery_job_naming_a_folder_that_holds_no_model_fails_naming_the_field
         dispatch("train.sft", {"base": str(models), "output": "sft", "trajectory_ids": [1]})
     with pytest.raises(InvalidRequest, match=r"^critic: .*is not a saved critic"):
         dispatch("train.phase", {"phase": 1, "actor": str(tiny_dir), "critic": str(tiny_dir)})
+
+
+def test_a_phase_refuses_outputs_that_overlap_each_other_or_its_models(db, tiny_dir: Path) -> None:
+    """The phase publishes its critic, then its actor, each replacing what is at its output: outputs that are, hold or
+    lie in each other or a model the job loads are a 422 naming the output (the actor deleted the critic just
+    published at the same folder, and a retry trained again and deleted it again)."""
+    import shutil
+
+    start = Path(db.artifacts_dir) / "models" / "start"
+    shutil.copytree(tiny_dir, start)
+    client = TestClient(create_trainer_app(db))
+    for outputs, field, other in [
+        ({"actor_output": "models/p1", "critic_output": "models/p1"}, "critic_output", "actor_output"),
+        ({"actor_output": "models/p1", "critic_output": "models/p1/critic"}, "critic_output", "actor_output"),
+        ({"actor_output": "models"}, "actor_output", "actor"),
+        ({"critic_output": "models/start/critic"}, "critic_output", "actor"),
+    ]:
+        reply = client.post("/v1/train", json={"phase": 1, "actor": str(start), **outputs})
+        assert reply.status_code == 422, (outputs, reply.text)
+        error = reply.json()["error"]
+        assert error["fields"][0]["field"] == field and f"overlaps {other}" in error["message"], error
+    assert sorted(p.name for p in start.iterdir()) == sorted(p.name for p in tiny_dir.iterdir())
+    with session_scope(db) as session:
+        assert list_checkpoints(session) == []
+
+
+def test_a_phase_with_an_anchor_loss_and_no_anchors_is_refused_before_it_trains(db, tiny_dir: Path) -> None:
+    client = TestClient(create_trainer_app(db))
+    reply = client.post("/v1/train", json={"phase": 1, "actor": str(tiny_dir),
+                                           "hyperparams": {"actor": {"anchor_kl": 0.1}}})
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"]["fields"][0]["field"] == "anchors"
+    assert "webrl probe anchors" in reply.json()["error"]["message"]
