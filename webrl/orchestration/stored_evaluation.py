@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from webrl.agent.environment import INFRASTRUCTURE_STOPS
 from webrl.config import Settings
@@ -85,8 +85,22 @@ def stored_scores(settings: Settings, key: EvaluationKey, keys: list[str]) -> li
     return [TaskScore(k, stored.results[k].site, stored.results[k].score) for k in keys]
 
 
-def store_if_complete(settings: Settings, key: EvaluationKey, trajectory_ids: list[int]) -> Path | None:
-    """Store the episodes under ``key`` when they are one per task of it; a partial evaluation is never stored."""
+def newest_trajectory_id(settings: Settings) -> int:
+    """The highest trajectory id stored so far (0 when none): episodes stored later have higher ids."""
+    with session_scope(settings) as s:
+        return s.scalar(select(func.max(m.TrajectoryRow.id))) or 0
+
+
+def store_if_complete(settings: Settings, key: EvaluationKey, trajectory_ids: list[int],
+                      made_after: int = 0) -> Path | None:
+    """Store the episodes under ``key`` when they are one per task of it and all were made after trajectory id
+    ``made_after`` (by this evaluation: a resumed one reuses its episodes stored before a kill, which ran under the
+    code and settings of then, maybe not those ``key`` names); a partial evaluation is never stored."""
+    earlier = sum(1 for i in trajectory_ids if i <= made_after)
+    if earlier:
+        log.warning("evaluation not stored: %d of its episodes were stored before it started (a resumed evaluation; "
+                    "the code or settings they ran under may not be the key's)", earlier)
+        return None
     try:
         return store_trajectories(settings, key, trajectory_ids)
     except ValueError as partial:
@@ -99,13 +113,15 @@ def greedy_scores(settings: Settings, actor: str | Path, keys: list[str], suite:
     """The per-task scores of the greedy evaluation of ``actor`` on ``keys`` (tasks of ``suite``: the run's test
     tasks, or with ``split`` "train" its validation tasks) and, when they were read back, the stored key's digest (12
     characters): from an evaluation of all of ``suite`` stored under the actor's content key, else from the episodes
-    ``run()`` evaluates (their trajectory ids), stored for the next time when ``keys`` are the whole suite. The
+    ``run()`` evaluates (their trajectory ids), stored for the next time when ``keys`` are the whole suite and ``run()``
+    made every one of them. The
     pipeline's evaluate and validate stages and the offline bench all read through here."""
     key = storable_key(settings, actor, suite, rollout, split)
     stored = stored_scores(settings, key, keys) if key is not None else None
     if key is not None and stored is not None:
         return stored, key.digest()[:12]
+    newest = newest_trajectory_id(settings)
     ids = run()
     if key is not None and sorted(keys) == sorted(suite):
-        store_if_complete(settings, key, ids)
+        store_if_complete(settings, key, ids, made_after=newest)
     return trajectory_scores(settings, ids), None

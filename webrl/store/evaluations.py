@@ -5,7 +5,8 @@ Greedy decoding of the local backend in fp32 gives the same tokens alone and bat
 (8 of 8 prompts of ~1,000 tokens, measured 2026-11-29; in bf16 only 6 of 8, so a bf16 evaluation is not stored), so
 two evaluations under one key solve the same tasks. The key (:class:`EvaluationKey`) names everything an episode's
 outcome depends on: the actor's weights (its folder's content sha256, which for an adapter also names its base), the
-tasks' configs, the horizon and early stops, the serving dtype and prompt budget, the code that renders prompts,
+tasks' configs, the horizon and early stops, the serving dtype, prompt and completion budgets and temperature (only
+a greedy one is stored), the code that renders prompts,
 parses actions, observes pages, serves the sandbox sites and scores episodes (:data:`CODE_PATHS`, hashed), the
 sandbox's seed and the torch / transformers versions. Any change gives another key, and the evaluation runs afresh.
 
@@ -66,10 +67,15 @@ class EvaluationKey(BaseModel):
     sandbox_seed: int
     torch: str
     transformers: str
+    # Fields added after evaluations were stored default to what those were made under, and count in the digest only
+    # when they differ from it: the keys stored before them keep their digests.
+    max_new_tokens: int = 64
+    temperature: float = 0.0
 
     def digest(self) -> str:
-        """sha256 of the key's canonical JSON."""
-        return hashlib.sha256(json.dumps(self.model_dump(), sort_keys=True).encode()).hexdigest()
+        """sha256 of the key's canonical JSON (the later fields left out at their defaults)."""
+        fields = self.model_dump(exclude_defaults=True)
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 class TaskResult(BaseModel):
@@ -118,7 +124,8 @@ def tasks_sha256(configs: list[tuple[str, dict]]) -> str:
 
 def evaluation_key(settings: Settings, actor: Path, configs: list[tuple[str, dict]], rollout: Rollout) -> EvaluationKey:
     """The key of a greedy evaluation of the model folder ``actor`` on the tasks ``configs`` ((key, config) in the
-    order evaluated) with ``rollout``'s horizon and early stops, under ``settings``' serving dtype and prompt budget."""
+    order evaluated) with ``rollout``'s horizon and early stops, under ``settings``' serving dtype, prompt budget,
+    completion budget and temperature."""
     import torch
     import transformers
 
@@ -130,12 +137,14 @@ def evaluation_key(settings: Settings, actor: Path, configs: list[tuple[str, dic
         max_repeated_actions=rollout.max_repeated_actions, dtype=settings.models.dtype,
         max_prompt_tokens=settings.actor.max_prompt_tokens, code_sha256=code_sha256(), sandbox_seed=settings.seed,
         torch=torch.__version__.split("+")[0], transformers=transformers.__version__,
+        max_new_tokens=settings.actor.max_new_tokens, temperature=settings.actor.temperature,
     )
 
 
 def is_storable(key: EvaluationKey) -> bool:
-    """Only fp32 evaluations are stored: in bf16 the same prompt can decode differently alone and in a batch."""
-    return key.dtype == "float32"
+    """Only greedy fp32 evaluations are stored: in bf16 the same prompt can decode differently alone and in a batch,
+    and an evaluation under a sampling ``WEBRL_ACTOR__TEMPERATURE`` samples."""
+    return key.dtype == "float32" and key.temperature == 0
 
 
 def local_folder(settings: Settings) -> Path:
