@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI, Request
 
 from services.critic.values import CriticScorer, critic_path, value
 from webrl.config import Settings, get_settings
+from webrl.model_folders import written_stamp
 from webrl.serving.factory import create_app, model_work
 from webrl.serving.kept_models import KeptModels
 from webrl.wire.contracts import ValueRequest, ValueResult
@@ -25,16 +26,21 @@ class LoadedCritics:
     def __init__(self, settings: Settings, scorer: CriticScorer | None = None) -> None:
         self.settings = settings
         self.default = scorer  # serves requests that name no critic (tests inject one)
-        self.scorers: KeptModels[str, CriticScorer] = KeptModels()  # a run names a new critic every phase
+        # a run names a new critic every phase; a folder republished in place is loaded again
+        self.scorers: KeptModels[tuple[str, tuple[int, int, int] | None], CriticScorer] = KeptModels()
         self.lock = threading.Lock()
 
     def scorer(self, request: ValueRequest) -> CriticScorer:
         """The critic for ``request``: a preloaded one for the default, else loaded on first use and kept while it
-        is among the most recently used (:class:`~webrl.serving.kept_models.KeptModels`)."""
+        is among the most recently used (:class:`~webrl.serving.kept_models.KeptModels`), by folder and publication
+        (:func:`~webrl.model_folders.written_stamp`)."""
         if request.critic is None and self.default is not None:
             return self.default
         path = critic_path(self.settings, request)
-        return self.scorers.get(str(Path(path).resolve()), lambda: CriticScorer(path, self.settings))
+        key = (str(Path(path).resolve()), written_stamp(path))
+        scorer = self.scorers.get(key, lambda: CriticScorer(path, self.settings))
+        self.scorers.drop(lambda kept: kept[0] == key[0] and kept != key)  # its earlier publication's
+        return scorer
 
 
 def get_state(request: Request) -> LoadedCritics:

@@ -152,3 +152,24 @@ def test_typed_client_round_trips_keyed_start_states(tiny_critic_dir, db_setting
     result = critic_value(ValueRequest(states=[CriticState.of(start)], critic=str(tiny_critic_dir)))
     assert result.by_key == {"observed": pytest.approx(scorer.values([State("Do observed", "<p>forum</p>")])[0],
                                                        abs=1e-5)}
+
+
+def test_a_critic_republished_in_place_is_loaded_again_by_route_and_task(tiny_critic_dir, db_settings) -> None:
+    """A critic folder written anew (a configured ``WEBRL_CRITIC__MODEL`` retrained, a phase with a fixed
+    ``critic_output``): a running service values with the new critic under its version, not with the one it loaded
+    before (the ORM and actor caches already keyed on the publication)."""
+    import shutil
+
+    from webrl.store.checkpoints import publish_folder
+
+    folder = db_settings.artifacts_dir / "models" / "critic"
+    request = ValueRequest(states=[CriticState(intent="Find the kettle", observation="<p>kettle</p>")],
+                           critic=str(folder))
+    client = TestClient(create_critic_app(db_settings))
+    for version in ("critic-a", "critic-b"):
+        publish_folder(lambda tmp: shutil.copytree(tiny_critic_dir, tmp, dirs_exist_ok=True), folder, role="critic",
+                       version=version, replace=True)
+        by_route = client.post("/v1/critic/value", json=request.model_dump(mode="json"))
+        assert by_route.status_code == 200 and by_route.json()["critic_version"] == version, by_route.text
+        assert critic_value(request).critic_version == version  # the worker's cache too
+    assert len(client.app.state.critic.scorers) == 1  # the first publication's critic is let go
