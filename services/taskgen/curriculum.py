@@ -28,6 +28,7 @@ from webrl.wire.contracts import (
     GenerateRequest,
     GenerateResult,
     InvalidRequest,
+    NotServing,
     Rejected,
 )
 
@@ -212,14 +213,31 @@ def generate(settings: Settings, request: GenerateRequest) -> GenerateResult:
             if not (endpoint and model):
                 raise InvalidRequest("endpoint", "the llm generator needs endpoint and model (in the request or as "
                                      "WEBRL_LLM_JUDGE__ENDPOINT and WEBRL_LLM_JUDGE__MODEL)")
-            result = generate_llm(*common, endpoint=endpoint, model=model, mode=request.mode,
-                                  feasibility=request.feasibility, request=digest)
+            result = _from_llm(common, endpoint, model, request, digest)
         else:
             result = generate_grounded(*common, instances_only=request.evolve == "instances", request=digest)
     except KeyError as exc:
         raise InvalidRequest("parent_keys", str(exc.args[0])) from None
     return GenerateResult(task_keys=result.task_keys, duplicates=result.duplicates,
                           rejected=[Rejected(text=r.text, reason=r.reason) for r in result.rejected])
+
+
+def _from_llm(common: tuple, endpoint: str, model: str, request: GenerateRequest, digest: str) -> GenerationResult:
+    """:func:`generate_llm`, its server's refusals told apart: a model it does not serve is the request's fault (an
+    :class:`InvalidRequest` naming ``model``), a server that cannot be reached or fails is not (:class:`NotServing`:
+    REST answers 503); neither stores a task."""
+    import openai
+
+    try:
+        return generate_llm(*common, endpoint=endpoint, model=model, mode=request.mode,
+                            feasibility=request.feasibility, request=digest)
+    except openai.NotFoundError:
+        raise InvalidRequest("model", f"the llm generator's endpoint {origin(endpoint)} serves no model {model!r}") \
+            from None
+    except openai.APIConnectionError as exc:
+        raise NotServing(f"the llm generator's endpoint {origin(endpoint)} cannot be reached: {exc}") from None
+    except openai.APIStatusError as exc:
+        raise NotServing(f"the llm generator's endpoint {origin(endpoint)} answered {exc.status_code}") from None
 
 
 def filter_tasks(settings: Settings, request: FilterRequest) -> FilterResult:

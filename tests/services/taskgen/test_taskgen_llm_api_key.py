@@ -16,6 +16,7 @@ from webrl.config import Settings, get_settings
 
 KEY = "judge-key-123"
 TASK = "Find the cheapest blue mug in the store"
+REFUSED = {"no-such-model": 404, "failing": 500}  # model name: the status the server answers it with
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -27,6 +28,15 @@ class _Recorder(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.seen.append((self.path, self.headers.get("Authorization")))  # type: ignore[attr-defined]
+        if body["model"] in REFUSED:  # a model the server does not serve, or a server failing
+            status = REFUSED[body["model"]]
+            error = json.dumps({"error": {"message": f"{status}", "type": "error", "code": status}}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(error)))
+            self.end_headers()
+            self.wfile.write(error)
+            return
         judge = body.get("max_tokens") == 4  # the feasibility judge asks for a few tokens
         content = "YES" if judge else f"`{TASK}`"
         reply = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -105,3 +115,24 @@ def test_an_endpoint_with_user_info_or_a_backslash_is_a_422_naming_it(client: Te
     assert reply.status_code == 422, reply.text
     assert reply.json()["error"]["fields"][0]["field"] == "endpoint"
     assert judge[1] == []
+
+
+def test_the_llm_servers_refusals_are_a_422_naming_the_model_or_a_503(client: TestClient, other) -> None:
+    """A model the server does not serve is the request's fault (422 naming ``model``); a server that fails is not
+    (503, after the client's retries); neither stores a task (both were 500s)."""
+    from webrl.db import models as m
+    from webrl.db.session import session_scope
+
+    with session_scope(get_settings()) as s:
+        stored = s.query(m.Task).count()
+    for model, status in (("no-such-model", 422), ("failing", 503)):
+        reply = client.post("/v1/tasks/generate", json={"phase": 1, "parent_keys": ["p1"], "n": 1,
+                                                        "generator": "llm", "endpoint": other[0], "model": model})
+        assert reply.status_code == status, (model, reply.text)
+        error = reply.json()["error"]
+        if status == 422:
+            assert error["fields"][0]["field"] == "model" and "serves no model 'no-such-model'" in error["message"]
+        else:
+            assert "answered 500" in error["message"], error
+    with session_scope(get_settings()) as s:
+        assert s.query(m.Task).count() == stored
