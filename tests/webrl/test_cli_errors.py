@@ -257,6 +257,11 @@ def test_a_bad_path_or_value_is_refused_naming_its_option_before_any_work(settin
          "64"),
         (["bootstrap", "--concurrency", "65"], "--concurrency", "64"),
         (["train-orm", "--actor", tiny, "--concurrency", "65"], "--concurrency", "64"),
+        # a rate, budget or rank the job refuses, refused before the rollouts and the base that come first
+        (["bootstrap", "--lr", "0"], "--lr", "must be above 0, got 0"),
+        (["bootstrap", "--lora-rank", "2000"], "--lora-rank", "1024"),
+        (["train-orm", "--actor", tiny, "--lr", "0"], "--lr", "must be above 0"),
+        (["train-orm", "--actor", tiny, "--max-minutes", "0"], "--max-minutes", "must be above 0"),
         (["train", "--actor", tiny, "--run", "r" * 81], "--run", "at most 80 characters"),  # runs.name String(80)
         (["train", "--actor", tiny, "--probe", str(cut_probe)], "--probe", "cut or corrupt gzip"),
         (["probe", "anchors", "--actor", tiny, "--output", "a.jsonl.gz", "--exclude", str(cut_probe)], "--exclude",

@@ -20,6 +20,16 @@ def check_split(split: str) -> str:
     return split
 
 
+def check_above_zero(value: float | None, option: str) -> float | None:
+    """Raise :class:`typer.BadParameter` naming ``option`` when a given rate or budget is not above 0 (typer's
+    ``min`` includes its bound): the job it goes into refuses it, after the work before the job."""
+    import typer
+
+    if value is not None and value <= 0:
+        raise typer.BadParameter(f"must be above 0, got {value:g}", param_hint=option)
+    return value
+
+
 def check_model_folder(folder: Path, option: str) -> Path:
     """Raise :class:`typer.BadParameter` naming ``option`` unless ``folder`` holds a model (``config.json``) or an
     adapter (``adapter_config.json``) whose JSON files are JSON (:func:`check_model_files`): a mistyped path or a

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import typer
 
-from webrl.commands import check_loadable, quiet_model_loading
+from webrl.commands import check_above_zero, check_loadable, quiet_model_loading
 from webrl.config import get_settings
 from webrl.orchestration.bootstrap import BootstrapConfig
-from webrl.wire.contracts import MAX_CONCURRENCY, MAX_SEED
+from webrl.wire.contracts import MAX_CONCURRENCY, MAX_LORA_RANK, MAX_SEED
 
 _DEFAULT = BootstrapConfig()  # the CLI's defaults are the config's (each documented in BootstrapConfig)
 
@@ -30,7 +30,8 @@ def bootstrap(
                                         "(default WEBRL_MODELS__TINY_SIZE)."),
     seed: int = typer.Option(None, min=0, max=MAX_SEED, help="Seed of suite, sample, init and SFT (default "
                                                            "WEBRL_SEED)."),
-    lora_rank: int = typer.Option(None, min=1, help="Rank of the actor's LoRA adapter on --base (default 16)."),
+    lora_rank: int = typer.Option(None, min=1, max=MAX_LORA_RANK, help="Rank of the actor's LoRA adapter on --base "
+                                                                      "(default 16)."),
     demos_per_template: int = typer.Option(None, min=1, help="Train tasks per template the oracle demonstrates"
                                                              " (default 3 tiny, 4 pretrained)."),
     site_demos: list[str] = typer.Option(None, help="SITE=N: N demonstrations per template of SITE instead of "
@@ -43,7 +44,8 @@ def bootstrap(
                                                           "WEBRL_MODELS__BOOTSTRAP_MINUTES / 2 tiny, 100 pretrained)."),
     epochs: int = typer.Option(None, min=1, help="SFT epochs (the cosine schedule spans all of them; the time"
                                                  " budget stops training earlier if it must)."),
-    lr: float = typer.Option(None, min=0.0, help="SFT peak learning rate (default 2e-3 tiny, 5e-4 LoRA)."),
+    lr: float = typer.Option(None, callback=lambda lr: check_above_zero(lr, "--lr"),
+                             help="SFT peak learning rate (default 2e-3 tiny, 5e-4 LoRA)."),
     warmup_steps: int = typer.Option(None, min=0, help="Linear lr warm-up steps."),
     cosine: bool = typer.Option(_DEFAULT.cosine, "--cosine/--constant-lr",
                                 help="Cosine-decay the lr to lr/10 over the planned SFT steps."),

@@ -27,12 +27,15 @@ def register(app: typer.Typer) -> None:
         connection names (the pool names its episode's), through a proxy each."""
         import asyncio
 
+        from webrl.errors import bind_or_explain
         from webrl.serving.browser_server import UnguardedBrowserServer, run, unguarded_bind_problem
 
         settings = get_settings()
         browser_settings = settings.browser
         if problem := unguarded_bind_problem(host, browser_settings.cdp_token):
             raise UnguardedBrowserServer(problem)  # before Chromium is read off a launch: a one-line error
+        bind_or_explain(host, port, "the browser server", "is one already running? Stop it, or give --port N (and "
+                        "point WEBRL_BROWSER__CDP_URL at it)").close()  # taken, or no such address: one line
         asyncio.run(run(host, port, browser_settings.chromium_path, max_browsers, browser_settings.cdp_token,
                         allowed=settings.host_allow_list()))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from webrl.commands import check_loadable, check_output_folder
+from webrl.commands import check_above_zero, check_loadable, check_output_folder
 from webrl.config import get_settings
 from webrl.method.hyperparams import DEFAULTS
 from webrl.orchestration.train_orm import (
@@ -105,14 +105,16 @@ def register(app: typer.Typer) -> None:
                                             "backbone (forward passes only). Measured on SmolLM2: one epoch at 2e-4 "
                                             "on 360 sandbox trajectories scored worse there, 26 min on 2 cores "
                                             "(docs/measurements.md)."),
-        lr: float = typer.Option(None, min=0.0, help=f"Learning rate of the SFT (--objective answer) or of the "
+        lr: float = typer.Option(None, callback=lambda lr: check_above_zero(lr, "--lr"),
+                                 help=f"Learning rate of the SFT (--objective answer) or of the "
                                  f"backbone (--backbone-epochs). Default {FULL_LR:g} (full fine-tuning), "
                                  f"{LORA_LR:g} (LoRA)."),
         batch_size: int = typer.Option(8, min=1, help="Trajectories per optimizer step (--objective answer, "
                                        "--backbone-epochs)."),
         seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the task samples, the class balance and the "
                                  "ORM's training."),
-        max_minutes: float = typer.Option(None, min=0.0, help="Wall-clock budget of the SFT (--objective answer) "
+        max_minutes: float = typer.Option(None, callback=lambda minutes: check_above_zero(minutes, "--max-minutes"),
+                                          help="Wall-clock budget of the SFT (--objective answer) "
                                           "or of the backbone's training (--backbone-epochs)."),
         concurrency: int = typer.Option(4, min=1, max=MAX_CONCURRENCY, help="Episodes in flight per rollout."),
         threshold: float = typer.Option(DEFAULTS.reward.orm_threshold, min=0.0, max=1.0,

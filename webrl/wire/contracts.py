@@ -46,6 +46,8 @@ MAX_ACT_BATCH = 256  # one act request carries at most this many observations
 # keys or trajectory ids of one request, each a parameter of an SQL ``IN (...)``) and MAX_CONCURRENCY (episodes one
 # job runs at once) are defined beside the run's record they bound (``webrl.method.hyperparams``, which this module
 # imports) and imported from here by the rest.
+#: The highest LoRA rank an SFT job trains.
+MAX_LORA_RANK = 1024
 #: The largest training seed: numpy's ``np.random.seed`` (Accelerate's ``set_seed``) takes 0 .. 2**32 - 1.
 MAX_SEED = 2**32 - 1
 #: The longest run name: ``runs.name`` is a String(80) column (``webrl.db.models.Run``).
@@ -498,9 +500,9 @@ class SftJob(Contract):
                                       "tokens (0: loss on the action tokens only, as WebRL trains).")
     relabelled_copies: int = Field(0, ge=0, description="Actor SFT: relabelled copies of each demonstration "
                                    "(entity names swapped, element ids renumbered; services/trainer/augment.py).")
-    lora_rank: int | None = Field(None, ge=1, le=1024, description="Train a new LoRA adapter of this rank on the "
-                                  "frozen base and publish the adapter (MBs); None: full fine-tuning. A base that "
-                                  "is itself an adapter folder always trains its adapter.")
+    lora_rank: int | None = Field(None, ge=1, le=MAX_LORA_RANK, description="Train a new LoRA adapter of this "
+                                  "rank on the frozen base and publish the adapter (MBs); None: full fine-tuning. A "
+                                  "base that is itself an adapter folder always trains its adapter.")
 
     @model_validator(mode="after")
     def _a_selection(self) -> Self:

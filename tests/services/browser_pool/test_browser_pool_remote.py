@@ -328,3 +328,21 @@ async def test_a_remote_browser_reaches_only_what_both_the_server_and_the_episod
     finally:
         server.allowed = server.allowed[:-1]
     assert asked == ["/"]
+
+
+def test_webrl_browser_serve_on_a_taken_port_says_so_in_one_line(tmp_path):
+    """A port another process listens on (or an address this machine lacks) is a one-line error naming it and the
+    fix, before any Chromium starts (it was asyncio's traceback)."""
+    import socket
+    import subprocess
+    import sys
+
+    env = dict(os.environ) | {"WEBRL_HOME": str(tmp_path)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "webrl.cli", "browser", "serve", "--port", str(port)], env=env,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"port {port} on 127.0.0.1 for the browser server is in use" in done.stderr, done.stderr
