@@ -177,10 +177,9 @@ class EpisodeManager:
     # ----- jobs ----------------------------------------------------------------------------------------
     def submit(self, payload: RolloutRequest) -> JobView:
         if not self.settings.eager:
-            from webrl.wire.queue import celery_app
+            from webrl.wire.queue import submit_job
 
-            sent = celery_app.send_task("rollout.run", args=(payload.model_dump(mode="json"),))
-            return JobView(job_id=sent.id, status="pending")
+            return JobView(job_id=submit_job("rollout.run", payload.model_dump(mode="json")), status="pending")
         job = JobView(job_id=uuid.uuid4().hex, status="running")
         self._running_jobs[job.job_id] = job
         task = asyncio.ensure_future(self._run_job(job, payload))
@@ -204,16 +203,17 @@ class EpisodeManager:
     def job(self, job_id: str) -> JobView | None:
         if self.settings.eager:
             return self._running_jobs.get(job_id) or self._finished_jobs.get(job_id)
-        from celery.result import AsyncResult
+        from webrl.wire.queue import SUBMITTED, job_state
 
-        from webrl.wire.queue import celery_app
-
-        res = AsyncResult(job_id, app=celery_app)
-        state = {"PENDING": "pending", "RECEIVED": "pending", "STARTED": "running", "RETRY": "running",
-                 "SUCCESS": "succeeded", "FAILURE": "failed", "REVOKED": "failed"}.get(res.state, "pending")
+        known = job_state(job_id)
+        if known is None:  # an id no one submitted (Celery alone answers PENDING for any id)
+            return None
+        celery_state, result = known
+        state = {SUBMITTED: "pending", "RECEIVED": "pending", "STARTED": "running", "RETRY": "running",
+                 "SUCCESS": "succeeded", "FAILURE": "failed", "REVOKED": "failed"}.get(celery_state, "pending")
         if state == "succeeded":
-            return JobView(job_id=job_id, status=state, result=res.result)
+            return JobView(job_id=job_id, status=state, result=result)
         if state == "failed":
-            return JobView(job_id=job_id, status=state, error=repr(res.result))
+            return JobView(job_id=job_id, status=state, error=repr(result))
         return JobView(job_id=job_id, status=state)
 

@@ -87,24 +87,27 @@ def submit(app: FastAPI, settings: Settings, job: TrainJob) -> JobAccepted:
     task = f"train.{kind_of(job)}"
     if settings.eager:
         return JobAccepted(job_id=app.state.jobs.submit(settings, job), task=task, status="running")
-    from webrl.wire.queue import celery_app
+    from webrl.wire.queue import submit_job
 
-    result = celery_app.send_task(task, args=(job.model_dump(mode="json"),))
-    return JobAccepted(job_id=result.id, task=task, status="queued")
+    return JobAccepted(job_id=submit_job(task, job.model_dump(mode="json")), task=task, status="queued")
 
 
 def job_status(app: FastAPI, settings: Settings, job_id: str) -> JobStatus | None:
+    """The job's status; None (404) for an id no one submitted (Celery alone answers PENDING for any id)."""
     if settings.eager:
         return app.state.jobs.status(job_id)
-    from webrl.wire.queue import celery_app
+    from webrl.wire.queue import SUBMITTED, job_state
 
-    result = celery_app.AsyncResult(job_id)
-    state = {"PENDING": "queued", "STARTED": "running", "SUCCESS": "succeeded", "FAILURE": "failed"}.get(
-        result.state, result.state.lower())
+    known = job_state(job_id)
+    if known is None:
+        return None
+    celery_state, result = known
+    state = {SUBMITTED: "queued", "STARTED": "running", "RETRY": "running", "SUCCESS": "succeeded",
+             "FAILURE": "failed", "REVOKED": "failed"}.get(celery_state, celery_state.lower())
     if state == "succeeded":
-        return JobStatus(job_id=job_id, status=state, result=result.result)
+        return JobStatus(job_id=job_id, status=state, result=result)
     if state == "failed":
-        return JobStatus(job_id=job_id, status=state, error=str(result.result))
+        return JobStatus(job_id=job_id, status=state, error=str(result))
     return JobStatus(job_id=job_id, status=state)
 
 

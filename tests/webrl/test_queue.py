@@ -253,3 +253,47 @@ def test_dispatch_without_a_worker_times_out_clearly(redis_url: str, tmp_path: P
 
         redis.Redis.from_url(redis_url).delete(queue)
         configure(Settings(home=tmp_path, _env_file=None))
+
+
+def test_a_submitted_job_is_followed_to_its_end_and_an_id_never_submitted_is_unknown(worker: Settings) -> None:
+    """Distributed mode: the trainer's and the browser pool's job routes answer 404 for an id no one submitted
+    (Celery alone answers PENDING for any id, so a mistyped id read "queued" forever), and follow a submitted one to
+    its result."""
+    from fastapi.testclient import TestClient
+
+    from services.browser_pool.pool import BrowserPool
+    from services.browser_pool.sessions import EpisodeManager
+    from services.trainer.app import create_trainer_app
+    from webrl.wire.queue import job_state, submit_job
+
+    nonce = uuid.uuid4().hex
+    job_id = submit_job("webrl.ping", {"nonce": nonce})
+    deadline = time.monotonic() + 60
+    while (known := job_state(job_id)) is not None and known[0] != "SUCCESS":
+        assert time.monotonic() < deadline, known
+        time.sleep(0.1)
+    assert known is not None and known[1]["pong"] == nonce
+    never = uuid.uuid4().hex
+    assert job_state(never) is None
+    trainer = TestClient(create_trainer_app(worker))
+    assert trainer.get(f"/v1/train/{never}").status_code == 404
+    reply = trainer.get(f"/v1/train/{job_id}")
+    assert reply.status_code == 200 and reply.json()["status"] == "succeeded", reply.text
+    pool = EpisodeManager(worker, BrowserPool(worker))
+    assert pool.job(never) is None and pool.job(job_id).status == "succeeded"
+
+
+def test_a_job_waiting_in_its_queue_is_known_as_submitted(redis_url: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from webrl.wire.queue import SUBMITTED, job_state, submit_job
+
+    queue = f"nobody-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setitem(QUEUES, "nobody", queue)
+    configure(Settings(home=tmp_path, jobs={"broker_url": redis_url}, _env_file=None))
+    try:
+        assert job_state(submit_job("nobody.work", {})) == (SUBMITTED, None)
+    finally:
+        import redis
+
+        redis.Redis.from_url(redis_url).delete(queue)
+        configure(Settings(home=tmp_path, _env_file=None))

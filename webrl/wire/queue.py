@@ -8,6 +8,7 @@ finds task modules through :data:`TASK_MODULES`.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import celery.exceptions
@@ -167,6 +168,31 @@ def dispatch(name: str, payload: dict, *, timeout: float | None = None) -> dict:
     except KeyboardInterrupt:  # Ctrl-C stops the job too: left running, it would go on beside a resumed run's copy
         stop_job(sent)
         raise
+
+
+#: The state a job submitted through :func:`submit_job` has until a worker starts it (Celery's own ``PENDING`` is
+#: also what it answers for an id it never saw).
+SUBMITTED = "SUBMITTED"
+
+
+def submit_job(name: str, payload: dict) -> str:
+    """Send the Celery task ``name`` with one JSON payload without waiting, and return its job id: the id is recorded
+    as :data:`SUBMITTED` in the result backend before the message is sent (a worker's first state comes after it),
+    so :func:`job_state` can tell a job that waits in its queue from an id no one submitted."""
+    job_id = uuid.uuid4().hex
+    celery_app.backend.store_result(job_id, None, SUBMITTED)
+    celery_app.send_task(name, args=(payload,), task_id=job_id)
+    return job_id
+
+
+def job_state(job_id: str) -> tuple[str, Any] | None:
+    """A submitted job's Celery state (:data:`SUBMITTED`, ``STARTED``, ``SUCCESS``, ``FAILURE``, ...) and its result
+    or exception; None for an id never submitted, or whose record expired (``result_expires``: a day)."""
+    result = AsyncResult(job_id, app=celery_app)
+    state = result.state
+    if state == "PENDING":
+        return None
+    return state, result.result
 
 
 def stop_job(sent: AsyncResult) -> None:
