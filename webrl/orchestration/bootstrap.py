@@ -17,7 +17,6 @@ on the rollout and train workers. Deterministic for a seed (suite, sample, token
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import random
@@ -168,27 +167,23 @@ DEMO_CHUNK = 32  # oracle demonstrations per rollout job, stored when the job en
 EVAL_CHUNK = 16  # test tasks per rollout job: finished chunks stay stored if a long evaluation is stopped
 
 
-def eval_attempt(version: str) -> int:
-    """Rollouts are idempotent per (task, phase, attempt, run), and bootstrap's belong to no run (0): one attempt
-    number per evaluated checkpoint."""
-    return int(hashlib.sha256(version.encode()).hexdigest()[:7], 16)
-
-
 def evaluate_checkpoint(settings: Settings, path: str | Path, *, concurrency: int = 4, seed: int = 0,
                         on_chunk: Callable[[int, int], None] = lambda done, total: None,
                         limit: int | None = None) -> dict:
     """Success rate of the checkpoint at ``path`` on the suite's test tasks (``rollout.run``, purpose "eval",
-    phase 0, attempt from the checkpoint's version), overall and per site. The suite must be loaded and the
-    sandbox running. ``limit``: only the first ``limit`` test tasks (quick measurements)."""
-    from webrl.models.loading import checkpoint_version
-    from webrl.orchestration.evaluate import success_by_site, trajectory_scores
+    phase 0), overall and per site. The suite must be loaded and the sandbox running. ``limit``: only the first
+    ``limit`` test tasks (quick measurements). Rollouts are idempotent per (task, phase, attempt, run), and
+    bootstrap's belong to no run: the attempt is the evaluation's conditions, the checkpoint's content first
+    (:func:`~webrl.orchestration.evaluate.evaluation_attempt`), so a checkpoint retrained under the same version (a
+    time budget stops it elsewhere) is evaluated afresh, not read back from the one before."""
+    from webrl.orchestration.evaluate import evaluation_attempt, success_by_site, trajectory_scores
     from webrl.policies.actor_service import rollout_policy
     from webrl.sandbox.tasks.suite import build_suite, task_key
     from webrl.wire.clients import rollout_run
     from webrl.wire.contracts import RolloutRequest
 
     keys = [task_key("test", t) for t in build_suite(seed)["test"]][:limit]
-    attempt = eval_attempt(checkpoint_version(path))
+    attempt = evaluation_attempt(settings, Path(path))
     trajectory_ids: list[int] = []
     policy = rollout_policy(settings, str(path))  # distributed: through the actor service
     for start in range(0, len(keys), EVAL_CHUNK):

@@ -126,3 +126,35 @@ def test_the_tiny_base_folder_names_everything_its_tokenizer_depends_on(settings
         bootstrap._tiny_base(settings, config, ["a b"], lambda stage: None)
     assert [p.name for p in built] == ["actor-base-small-seed0", "actor-base-small-seed0-vocab8192",
                                        "actor-base-small-seed0-trailing-space"]
+
+
+def test_a_checkpoint_retrained_under_its_version_is_evaluated_afresh(settings: Settings, tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    """Bootstrap's evaluation episodes belong to no run and are found again by their attempt number: two folders
+    under one manifest version (retrained after a time budget stopped the first elsewhere) get attempts of their
+    own (by content), the same folder the same one."""
+    import json
+
+    from webrl.models.loading import VERSION_FILE, checkpoint_version
+    from webrl.orchestration import bootstrap
+
+    folders = []
+    for weights in ("a", "b"):
+        folder = tmp_path / weights
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_text(weights)
+        (folder / VERSION_FILE).write_text(json.dumps({"version": "actor-v1"}))
+        folders.append(folder)
+    assert checkpoint_version(folders[0]) == checkpoint_version(folders[1]) == "actor-v1"
+    attempts: list[int] = []
+
+    def rollout_run(request):
+        attempts.append(request.attempt)
+        raise StopIteration  # the attempt is all this test reads
+
+    monkeypatch.setattr("webrl.wire.clients.rollout_run", rollout_run)
+    for folder in (*folders, folders[0]):
+        with pytest.raises(StopIteration):
+            bootstrap.evaluate_checkpoint(settings, folder, limit=1)
+    assert attempts[0] != attempts[1] and attempts[0] == attempts[2]
