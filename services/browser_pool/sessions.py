@@ -203,17 +203,11 @@ class EpisodeManager:
     def job(self, job_id: str) -> JobView | None:
         if self.settings.eager:
             return self._running_jobs.get(job_id) or self._finished_jobs.get(job_id)
-        from webrl.wire.queue import SUBMITTED, job_state
+        from webrl.wire.queue import job_state
 
         known = job_state(job_id)
-        if known is None:  # an id no one submitted (Celery alone answers PENDING for any id)
+        if known is None:  # an id no one submitted
             return None
-        celery_state, result = known
-        state = {SUBMITTED: "pending", "RECEIVED": "pending", "STARTED": "running", "RETRY": "running",
-                 "SUCCESS": "succeeded", "FAILURE": "failed", "REVOKED": "failed"}.get(celery_state, "pending")
-        if state == "succeeded":
-            return JobView(job_id=job_id, status=state, result=result)
-        if state == "failed":
-            return JobView(job_id=job_id, status=state, error=repr(result))
-        return JobView(job_id=job_id, status=state)
+        status = "pending" if known.status == "waiting" else known.status
+        return JobView(job_id=job_id, status=status, result=known.result, error=known.error)
 

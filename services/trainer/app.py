@@ -96,19 +96,13 @@ def job_status(app: FastAPI, settings: Settings, job_id: str) -> JobStatus | Non
     """The job's status; None (404) for an id no one submitted (Celery alone answers PENDING for any id)."""
     if settings.eager:
         return app.state.jobs.status(job_id)
-    from webrl.wire.queue import SUBMITTED, job_state
+    from webrl.wire.queue import job_state
 
     known = job_state(job_id)
     if known is None:
         return None
-    celery_state, result = known
-    state = {SUBMITTED: "queued", "STARTED": "running", "RETRY": "running", "SUCCESS": "succeeded",
-             "FAILURE": "failed", "REVOKED": "failed"}.get(celery_state, celery_state.lower())
-    if state == "succeeded":
-        return JobStatus(job_id=job_id, status=state, result=result)
-    if state == "failed":
-        return JobStatus(job_id=job_id, status=state, error=str(result))
-    return JobStatus(job_id=job_id, status=state)
+    status = "queued" if known.status == "waiting" else known.status
+    return JobStatus(job_id=job_id, status=status, result=known.result, error=known.error)
 
 
 def create_trainer_app(settings: Settings | None = None) -> FastAPI:

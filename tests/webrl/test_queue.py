@@ -269,10 +269,10 @@ def test_a_submitted_job_is_followed_to_its_end_and_an_id_never_submitted_is_unk
     nonce = uuid.uuid4().hex
     job_id = submit_job("webrl.ping", {"nonce": nonce})
     deadline = time.monotonic() + 60
-    while (known := job_state(job_id)) is not None and known[0] != "SUCCESS":
+    while (known := job_state(job_id)) is not None and known.status != "succeeded":
         assert time.monotonic() < deadline, known
         time.sleep(0.1)
-    assert known is not None and known[1]["pong"] == nonce
+    assert known is not None and known.result["pong"] == nonce and known.error is None
     never = uuid.uuid4().hex
     assert job_state(never) is None
     trainer = TestClient(create_trainer_app(worker))
@@ -283,15 +283,29 @@ def test_a_submitted_job_is_followed_to_its_end_and_an_id_never_submitted_is_unk
     assert pool.job(never) is None and pool.job(job_id).status == "succeeded"
 
 
-def test_a_job_waiting_in_its_queue_is_known_as_submitted(redis_url: str, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from webrl.wire.queue import SUBMITTED, job_state, submit_job
+def test_a_job_waiting_in_its_queue_is_waiting_in_each_services_word(redis_url: str, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from services.browser_pool.pool import BrowserPool
+    from services.browser_pool.sessions import EpisodeManager
+    from services.trainer.app import create_trainer_app
+    from webrl.wire.queue import JobState, job_state, submit_job
 
     queue = f"nobody-{uuid.uuid4().hex[:8]}"
     monkeypatch.setitem(QUEUES, "nobody", queue)
-    configure(Settings(home=tmp_path, jobs={"broker_url": redis_url}, _env_file=None))
+    settings = Settings(home=tmp_path, jobs={"broker_url": redis_url}, _env_file=None)
+    configure(settings)
     try:
-        assert job_state(submit_job("nobody.work", {})) == (SUBMITTED, None)
+        job_id = submit_job("nobody.work", {})
+        assert job_state(job_id) == JobState("waiting")
+        reply = TestClient(create_trainer_app(settings)).get(f"/v1/train/{job_id}")
+        assert reply.status_code == 200 and reply.json()["status"] == "queued", reply.text
+        assert EpisodeManager(settings, BrowserPool(settings)).job(job_id).status == "pending"
+        celery_app.backend.mark_as_failure(job_id, ValueError("no such page"))
+        assert job_state(job_id) == JobState("failed", error="ValueError: no such page")
+        reply = TestClient(create_trainer_app(settings)).get(f"/v1/train/{job_id}")
+        assert reply.json()["status"] == "failed" and reply.json()["error"] == "ValueError: no such page", reply.text
     finally:
         import redis
 

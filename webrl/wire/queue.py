@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import celery.exceptions
 from celery import Celery, Task
@@ -185,14 +186,38 @@ def submit_job(name: str, payload: dict) -> str:
     return job_id
 
 
-def job_state(job_id: str) -> tuple[str, Any] | None:
-    """A submitted job's Celery state (:data:`SUBMITTED`, ``STARTED``, ``SUCCESS``, ``FAILURE``, ...) and its result
-    or exception; None for an id never submitted, or whose record expired (``result_expires``: a day)."""
+@dataclass(frozen=True)
+class JobState:
+    """A submitted job as the services report it: ``waiting`` in its queue, ``running``, ``succeeded`` with its
+    JSON result, or ``failed`` with its error."""
+
+    status: Literal["waiting", "running", "succeeded", "failed"]
+    result: Any = None
+    error: str | None = None
+
+
+#: Celery's states as a job's status; any other state (a custom one) is set by a running task.
+_STATUS_OF_STATE: dict[str, Literal["waiting", "running", "succeeded", "failed"]] = {
+    SUBMITTED: "waiting", "RECEIVED": "waiting", "STARTED": "running", "RETRY": "running",
+    "SUCCESS": "succeeded", "FAILURE": "failed", "REVOKED": "failed"}
+
+
+def job_state(job_id: str) -> JobState | None:
+    """A job submitted through :func:`submit_job`: its status, and its result or error once it ended; None for an id
+    never submitted, or whose record expired (``result_expires``: a day). Celery alone answers ``PENDING`` for any
+    id, so a mistyped one would read "waiting" forever."""
     result = AsyncResult(job_id, app=celery_app)
     state = result.state
     if state == "PENDING":
         return None
-    return state, result.result
+    status = _STATUS_OF_STATE.get(state, "running")
+    if status == "succeeded":
+        return JobState(status, result=result.result)
+    if status == "failed":
+        error = result.result
+        return JobState(status, error=f"{type(error).__name__}: {error}" if isinstance(error, BaseException)
+                        else str(error))
+    return JobState(status)
 
 
 def stop_job(sent: AsyncResult) -> None:
