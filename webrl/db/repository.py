@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -24,11 +24,16 @@ K = TypeVar("K")
 
 def insert_once(session: Session, row: T, stored: Callable[[], T | None]) -> T:
     """Insert ``row`` (one whose unique key the caller found free), or, when a concurrent writer committed the same
-    key in between (two deliveries of one job, a resumed pipeline beside its killed one's job), the row that writer
-    stored (``stored()``): the insert runs in a savepoint that its ``IntegrityError`` rolls back, so the caller's
-    transaction goes on. SQLite serialises its writers, and pysqlite's savepoints are unreliable: there the insert
-    is plain."""
+    key in between (two deliveries of one job, a resumed pipeline beside its killed one's job, two commands on one
+    laptop database), the row that writer stored (``stored()``). PostgreSQL: the insert runs in a savepoint that its
+    ``IntegrityError`` rolls back, so the caller's transaction goes on. SQLite (whose savepoints pysqlite does not
+    keep): the transaction takes the database's write lock first and looks again (:func:`_hold_sqlite_write_lock`)."""
     if session.get_bind().dialect.name == "sqlite":
+        _hold_sqlite_write_lock(session)
+        with session.no_autoflush:
+            winner = stored()
+        if winner is not None:
+            return winner
         session.add(row)
         session.flush()
         return row
@@ -49,17 +54,34 @@ def insert_each_once(session: Session, keys: Sequence[K], make: Callable[[K], T]
     """:func:`insert_once` for many rows: ``make(key)`` for each of ``keys`` (unique keys the caller found free), all
     in one savepoint; when a concurrent writer committed some of those keys in between, that savepoint is rolled
     back and each row goes in its own (:func:`insert_once`), the writer's row (``stored(key)``) standing for each key
-    it stored. Returns ``(row, inserted)`` per key, in order; ``inserted`` False: the other writer's row."""
+    it stored. Returns ``(row, inserted)`` per key, in order; ``inserted`` False: the other writer's row. SQLite:
+    under the write lock, each key is looked up again."""
     if not keys:
         return []
-    if session.get_bind().dialect.name == "sqlite":  # serialised writers (insert_once)
-        return [(row, True) for row in _add_all(session, keys, make)]
+    if session.get_bind().dialect.name == "sqlite":
+        _hold_sqlite_write_lock(session)
+        with session.no_autoflush:
+            winners = [stored(key) for key in keys]
+        fresh = _add_all(session, [key for key, winner in zip(keys, winners, strict=True) if winner is None], make)
+        made = iter(fresh)
+        return [(next(made), True) if winner is None else (winner, False) for winner in winners]
     try:
         with session.begin_nested():
             rows = _add_all(session, keys, make)
         return [(row, True) for row in rows]
     except IntegrityError:
         return [_insert_key_once(session, key, make, stored) for key in keys]
+
+
+def _hold_sqlite_write_lock(session: Session) -> None:
+    """Make the session's SQLite transaction hold the database's write lock until it ends, so no other connection
+    commits between a look and an insert. pysqlite begins a transaction only at a write, and a transaction that has
+    written holds the lock already; one that has not begins here with ``BEGIN IMMEDIATE`` (waiting on another
+    writer at most the connection's busy timeout). Its pending rows are written first: they belong to it."""
+    session.flush()
+    dbapi = session.connection().connection.dbapi_connection
+    if dbapi is not None and not dbapi.in_transaction:
+        session.execute(text("BEGIN IMMEDIATE"))
 
 
 def _add_all(session: Session, keys: Sequence[K], make: Callable[[K], T]) -> list[T]:
