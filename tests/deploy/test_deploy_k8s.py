@@ -134,6 +134,25 @@ def test_workloads_run_as_non_root_and_read_config(overlay: str) -> None:
                     assert source["configMapRef"]["name"] in config_names
 
 
+#: Workloads whose root filesystem stays writable: Postgres initialises its cluster under its root, vLLM writes its
+#: compile and kernel caches under its home (docs/deployment.md, "Security").
+WRITABLE_ROOT = {"postgres", "vllm"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_containers_drop_capabilities_and_keep_a_read_only_root(overlay: str) -> None:
+    for resource in _rendered(overlay):
+        if resource["kind"] not in {"Deployment", "StatefulSet", "Job"}:
+            continue
+        name, pod = resource["metadata"]["name"], resource["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for container in _containers(resource):
+            context = container["securityContext"]
+            assert context["capabilities"]["drop"] == ["ALL"] and context["allowPrivilegeEscalation"] is False, name
+            assert context.get("readOnlyRootFilesystem", False) is (name not in WRITABLE_ROOT), name
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_webrl_variable_is_a_setting_and_settings_accept_them(overlay: str, monkeypatch: pytest.MonkeyPatch,
                                                                       ) -> None:
