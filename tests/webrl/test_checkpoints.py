@@ -117,9 +117,9 @@ def test_content_digest_ignores_the_writers_version_stamp_and_nothing_else(tmp_p
 def test_one_command_hashes_a_model_folder_once_and_again_after_any_rewrite(
         settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``webrl eval`` keys an actor by its content twice (the evaluation, then the template table) and a run names
-    it once more (``actor_identity``): one read of the folder while no file below it changes, a new one after."""
+    it once more (``content_identity``): one read of the folder while no file below it changes, a new one after."""
     from webrl.method.hyperparams import Rollout
-    from webrl.orchestration.pipeline_state import actor_identity
+    from webrl.orchestration.pipeline_state import content_identity
     from webrl.store.evaluations import evaluation_key
 
     folder = tmp_path / "actor"
@@ -130,11 +130,11 @@ def test_one_command_hashes_a_model_folder_once_and_again_after_any_rewrite(
     monkeypatch.setattr(ck, "content_sha256", lambda path: reads.append(str(path)) or real(path))
     first = evaluation_key(settings, folder, [("k", {})], Rollout()).actor_sha256
     assert evaluation_key(settings, folder, [("k", {})], Rollout()).actor_sha256 == first
-    assert actor_identity(str(folder)) == first == real(folder)
+    assert content_identity(str(folder)) == first == real(folder)
     assert len(reads) == 1
     (folder / "sub" / "weights.bin").write_bytes(b"\x00\x03" * 1000)
-    assert actor_identity(str(folder)) != first and len(reads) == 2
-    assert actor_identity(str(tmp_path / "missing")) is None
+    assert content_identity(str(folder)) != first and len(reads) == 2
+    assert content_identity(str(tmp_path / "missing")) is None
 
 
 def test_existing_destination_needs_replace(tmp_path: Path) -> None:

@@ -170,7 +170,7 @@ class Pipeline:
         for stage, run_stage in table.items():
             if stage in done:
                 continue
-            refuse_changed_folders(self.options, actor=False)  # the ORM republished mid-run (reads its manifest)
+            refuse_changed_folders(self.options, actor=False)  # the ORM republished mid-run
             log.info("phase %d: %s", index, stage)
             started = time.perf_counter()
             self._reused = 0

@@ -46,12 +46,16 @@ class PipelineOptions:
     anchors: str = ""
     """Anchor steps for ``actor.anchor_kl`` (``webrl probe anchors``); "" = none (the anchor needs them)."""
     actor_sha256: str | None = None
-    """What the ``actor`` folder held when the run was created: its content sha256 (:func:`actor_identity`, the
+    """What the ``actor`` folder held when the run was created: its content sha256 (:func:`content_identity`, the
     identity an evaluation stores an actor under). None: not recorded (a run stored before webrl recorded it, or no
     folder there); such a run resumes unchecked."""
     orm_checkpoint_version: str | None = None
     """What the ``orm`` folder held when the run was created: the version it declared (:func:`orm_identity`), the
     one the run's rewards are stored under. None: not recorded (no ORM, a run stored before webrl recorded it)."""
+    orm_sha256: str | None = None
+    """The ``orm`` folder's content sha256 when the run was created (:func:`content_identity`): an ORM retrained
+    under the same version (its folder deleted, the same job run again) is another ORM all the same. None: not
+    recorded (no ORM, a run stored before webrl recorded it)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,7 +74,8 @@ class PipelineOptions:
 
     def with_folder_identities(self) -> PipelineOptions:
         """These options with what their actor and ORM folders hold now recorded (a new run's)."""
-        return replace(self, actor_sha256=actor_identity(self.actor), orm_checkpoint_version=orm_identity(self.orm))
+        return replace(self, actor_sha256=content_identity(self.actor), orm_checkpoint_version=orm_identity(self.orm),
+                       orm_sha256=content_identity(self.orm))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineOptions:
@@ -98,8 +103,8 @@ class PhaseState(BaseModel):
         return self.model_validate({**self.model_dump(), **changes})
 
 
-def actor_identity(path: str) -> str | None:
-    """The content sha256 of the actor folder ``path`` (:func:`webrl.store.checkpoints.cached_content_sha256`, what
+def content_identity(path: str) -> str | None:
+    """The content sha256 of the model folder ``path`` (:func:`webrl.store.checkpoints.cached_content_sha256`, what
     :func:`webrl.store.evaluations.evaluation_key` keys an actor by; for an adapter it also names the base); None
     when ``path`` is no folder or cannot be read as one."""
     from webrl.store.checkpoints import cached_content_sha256
@@ -125,18 +130,25 @@ def orm_identity(path: str) -> str | None:
 
 def refuse_changed_folders(options: PipelineOptions, *, actor: bool = True) -> None:
     """``InvalidRequest`` on "orm" (or "actor") when the run's ORM folder (start actor folder) now holds another
-    checkpoint than the run was created with (:attr:`PipelineOptions.orm_checkpoint_version`,
-    :attr:`PipelineOptions.actor_sha256`): republished in place by ``webrl train-orm`` or ``webrl bootstrap``. A
-    resume would otherwise label with another ORM than the earlier phases' labels (which it then no longer sees), or
-    train another actor than the one whose rollouts it has. Nothing is checked where nothing was recorded or no
-    folder is there. ``actor=False``: the ORM only (reads its manifest; the actor's hash reads its every file)."""
+    checkpoint than the run was created with (:attr:`PipelineOptions.orm_checkpoint_version` and
+    :attr:`PipelineOptions.orm_sha256`, :attr:`PipelineOptions.actor_sha256`): republished in place by ``webrl
+    train-orm`` or ``webrl bootstrap``, under another version or retrained under the same one. A resume would
+    otherwise label with another ORM than the earlier phases' labels (which it then no longer sees, or takes for
+    this ORM's), or train another actor than the one whose rollouts it has. Nothing is checked where nothing was
+    recorded or no folder is there. ``actor=False``: the ORM only (the actor's hash reads its every file; the ORM's
+    is read once a process while its files stay as they are)."""
     stored_orm = options.orm_checkpoint_version
     orm_now = orm_identity(options.orm) if stored_orm else None
     if stored_orm and orm_now is not None and orm_now != stored_orm:
         raise _folder_changed(options, "orm", f"checkpoint version {stored_orm}", f"checkpoint version {orm_now}",
                               "`webrl train-orm`", "its earlier labels are stored under the ORM it started with")
+    orm_sha_now = content_identity(options.orm) if options.orm_sha256 else None
+    if options.orm_sha256 and orm_sha_now is not None and orm_sha_now != options.orm_sha256:
+        raise _folder_changed(options, "orm", f"content sha256 {options.orm_sha256[:12]}",
+                              f"content sha256 {orm_sha_now[:12]} under the same version", "`webrl train-orm`",
+                              "its earlier labels were made by the ORM it started with")
     stored_actor = options.actor_sha256 if actor else None
-    actor_now = actor_identity(options.actor) if stored_actor else None
+    actor_now = content_identity(options.actor) if stored_actor else None
     if stored_actor and actor_now is not None and actor_now != stored_actor:
         raise _folder_changed(options, "actor", f"content sha256 {stored_actor[:12]}", f"content sha256 "
                               f"{actor_now[:12]}", "`webrl bootstrap`", "its rollouts were made by the actor it "

@@ -1,7 +1,7 @@
-"""A run records what its ORM and start actor folders hold when it is created (the ORM's checkpoint version, the
-actor's content sha256); a resume whose folder was republished in place since (``webrl train-orm``, ``webrl
-bootstrap`` to the same path) is refused naming the flag, and the run's labels stay under the version it started
-with. A run stored before webrl recorded them resumes as before."""
+"""A run records what its ORM and start actor folders hold when it is created (the ORM's checkpoint version and
+content sha256, the actor's content sha256); a resume whose folder was republished in place since (``webrl
+train-orm``, ``webrl bootstrap`` to the same path) is refused naming the flag, and the run's labels stay under the
+version it started with. A run stored before webrl recorded them resumes as before."""
 
 from __future__ import annotations
 
@@ -64,6 +64,26 @@ def test_a_resume_refuses_an_orm_republished_at_its_path_naming_the_flag(setting
     assert options_of_run(settings, "r").orm_version == "orm-aaaa"
 
 
+def test_a_resume_refuses_an_orm_retrained_under_the_same_version(settings: Settings, tmp_path: Path) -> None:
+    """The ORM's folder deleted and its job run again publishes other weights under the same version (a retrain
+    that is not bit-identical): the run's earlier labels are not this ORM's, so the resume is refused naming --orm
+    with both contents."""
+    upgrade(settings)
+    orm = publish_orm(tmp_path / "orm", "orm-aaaa", b"first")
+    created = Pipeline(settings, PipelineOptions(run="r", orm=str(orm)))
+    sha = content_sha256(orm)
+    assert created.options.orm_sha256 == sha == stored_options(settings)["orm_sha256"]
+    before = stored_options(settings)
+    shutil.rmtree(orm)
+    publish_orm(orm, "orm-aaaa", b"retrained")
+    now = content_sha256(orm)
+    with pytest.raises(InvalidRequest, match=rf"--orm {orm} at content sha256 {sha[:12]}, but that folder now holds "
+                                             rf"content sha256 {now[:12]} under the same version") as refused:
+        Pipeline(settings, PipelineOptions(run="r"))
+    assert refused.value.field == "orm"
+    assert stored_options(settings) == before
+
+
 def test_a_resume_refuses_a_start_actor_rebuilt_at_its_path(settings: Settings, tmp_path: Path) -> None:
     """The start actor is known by its content sha256 (what evaluations key an actor by): another actor at the same
     path is refused naming --actor with both identities; the same weights written by another transformers version
@@ -96,20 +116,21 @@ def test_a_run_stored_without_the_folders_identities_resumes_as_before(settings:
     upgrade(settings)
     orm = publish_orm(tmp_path / "orm", "orm-aaaa", b"first")
     old = PipelineOptions(run="old", orm=str(orm)).to_json()
-    del old["actor_sha256"], old["orm_checkpoint_version"]
+    del old["actor_sha256"], old["orm_checkpoint_version"], old["orm_sha256"]
     with session_scope(settings) as s:
         s.add(m.Run(name="old", options=old))
     assert PipelineOptions.from_json(old).orm_checkpoint_version is None
     publish_orm(orm, "orm-bbbb", b"second")
     resumed = Pipeline(settings, PipelineOptions(run="old"))
     assert resumed.options.orm_version == "orm-bbbb"
-    assert stored_options(settings)["orm_checkpoint_version"] is None
+    assert stored_options(settings)["orm_checkpoint_version"] is None and stored_options(settings)["orm_sha256"] is None
 
 
 def test_a_run_without_folders_there_records_nothing_and_resumes(settings: Settings) -> None:
     upgrade(settings)
     created = Pipeline(settings, PipelineOptions(run="r", actor="/models/sft"))
     assert created.options.actor_sha256 is None and created.options.orm_checkpoint_version is None
+    assert created.options.orm_sha256 is None
     assert created.options.orm_version == EVALUATOR_LABELS
     Pipeline(settings, PipelineOptions(run="r"))
 
