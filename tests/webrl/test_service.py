@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from local_ports import free_port
 from pydantic import BaseModel, Field
 
@@ -179,6 +181,27 @@ def test_model_work_runs_off_the_loop_one_at_a_time_within_the_timeout(settings:
         busy = client.post("/v1/slow", params={"seconds": 0.01})  # the 5 s sleep still holds the model
         assert busy.status_code == 504 and "sleeping (waiting for the model, busy with other requests) took" \
             in busy.json()["error"]["message"]
+
+
+async def test_a_request_that_timed_out_waiting_for_the_model_never_runs_its_work(settings: Settings) -> None:
+    """Its thread started late (the executor's one thread was busy for half the limit) and still waited for the model
+    when the request answered 504: the model freed just after, it does not run work no one will read."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(1))
+    model, busy, ran = threading.Lock(), threading.Event(), []
+    model.acquire()  # another request's forward pass
+    occupied = loop.run_in_executor(None, busy.wait, 10)
+    late = asyncio.create_task(model_work(settings.replace(limits={"model_request_timeout_s": 1.0}), model,
+                                          lambda: ran.append("late"), "late"))
+    await asyncio.sleep(0.5)
+    busy.set()  # the late request's thread starts and waits for the model
+    await occupied
+    with pytest.raises(HTTPException) as answered:
+        await late
+    assert answered.value.status_code == 504 and "waiting for the model" in answered.value.detail
+    model.release()  # the forward pass ends right after the 504
+    await loop.run_in_executor(None, lambda: None)  # one thread, first in first out: the late request's has ended
+    assert ran == []
 
 
 @pytest.mark.parametrize(("raw", "field", "what"), [

@@ -3,6 +3,12 @@ depth is read from a real Redis broker at scrape time."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -68,3 +74,45 @@ def test_an_unreachable_broker_leaves_the_queue_series_empty_and_metrics_answeri
     reply = client.get("/metrics")
     assert reply.status_code == 200 and "# TYPE webrl_queue_depth gauge" in reply.text
     assert not any(key.startswith("webrl_queue_depth") for key in read_samples(reply.text))
+
+
+@pytest.fixture
+def silent_broker() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A TCP port that accepts connections and never answers (a hung Redis): its URL and the connections taken."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                taken.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0", taken
+    stop.set()
+    thread.join(timeout=5)
+    for conn in [*taken, listener]:
+        conn.close()
+
+
+async def test_a_hung_broker_is_tried_once_a_scrape_and_health_answers_meanwhile(
+        settings: Settings, silent_broker: tuple[str, list[socket.socket]]) -> None:
+    """A scrape whose broker hangs reads it once (redis-py would retry it ten times, about 20 s) and off the event
+    loop: /healthz answers while the scrape waits (the liveness probe does not restart a service for a slow
+    broker)."""
+    url, taken = silent_broker
+    app = create_app("probe", settings=settings.replace(jobs={"broker_url": url}))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://probe") as client:
+        scrape = asyncio.create_task(client.get("/metrics"))
+        while not taken:  # the scrape is connected to the broker, waiting for an answer
+            await asyncio.sleep(0.01)
+        assert (await client.get("/healthz")).status_code == 200
+        assert not scrape.done()
+        reply = await scrape
+    assert reply.status_code == 200 and not any(k.startswith("webrl_queue_depth") for k in read_samples(reply.text))
+    assert len(taken) == 1

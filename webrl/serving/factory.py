@@ -373,7 +373,7 @@ def create_app(name: str, *, version: str = "0.1.0", settings: Settings | None =
                             status_code=200 if ok else 503)
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
-    async def metrics() -> Response:
+    def metrics() -> Response:  # a thread: a scrape reads the broker, which must never hold up the event loop
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
@@ -405,15 +405,22 @@ async def within(settings: Settings, work: Awaitable[T], what: str) -> T:
 async def model_work(settings: Settings, lock: threading.Lock, work: Callable[[], T], what: str) -> T:
     """Blocking model work off the event loop: ``work()`` in a thread, under ``lock`` (one forward pass at a
     time per model), all within ``settings.limits.model_request_timeout_s`` (waiting for the lock included), else a
-    504 naming ``what``. The event loop stays free for health checks and other routes meanwhile."""
+    504 naming ``what``. The event loop stays free for health checks and other routes meanwhile. A request that
+    answered 504 while it waited for the model never runs its work (a thread cannot be stopped, but it can be told
+    not to start): the requests behind it do not wait on work no one will read."""
     timeout = settings.limits.model_request_timeout_s
-    started = threading.Event()
+    deadline = time.monotonic() + timeout
+    started, abandoned = threading.Event(), threading.Event()
+    starting = threading.Lock()  # the thread starts the work, or the timed-out request abandons it: never both
 
-    def locked() -> T:
-        if not lock.acquire(timeout=timeout):  # the request answers 504 (whichever of the two timeouts is first)
+    def locked() -> T:  # its thread may start late (the executor busy): it waits for the model until the deadline
+        if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise TimeoutError
         try:
-            started.set()
+            with starting:
+                if abandoned.is_set():  # its request answered 504 while this waited for the model: no work for no one
+                    raise TimeoutError
+                started.set()
             return work()
         finally:
             lock.release()
@@ -421,5 +428,7 @@ async def model_work(settings: Settings, lock: threading.Lock, work: Callable[[]
     try:
         return await asyncio.wait_for(asyncio.to_thread(locked), timeout)
     except TimeoutError:
-        busy = "" if started.is_set() else " (waiting for the model, busy with other requests)"
+        with starting:
+            abandoned.set()
+            busy = "" if started.is_set() else " (waiting for the model, busy with other requests)"
         raise _timed_out(settings, what + busy) from None

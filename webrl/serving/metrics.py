@@ -73,10 +73,12 @@ class QueueDepthCollector(Collector):
 
     def _depths(self) -> list[int]:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
-        if self._client is None:
+        if self._client is None:  # one try: redis-py retries a failed command by default, a scrape must not
             self._client = redis.Redis.from_url(self.broker_url, socket_timeout=BROKER_TIMEOUT_S,
-                                                socket_connect_timeout=BROKER_TIMEOUT_S)
+                                                socket_connect_timeout=BROKER_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
         pipe = self._client.pipeline(transaction=False)
         for queue in QUEUE_NAMES:
             pipe.llen(queue)
