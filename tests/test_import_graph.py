@@ -101,7 +101,8 @@ def test_webrl_imports_no_service_and_services_import_no_other_service() -> None
 #: entry names the top-level modules and packages of webrl/ (``webrl.<name>``) the layer holds; docs/design.md
 #: draws the same table. The services (services/<name>/) stand above all of them.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"", "config", "errors", "text", "whole_files", "model_folders", "assets"})),
+    ("foundation", frozenset({"", "config", "errors", "text", "whole_files", "model_folders", "process_group",
+                              "assets"})),
     ("method", frozenset({"method"})),
     ("safety", frozenset({"safety"})),
     ("agent", frozenset({"agent", "evaluation", "prompts"})),

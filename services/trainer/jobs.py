@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Literal, overload
 
 from webrl.config import Settings
+from webrl.process_group import run_process_group
 from webrl.serving.paths import confined_path, is_configured_model, requested_model_file, requested_model_folder
 from webrl.wire.contracts import InvalidRequest, OrmHeadJob, PhaseJob, PhaseResult, SftJob, SftResult, TrainJob
 
@@ -166,5 +166,5 @@ def run_job(settings: Settings, job: TrainJob) -> PhaseResult | SftResult:
         command = launch_command(settings.trainer.accelerate_config, kind, job_file, result_file,
                                  settings.trainer.processes)
         log.info("launching %s", " ".join(command))
-        subprocess.run(command, check=True)
+        run_process_group(command)  # a job stopped midway stops its ranks too
         return result_type.model_validate_json(result_file.read_text())

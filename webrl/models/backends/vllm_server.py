@@ -11,7 +11,6 @@ environment sets.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -21,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from webrl.process_group import stop_process_group
 
 #: The variable naming the interpreter that has vLLM (``make test-vllm`` sets it); tests marked ``vllm`` need it.
 VLLM_PYTHON_ENV = "WEBRL_VLLM_PYTHON"
@@ -83,7 +84,7 @@ def running_vllm(command: list[str], port: int, log: Path, *, threads: int = 2,
         _wait_healthy(server, timeout_s)
         yield server
     finally:
-        stop(process)
+        stop_process_group(process)
 
 
 def _wait_healthy(server: VLLMServer, timeout_s: float) -> None:
@@ -98,22 +99,6 @@ def _wait_healthy(server: VLLMServer, timeout_s: float) -> None:
             pass
         time.sleep(1.0)
     raise VLLMStartError(f"vLLM did not answer /health within {timeout_s:g} s:\n{tail(server.log)}")
-
-
-def stop(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    """SIGTERM the server's process group, SIGKILL it after ``timeout_s``; then SIGKILL whatever of the group is
-    left (an engine process that outlived the server)."""
-    try:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def tail(log: Path, lines: int = 40) -> str:
