@@ -31,6 +31,16 @@ def _pid(file: Path) -> int:
     return int(file.read_text())
 
 
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` stops running within a few seconds (a SIGKILLed process is gone at once)."""
+    deadline = time.monotonic() + 10
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 class SoftTimeLimit(Exception):
     """What a job's soft time limit raises in the process that waits."""
 
@@ -49,11 +59,7 @@ def alarm() -> Iterator[None]:
 def test_what_a_child_left_running_is_stopped_when_it_exits(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     run_process_group(["sh", "-c", f"sleep 300 & echo $! > {pid_file}"])
-    pid = _pid(pid_file)
-    deadline = time.monotonic() + 10
-    while _alive(pid):
-        assert time.monotonic() < deadline, "the grandchild outlived its group's stop"
-        time.sleep(0.01)
+    assert _gone(_pid(pid_file)), "the grandchild outlived its group's stop"
 
 
 def test_an_interrupted_wait_stops_the_child_and_what_it_started(tmp_path: Path, alarm: None) -> None:
@@ -61,11 +67,7 @@ def test_an_interrupted_wait_stops_the_child_and_what_it_started(tmp_path: Path,
     signal.setitimer(signal.ITIMER_REAL, 0.5)
     with pytest.raises(SoftTimeLimit):
         run_process_group(["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"])
-    pid = _pid(pid_file)
-    deadline = time.monotonic() + 10
-    while _alive(pid):
-        assert time.monotonic() < deadline, "the grandchild outlived the interrupted wait"
-        time.sleep(0.01)
+    assert _gone(_pid(pid_file)), "the grandchild outlived the interrupted wait"
 
 
 def test_a_failing_child_is_a_called_process_error() -> None:
