@@ -115,17 +115,21 @@ class EpisodeManager:
 
     async def reap_idle(self) -> list[str]:
         """Close the episodes idle longer than ``browser.episode_idle_s`` (their browsers go back to the pool);
-        returns their ids."""
-        now, limit = time.monotonic(), self.settings.browser.episode_idle_s
-        idle = [eid for eid, live in self._episodes.items() if live.idle_for(now) > limit]
-        for episode_id in idle:
-            live = self._episodes.pop(episode_id)
+        returns their ids. Each is looked at again at its turn, after the closes before it: one a request took up
+        meanwhile stays, one another reaper or a delete closed meanwhile is left to it."""
+        limit, closed = self.settings.browser.episode_idle_s, []
+        for episode_id, live in list(self._episodes.items()):
+            now = time.monotonic()
+            if self._episodes.get(episode_id) is not live or live.idle_for(now) <= limit:
+                continue
+            del self._episodes[episode_id]
             self._expired[episode_id] = None
             while len(self._expired) > REMEMBERED_EXPIRED:
                 self._expired.popitem(last=False)
             log.info("episode %s idle for %.0f s: closed, browser freed", episode_id, now - live.last_used)
+            closed.append(episode_id)
             await live.episode.close()
-        return idle
+        return closed
 
     async def step(self, episode_id: str, text: str) -> StepResult:
         """One step; steps of one episode run one at a time. A dead browser or a step over its time limit
@@ -137,7 +141,7 @@ class EpisodeManager:
                 return await asyncio.wait_for(live.episode.step(text), self.settings.browser.step_timeout_s)
             except (EpisodeCrashed, TimeoutError) as exc:
                 message = str(exc) or f"step took longer than {self.settings.browser.step_timeout_s:.0f} s"
-                await self.delete(episode_id)
+                await self._close(episode_id, live)
                 assert live.episode.observation is not None
                 obs = live.episode.observation.model_copy(update={"error": message})
                 return StepResult(observation=obs, action=None, error=message, done=True)
@@ -154,22 +158,31 @@ class EpisodeManager:
             try:
                 return await asyncio.wait_for(live.episode.evaluate(answer), limit)
             except TimeoutError:
-                await self.delete(episode_id)
+                await self._close(episode_id, live)
                 raise EvaluationTimedOut(f"the evaluation took longer than {limit:.0f} s "
                                          "(WEBRL_BROWSER__STEP_TIMEOUT_S); the episode is closed") from None
             finally:
                 live.last_used = time.monotonic()
 
     async def delete(self, episode_id: str) -> None:
+        """Close an episode once the step or evaluation running on it (if any) has ended: its browser goes back to
+        the pool only when no request uses it (a free browser is handed to the next episode)."""
         live = self._live(episode_id)
-        del self._episodes[episode_id]
-        await live.episode.close()
+        async with live.lock:
+            await self._close(episode_id, live)
+
+    async def _close(self, episode_id: str, live: _Live) -> None:
+        """Close ``live`` unless another request closed it meanwhile (the caller holds its lock, or the service
+        is closing)."""
+        if self._episodes.get(episode_id) is live:
+            del self._episodes[episode_id]
+            await live.episode.close()
 
     async def close(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
-        for episode_id in list(self._episodes):
-            await self.delete(episode_id)
+        for episode_id, live in list(self._episodes.items()):
+            await self._close(episode_id, live)
         for task in list(self._job_tasks):
             task.cancel()
         await self.pool.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
@@ -224,6 +225,69 @@ def test_an_abandoned_episode_expires_and_frees_its_browser(pool_settings, fixtu
             stepped = client.post(f"/v1/episodes/{live}/step", json={"action": 'do(action="Scroll Down")'})
             assert stepped.status_code == 200, stepped.text
         assert client.delete(f"/v1/episodes/{live}").status_code == 200
+
+
+def test_a_delete_during_a_step_closes_the_episode_once_the_step_ended(pool_settings, fixture_url, make_task,
+                                                                        monkeypatch):
+    """The browser went back to the pool while a step still drove it (the next episode could be handed a page the
+    old step acted on): a delete now waits for the step, which ends on its own page."""
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from services.browser_pool.episode import BrowserEpisode
+
+    real_step, real_close, stepping, events = BrowserEpisode.step, BrowserEpisode.close, threading.Event(), []
+
+    async def slow_step(self, text):
+        stepping.set()
+        await asyncio.sleep(1.0)
+        try:
+            return await real_step(self, text)
+        finally:
+            events.append("step ended")
+
+    async def close(self):
+        events.append("closed")
+        await real_close(self)
+
+    monkeypatch.setattr(BrowserEpisode, "step", slow_step)
+    monkeypatch.setattr(BrowserEpisode, "close", close)
+    settings = pool_settings.replace(browser={"pool_size": 1})
+    task = {"task": make_task(f"{fixture_url}/next.html").to_json()}
+    with TestClient(create_app_for_service(settings)) as client, ThreadPoolExecutor(1) as other_client:
+        episode_id = client.post("/v1/episodes", json=task).json()["episode_id"]
+        step = other_client.submit(client.post, f"/v1/episodes/{episode_id}/step",
+                                   json={"action": 'do(action="Scroll Down")'})
+        assert stepping.wait(30)
+        assert client.delete(f"/v1/episodes/{episode_id}").json() == {"deleted": episode_id}
+        assert events == ["step ended", "closed"]
+        stepped = step.result(timeout=60)
+        assert stepped.status_code == 200 and stepped.json()["error"] is None, stepped.text
+        assert client.post(f"/v1/episodes/{episode_id}/step", json={"action": "exit()"}).status_code == 404
+        after = client.post("/v1/episodes", json=task)  # the one browser is free again
+        assert after.status_code == 200, after.text
+        assert client.delete(f"/v1/episodes/{after.json()['episode_id']}").status_code == 200
+
+
+async def test_two_reapers_at_once_close_each_idle_episode_once(pool_settings, fixture_url, make_task) -> None:
+    """The idle reaper and a new episode's reap ran together: the second popped an episode the first had closed
+    (a KeyError: the new episode's request answered 500)."""
+    from services.browser_pool.pool import BrowserPool
+    from services.browser_pool.sessions import EpisodeManager
+    from webrl.agent.schemas import TaskConfig
+
+    settings = pool_settings.replace(browser={"pool_size": 2, "episode_idle_s": 60.0})
+    manager = EpisodeManager(settings, BrowserPool(settings, settings.browser.pool_size))
+    try:
+        task = TaskConfig.from_json(make_task(f"{fixture_url}/next.html").to_json())
+        opened = {(await manager.create(task)).id for _ in range(2)}
+        for live in manager._episodes.values():  # both left a minute ago (the background reaper looks every 15 s)
+            live.last_used -= 61
+        first, second = await asyncio.gather(manager.reap_idle(), manager.reap_idle())
+        assert sorted(first + second) == sorted(opened) and not manager._episodes
+    finally:
+        await manager.close()
 
 
 def test_an_evaluation_that_never_settles_is_a_504_and_frees_its_browser(pool_settings, fixture_url, make_task,
