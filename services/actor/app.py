@@ -36,7 +36,7 @@ from services.actor.route_records import (
 )
 from webrl.config import Settings, get_settings
 from webrl.models.backends import Generation
-from webrl.serving.factory import create_app, invalid, within
+from webrl.serving.factory import create_app, invalid, model_work, within
 from webrl.serving.metrics import attribute_reader, register_value
 from webrl.serving.paths import requested_model_folder
 from webrl.store.checkpoints import CHANNEL
@@ -89,7 +89,8 @@ def _add_actor_routes(app: FastAPI) -> None:
         """Log-probs of completions after prompts (perplexity filtering)."""
         pairs = [(i.prompt, i.completion) for i in body.items]
         try:
-            results, version = await within(engine.settings, asyncio.to_thread(engine.logprobs, pairs), "log-probs")
+            results, version = await model_work(engine.settings, engine.scoring, lambda: engine.logprobs(pairs),
+                                                "log-probs")
         except EngineUnavailableError as exc:
             raise HTTPException(status_code=409, detail=str(exc)) from None
         return LogprobsResponse(results=[LogprobScore(**vars(r)) for r in results], version=version)

@@ -60,6 +60,7 @@ class ActorEngine:
         self.tokenizer = tokenizer
         self.path = path
         self._lock = threading.Lock()
+        self.scoring = threading.Lock()  # one log-probs forward pass at a time, beside generation's worker
         self._leases: dict[int, int] = {}
         self._retired: dict[int, Backend] = {}
         self.reloads = 0

@@ -44,6 +44,34 @@ def test_act_returns_text_ids_logprobs_and_version(client) -> None:
     assert again["results"][0]["token_ids"] == body["results"][0]["token_ids"]  # greedy by default
 
 
+def test_log_probs_requests_take_the_model_one_at_a_time(client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ran its forward pass at once beside the others (and beside generation): on a GPU, memory for all."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    engine = client.app.state.engine
+    real, running, most = engine.logprobs, [], []
+    lock = threading.Lock()
+
+    def counted(pairs):
+        with lock:
+            running.append(1)
+            most.append(len(running))
+        try:
+            time.sleep(0.2)
+            return real(pairs)
+        finally:
+            with lock:
+                running.pop()
+
+    monkeypatch.setattr(engine, "logprobs", counted)
+    body = {"items": [{"prompt": "Say hi.", "completion": "hi"}]}
+    with ThreadPoolExecutor(3) as clients:
+        replies = list(clients.map(lambda _: client.post("/v1/logprobs", json=body), range(3)))
+    assert [r.status_code for r in replies] == [200, 200, 200] and max(most) == 1
+
+
 def test_logprobs_agree_with_generation(client) -> None:
     from webrl.models.model_policies import actor_prompt
     from webrl.wire.contracts import ActItem
