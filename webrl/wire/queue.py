@@ -186,18 +186,22 @@ def submit_job(name: str, payload: dict) -> str:
     return job_id
 
 
+#: What a submitted job is doing, in the words the services map theirs from.
+JobStatusName = Literal["waiting", "running", "succeeded", "failed"]
+
+
 @dataclass(frozen=True)
 class JobState:
     """A submitted job as the services report it: ``waiting`` in its queue, ``running``, ``succeeded`` with its
     JSON result, or ``failed`` with its error."""
 
-    status: Literal["waiting", "running", "succeeded", "failed"]
+    status: JobStatusName
     result: Any = None
     error: str | None = None
 
 
 #: Celery's states as a job's status; any other state (a custom one) is set by a running task.
-_STATUS_OF_STATE: dict[str, Literal["waiting", "running", "succeeded", "failed"]] = {
+_STATUS_OF_STATE: dict[str, JobStatusName] = {
     SUBMITTED: "waiting", "RECEIVED": "waiting", "STARTED": "running", "RETRY": "running",
     "SUCCESS": "succeeded", "FAILURE": "failed", "REVOKED": "failed"}
 
