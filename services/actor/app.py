@@ -107,7 +107,7 @@ def _add_actor_routes(app: FastAPI) -> None:
     async def agent_run(body: AgentRunRequest, engine: EngineDep) -> AgentRunResponse:
         """Run one episode through the browser pool service and return the trajectory and its evaluation."""
         try:
-            task = resolve_run(body, engine.settings)
+            task = await asyncio.to_thread(resolve_run, body, engine.settings)  # a stored task: a database read
         except AgentRunError as exc:
             raise invalid(exc.field, str(exc)) from None
         try:

@@ -129,15 +129,13 @@ class ActorEngine:
         return backend.version
 
     def _retire(self, backend: Backend) -> None:
-        """Close a backend no request uses any more. A remote backend's ``retire`` (unloading its adapter from the
-        server) runs in a thread: it is an HTTP call, and this may run on the event loop. An adapter the current
-        backend routes to again is never unloaded."""
+        """Close a backend no request uses any more, in a thread: this may run on the event loop (a request's lease
+        ending), and a local backend's close joins its decoding worker, a remote backend's ``retire`` (unloading its
+        adapter from the server) is an HTTP call. An adapter the current backend routes to again is never unloaded."""
         retire = getattr(backend, "retire", None)
         adapter = getattr(backend, "adapter", None)
-        if retire is None or adapter is None or adapter == getattr(self._backend, "adapter", None):
-            backend.close()
-            return
-        threading.Thread(target=retire, name="retire-backend", daemon=True).start()
+        unload = retire is not None and adapter is not None and adapter != getattr(self._backend, "adapter", None)
+        threading.Thread(target=retire if unload else backend.close, name="retire-backend", daemon=True).start()
 
     def reload(self, path: str, version: str | None = None) -> str:
         """Serve the checkpoint folder ``path``: loaded by the local backend, or (openai backend) an adapter

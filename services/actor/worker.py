@@ -9,7 +9,7 @@ from typing import Any
 
 from services.actor.engine import ActorEngine
 from webrl.config import get_settings
-from webrl.models.model_policies import shared_backend
+from webrl.models.model_policies import leased_backend
 from webrl.serving.paths import requested_model_folder
 from webrl.wire.contracts import ActJob, InvalidRequest
 from webrl.wire.queue import celery_app
@@ -28,6 +28,6 @@ def act(payload: dict[str, Any]) -> dict[str, Any]:
         raise InvalidRequest("model", "actor.act needs a model: give 'model' or set WEBRL_ACTOR__MODEL")
     if job.model:  # a folder the payload names is loaded only where a request may name one (webrl.serving.paths)
         requested_model_folder(settings, job.model, "model", configured=settings.actor.model)
-    backend = shared_backend(model, settings)
-    engine = ActorEngine(settings, backend, backend.tokenizer, path=str(model))
-    return asyncio.run(engine.act(job)).model_dump(mode="json")  # an ActJob is an ActRequest
+    with leased_backend(model, settings) as backend:
+        engine = ActorEngine(settings, backend, backend.tokenizer, path=str(model))
+        return asyncio.run(engine.act(job)).model_dump(mode="json")  # an ActJob is an ActRequest

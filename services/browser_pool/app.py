@@ -110,7 +110,7 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/v1/episodes", response_model=EpisodeOut, tags=["episodes"])
     async def create_episode(body: CreateEpisodeIn, manager: ManagerDep) -> EpisodeOut:
-        task = body.task or _task_by_key(settings, body.task_key or "")
+        task = body.task or await run_in_threadpool(_task_by_key, settings, body.task_key or "")
         try:
             episode = await manager.create(task)
         except PoolBusy as exc:
@@ -156,11 +156,11 @@ def create_app_for_service(settings: Settings | None = None) -> FastAPI:
     async def start_rollout(body: RolloutRequest, manager: ManagerDep) -> JobView:
         check_policy_spec(body.policy, settings)  # InvalidRequest: a 422 naming policy
         await run_in_threadpool(check_task_keys, body, settings)  # UnknownTasksError: a 422 naming task_keys
-        return manager.submit(body)
+        return await manager.submit(body)
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView, tags=["jobs"])
     async def get_job(job_id: str, manager: ManagerDep) -> JobView:
-        job = manager.job(job_id)
+        job = await manager.job(job_id)
         if job is None:
             raise not_found(f"job {job_id!r}")
         return job

@@ -23,7 +23,7 @@ from webrl.config import Settings
 from webrl.db import models as m
 from webrl.db import repository
 from webrl.db.session import session_scope
-from webrl.policies.specs import policy_from_spec
+from webrl.policies.specs import close_policy, policy_from_spec
 from webrl.store import screenshots
 from webrl.wire.contracts import InvalidRequest, RolloutRequest, RolloutResult
 
@@ -106,6 +106,7 @@ async def run_rollout(payload: RolloutRequest, settings: Settings, pool: Browser
                             max_steps=payload.max_steps, stop_rules=payload.stop_rules(),
                             screenshots=payload.screenshots, on_trajectory=store)
         finally:
+            close_policy(policy)
             if own:
                 await pool.close()
     by_task = {**done, **new}

@@ -188,11 +188,13 @@ class EpisodeManager:
         await self.pool.close()
 
     # ----- jobs ----------------------------------------------------------------------------------------
-    def submit(self, payload: RolloutRequest) -> JobView:
+    async def submit(self, payload: RolloutRequest) -> JobView:
+        """Queue a rollout job (on the broker, in a thread: its client blocks; embedded: a task on this loop)."""
         if not self.settings.eager:
             from webrl.wire.queue import submit_job
 
-            return JobView(job_id=submit_job("rollout.run", payload.model_dump(mode="json")), status="pending")
+            job_id = await asyncio.to_thread(submit_job, "rollout.run", payload.model_dump(mode="json"))
+            return JobView(job_id=job_id, status="pending")
         job = JobView(job_id=uuid.uuid4().hex, status="running")
         self._running_jobs[job.job_id] = job
         task = asyncio.ensure_future(self._run_job(job, payload))
@@ -213,12 +215,13 @@ class EpisodeManager:
             if job.status != "running":
                 self._finished_jobs.add(job.job_id, job)
 
-    def job(self, job_id: str) -> JobView | None:
+    async def job(self, job_id: str) -> JobView | None:
+        """A job's state (from the broker's result backend, in a thread; embedded: this process's jobs)."""
         if self.settings.eager:
             return self._running_jobs.get(job_id) or self._finished_jobs.get(job_id)
         from webrl.wire.queue import job_state
 
-        known = job_state(job_id)
+        known = await asyncio.to_thread(job_state, job_id)
         if known is None:  # an id no one submitted
             return None
         status = "pending" if known.status == "waiting" else known.status

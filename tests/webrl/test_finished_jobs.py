@@ -43,11 +43,12 @@ def test_the_browser_pools_embedded_jobs_are_bounded(settings, monkeypatch) -> N
         assert settings.eager  # the tests' settings configure no broker
         manager = sessions.EpisodeManager(settings, BrowserPool(settings))
         manager._finished_jobs = FinishedJobs(size=3)
-        jobs = [manager.submit(RolloutRequest(task_keys=["k"], phase=0, attempt=attempt, policy={"kind": "oracle"}))
+        jobs = [await manager.submit(RolloutRequest(task_keys=["k"], phase=0, attempt=attempt,
+                                                     policy={"kind": "oracle"}))
                 for attempt in range(5)]
         await asyncio.gather(*manager._job_tasks)
         assert manager._running_jobs == {}
-        return [manager.job(job.job_id) for job in jobs]
+        return [await manager.job(job.job_id) for job in jobs]
 
     views = asyncio.run(main())
     assert views[:2] == [None, None]  # the two oldest let go

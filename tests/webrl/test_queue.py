@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -280,7 +281,7 @@ def test_a_submitted_job_is_followed_to_its_end_and_an_id_never_submitted_is_unk
     reply = trainer.get(f"/v1/train/{job_id}")
     assert reply.status_code == 200 and reply.json()["status"] == "succeeded", reply.text
     pool = EpisodeManager(worker, BrowserPool(worker))
-    assert pool.job(never) is None and pool.job(job_id).status == "succeeded"
+    assert asyncio.run(pool.job(never)) is None and asyncio.run(pool.job(job_id)).status == "succeeded"
 
 
 def test_a_job_waiting_in_its_queue_is_waiting_in_each_services_word(redis_url: str, tmp_path: Path,
@@ -301,7 +302,7 @@ def test_a_job_waiting_in_its_queue_is_waiting_in_each_services_word(redis_url: 
         assert job_state(job_id) == JobState("waiting")
         reply = TestClient(create_trainer_app(settings)).get(f"/v1/train/{job_id}")
         assert reply.status_code == 200 and reply.json()["status"] == "queued", reply.text
-        assert EpisodeManager(settings, BrowserPool(settings)).job(job_id).status == "pending"
+        assert asyncio.run(EpisodeManager(settings, BrowserPool(settings)).job(job_id)).status == "pending"
         celery_app.backend.mark_as_failure(job_id, ValueError("no such page"))
         assert job_state(job_id) == JobState("failed", error="ValueError: no such page")
         reply = TestClient(create_trainer_app(settings)).get(f"/v1/train/{job_id}")
@@ -311,3 +312,44 @@ def test_a_job_waiting_in_its_queue_is_waiting_in_each_services_word(redis_url: 
 
         redis.Redis.from_url(redis_url).delete(queue)
         configure(Settings(home=tmp_path, _env_file=None))
+
+
+def test_the_pool_talks_to_the_broker_off_its_event_loop(redis_url: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The browser pool's job routes submit to Redis and read its state in a worker thread: the client's calls block,
+    and on the event loop they would stall every episode the service drives (a hung broker: all of them)."""
+    from services.browser_pool.pool import BrowserPool
+    from services.browser_pool.sessions import EpisodeManager
+    from webrl.wire import queue as wire_queue
+    from webrl.wire.contracts import RolloutRequest
+
+    callers: list[threading.Thread] = []
+
+    def seen(call):  # the real call, its thread noted
+        def noted(*args, **kwargs):
+            callers.append(threading.current_thread())
+            return call(*args, **kwargs)
+        return noted
+
+    monkeypatch.setattr(wire_queue, "submit_job", seen(wire_queue.submit_job))
+    monkeypatch.setattr(wire_queue, "job_state", seen(wire_queue.job_state))
+    queue = f"nobody-{uuid.uuid4().hex[:8]}"  # a rollout queue no worker serves: the job waits
+    monkeypatch.setitem(QUEUES, "rollout", queue)
+    settings = Settings(home=tmp_path, jobs={"broker_url": redis_url}, _env_file=None)
+    configure(settings)
+
+    async def main() -> tuple[threading.Thread, str | None]:
+        manager = EpisodeManager(settings, BrowserPool(settings))
+        job = await manager.submit(RolloutRequest(task_keys=["k"], phase=0, policy={"kind": "oracle"}))
+        view = await manager.job(job.job_id)
+        return threading.current_thread(), view.status if view else None
+
+    try:
+        loop_thread, status = asyncio.run(main())
+    finally:
+        import redis
+
+        redis.Redis.from_url(redis_url).delete(queue)
+        configure(Settings(home=tmp_path, _env_file=None))
+    assert status == "pending"
+    assert len(callers) == 2 and loop_thread not in callers

@@ -8,6 +8,8 @@ import asyncio
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,28 +40,61 @@ def actor_prompt(tokenizer: Any, item: ActItem, budget: int) -> str:
 
 #: Backends kept loaded across policies of the same folder (rollout jobs come in chunks of one checkpoint).
 _SHARED: OrderedDict[tuple[str, int, str, str], LocalBackend] = OrderedDict()
+#: Leases held on each loaded backend (by id): a backend evicted from ``_SHARED`` while leased closes at its last
+#: release, so a rollout that still decodes on it is never handed a closed backend mid-episode.
+_LEASES: dict[int, int] = {}
 _SHARED_LOCK = threading.Lock()
 MAX_SHARED_BACKENDS = 2  # the actor and, during a phase, the previous one
 
 
-def shared_backend(path: str | Path, settings: Settings) -> LocalBackend:
-    """A loaded backend for ``path``, reused while the folder is unchanged (keyed by
-    :func:`~webrl.model_folders.written_stamp`: a folder republished in place is loaded again)."""
+def acquire_backend(path: str | Path, settings: Settings) -> LocalBackend:
+    """A loaded backend for ``path``, leased until :func:`release_backend`: reused while the folder is unchanged
+    (keyed by :func:`~webrl.model_folders.written_stamp`: a folder republished in place is loaded again). Loading a
+    third folder evicts the least recently used one; an evicted backend closes once nobody leases it."""
     folder = Path(path).resolve()
     key = (str(folder), written_stamp(folder), settings.models.dtype, settings.models.device)
     with _SHARED_LOCK:
         if key in _SHARED:
             _SHARED.move_to_end(key)
-            return _SHARED[key]
-        backend = LocalBackend.from_path(folder, settings)
-        _SHARED[key] = backend
+            backend = _SHARED[key]
+        else:
+            backend = _SHARED[key] = LocalBackend.from_path(folder, settings)
+        _LEASES[id(backend)] = _LEASES.get(id(backend), 0) + 1
+        evicted = []
         while len(_SHARED) > MAX_SHARED_BACKENDS:
-            _SHARED.popitem(last=False)[1].close()
-        return backend
+            old = _SHARED.popitem(last=False)[1]
+            if not _LEASES.get(id(old)):
+                evicted.append(old)
+    for old in evicted:  # outside the lock: close() finishes the queued requests
+        old.close()
+    return backend
+
+
+def release_backend(backend: LocalBackend) -> None:
+    """End one lease of :func:`acquire_backend`; the backend closes here when it was evicted and this was the last."""
+    with _SHARED_LOCK:
+        left = _LEASES.get(id(backend), 0) - 1
+        if left > 0:
+            _LEASES[id(backend)] = left
+            return
+        _LEASES.pop(id(backend), None)
+        evicted = backend not in _SHARED.values()
+    if evicted:
+        backend.close()
+
+
+@contextmanager
+def leased_backend(path: str | Path, settings: Settings) -> Iterator[LocalBackend]:
+    """:func:`acquire_backend` for the block."""
+    backend = acquire_backend(path, settings)
+    try:
+        yield backend
+    finally:
+        release_backend(backend)
 
 
 def loaded_backends() -> list[LocalBackend]:
-    """The backends :func:`shared_backend` holds loaded now, least recently used first."""
+    """The backends :func:`acquire_backend` holds loaded now, least recently used first."""
     with _SHARED_LOCK:
         return list(_SHARED.values())
 
@@ -82,7 +117,8 @@ class LocalModelPolicy:
                  seed: int | None = None) -> None:
         self.seed = seed
         self.settings = settings
-        self.backend = backend or shared_backend(path, settings)
+        self._leased = backend is None  # a backend given is the caller's to close
+        self.backend = backend or acquire_backend(path, settings)
         self.temperature = settings.actor.temperature if temperature is None else temperature
         self.max_new_tokens = max_new_tokens or settings.actor.max_new_tokens
         self.budget = prompt_budget(settings, self.backend.max_positions, self.max_new_tokens)
@@ -90,6 +126,12 @@ class LocalModelPolicy:
     @property
     def version(self) -> str:
         return self.backend.version
+
+    def close(self) -> None:
+        """End the policy's lease of its shared backend (:func:`release_backend`). Safe to call twice."""
+        if self._leased:
+            self._leased = False
+            release_backend(self.backend)
 
     async def act(self, requests: list[PolicyRequest]) -> list[PolicyResponse]:
         prompts = [actor_prompt(self.backend.tokenizer, ActItem.of(r), self.budget) for r in requests]

@@ -56,3 +56,11 @@ def policy_from_spec(spec: PolicySpec | dict[str, Any], settings: Settings) -> P
 
     return ActorEndpointPolicy(spec.url or settings.actor.url, settings, temperature=spec.temperature,
                                version=spec.version)
+
+
+def close_policy(policy: Policy) -> None:
+    """Release what a policy holds (a local checkpoint's lease on its shared backend); a policy that holds nothing
+    has no ``close``."""
+    close = getattr(policy, "close", None)
+    if close is not None:
+        close()

@@ -134,6 +134,32 @@ def test_agent_run_refuses_hosts_off_the_allow_list(client, settings: Settings) 
     assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "task_id"
 
 
+def test_agent_run_looks_its_stored_task_up_off_the_event_loop(client, settings: Settings,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup is a database read: on the event loop it would stall every /v1/act the service is batching."""
+    import asyncio
+
+    from services.actor import app as actor_app
+    from webrl.db.migrate import upgrade
+
+    upgrade(settings)
+    on_loop: list[bool] = []
+
+    def noted(*args):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(*args)
+
+    real = actor_app.resolve_run
+    monkeypatch.setattr(actor_app, "resolve_run", noted)
+    reply = client.post("/v1/agent/run", json={"task_id": "sandbox/test/99999"})
+    assert reply.status_code == 422 and reply.json()["error"]["fields"][0]["field"] == "task_id"
+    assert on_loop == [False]
+
+
 def test_agent_run_without_a_browser_pool_is_a_503_naming_it(actor_model_dir: Path, settings: Settings) -> None:
     import socket
 
@@ -174,3 +200,34 @@ def test_metrics_count_the_tokens_generated(client) -> None:
     assert generated > 0
     assert after["webrl_actor_tokens_generated_total"] == before["webrl_actor_tokens_generated_total"] + generated
     assert after["webrl_actor_requests_in_flight"] == 0  # the request has returned its lease
+
+
+def test_the_last_request_on_a_swapped_out_backend_does_not_wait_for_its_close(actor_model_dir: Path,
+                                                                                settings: Settings) -> None:
+    """A lease ends on the event loop (an async route's request); the old backend's close joins its decoding worker
+    (up to 30 s), so it runs in a thread of its own and the request's release returns at once."""
+    import threading
+
+    old = LocalBackend.from_path(actor_model_dir, settings)
+    new = LocalBackend.from_path(actor_model_dir, settings, version="actor-v2")
+    engine = ActorEngine(settings, old, old.tokenizer)
+    closing, may_close, closed_in = threading.Event(), threading.Event(), []
+    real_close = old.close
+
+    def slow_close() -> None:  # a worker still finishing its queued requests
+        closed_in.append(threading.current_thread().name)
+        closing.set()
+        may_close.wait(30)
+        real_close()
+
+    old.close = slow_close
+    try:
+        with engine.lease() as leased:
+            assert leased is old
+            engine.swap(new)
+            assert not closing.is_set()  # a request still holds the old backend
+        assert closing.wait(10) and closed_in == ["retire-backend"]  # closed, off the releasing thread
+        assert engine.version == "actor-v2"
+    finally:
+        may_close.set()
+        new.close()

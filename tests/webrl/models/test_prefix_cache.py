@@ -172,9 +172,10 @@ def test_loaded_backends_are_the_shared_ones(tiny_dir: Path, tmp_path: Path, mon
 
     monkeypatch.setattr(model_policies, "_SHARED", OrderedDict())  # other tests' backends stay as they are
     settings = Settings(home=tmp_path / "home", models={"torch_threads": 1}, actor={"kept_prompts": 3})
-    backend = model_policies.shared_backend(tiny_dir, settings)
+    backend = model_policies.acquire_backend(tiny_dir, settings)
     try:
-        assert model_policies.shared_backend(tiny_dir, settings) is backend
+        with model_policies.leased_backend(tiny_dir, settings) as again:
+            assert again is backend
         assert model_policies.loaded_backends() == [backend]
         assert backend.kept_prompts == 3  # the setting reaches the backend
     finally:
