@@ -102,7 +102,7 @@ def test_webrl_imports_no_service_and_services_import_no_other_service() -> None
 #: draws the same table. The services (services/<name>/) stand above all of them.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"", "config", "errors", "text", "whole_files", "model_folders", "process_group",
-                              "assets"})),
+                              "process_memory", "assets"})),
     ("method", frozenset({"method"})),
     ("safety", frozenset({"safety"})),
     ("agent", frozenset({"agent", "evaluation", "prompts"})),

@@ -114,9 +114,17 @@ def default_threads() -> int | None:
 
 
 def run_here(settings: Settings, job: TrainJob) -> PhaseResult | SftResult | None:
-    """Run the job in this process; its result (None on non-main processes of a multi-process launch)."""
-    with training_threads(settings):
-        return _run_here(settings, job)
+    """Run the job in this process; its result (None on non-main processes of a multi-process launch). The memory
+    its training freed goes back to the system afterwards (:func:`webrl.process_memory.return_freed_memory`): the
+    process goes on (an embedded run's next rollouts, evaluation and phase; a worker's next job) and would keep the
+    job's peak of activations and gradients resident otherwise."""
+    from webrl.process_memory import return_freed_memory
+
+    try:
+        with training_threads(settings):
+            return _run_here(settings, job)
+    finally:
+        return_freed_memory()
 
 
 def _run_here(settings: Settings, job: TrainJob) -> PhaseResult | SftResult | None:

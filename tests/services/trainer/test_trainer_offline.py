@@ -140,6 +140,21 @@ def test_the_offline_bench_smoke_path_on_the_shipped_phase(tmp_path: Path) -> No
 
 @pytest.mark.skipif(not (ROOT / "bench" / "fixtures" / "phase1-smollm2" / "phase.json").is_file(),
                     reason="the shipped stored phase is missing")
+def test_the_memory_bench_smoke_path_on_the_shipped_phase(tmp_path: Path) -> None:
+    """``bench/phase_memory.py --smoke``: two updates in one process, the memory held and returned after each."""
+    env = {**os.environ, "WEBRL_HOME": str(tmp_path / "home")}
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "phase_memory.py"), "--smoke", "--updates", "2",
+                           "--output", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    assert [u["update"] for u in results["updates"]] == [1, 2] and results["max_steps"] == 2
+    for update in results["updates"]:
+        assert 0 < update["returned_mb"] <= update["held_mb"] + 1 and update["held_mb"] <= update["peak_mb"]
+
+
+@pytest.mark.skipif(not (ROOT / "bench" / "fixtures" / "phase1-smollm2" / "phase.json").is_file(),
+                    reason="the shipped stored phase is missing")
 def test_an_offline_update_reports_its_optimizer_steps_done_of_those_planned(settings) -> None:
     """The bench's progress bar: (0, planned) before the first step, then one call per optimizer step, ending at
     planned, which is the number of steps the update took (3 batches of 2, accumulated 2 by 2: 2 steps an epoch)."""
