@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
 from playwright.async_api import BrowserContext, Dialog, Download, Frame, Page, Request
 from playwright.async_api import Error as PlaywrightError
 
@@ -434,7 +435,8 @@ class BrowserEpisode:
             if self.slot.alive:
                 await asyncio.wait_for(self.stock.give_back(self.stage, self._free_sandbox_state),
                                        EPISODE_CLEANUP_TIMEOUT_S)
-            else:
+            else:  # the browser died: its context can send nothing, so this process frees the sandbox state
+                await self._free_sandbox_state_here()
                 await self.stage.close()
         except Exception as exc:  # cleanup of a broken context must never take the pool down
             log.info("episode %s cleanup: %r; its context is closed instead", self.id, exc)
@@ -446,12 +448,24 @@ class BrowserEpisode:
         """A context the stock could not take back (freezing a page stuck in a script timed out): free the sandbox
         episode's state and close the context, each bounded, so that no context (a renderer, often spinning) and
         no copy of the sandbox's databases is left behind for the life of the browser."""
-        cleanups = [self._free_sandbox_state(self.context)] if self.slot.alive else []
+        cleanups = [self._free_sandbox_state(self.context) if self.slot.alive else self._free_sandbox_state_here()]
         for cleanup in [*cleanups, self.stage.close()]:
             try:
                 await asyncio.wait_for(cleanup, EPISODE_CLEANUP_TIMEOUT_S)
             except Exception as exc:
                 log.warning("episode %s: a context left behind: %r", self.id, exc)
+
+    async def _free_sandbox_state_here(self) -> None:
+        """:meth:`_free_sandbox_state` from this process, for an episode whose browser died (a sandbox site keeps an
+        episode's copy of its databases until it is deleted: every crashed episode's would stay on disk)."""
+        site = self.task.site
+        if site in SITE_PLACEHOLDERS:
+            url = f"{self.settings.site_url(site)}/__webrl/episodes/{self.id}"
+            try:
+                async with httpx.AsyncClient(timeout=2.0, trust_env=False) as client:
+                    await client.delete(url)
+            except httpx.HTTPError:
+                pass  # not a sandbox site, or already gone
 
     async def _free_sandbox_state(self, context: BrowserContext) -> None:
         site = self.task.site

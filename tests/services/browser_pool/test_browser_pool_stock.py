@@ -107,6 +107,30 @@ async def test_sandbox_episodes_on_a_reused_page_each_get_their_own_site_state(s
             await second.close()
 
 
+async def test_a_sandbox_episode_whose_browser_died_leaves_no_site_state(sandbox, sandbox_tasks):
+    """Its context can send nothing any more: the pool frees the episode's copy of the site databases itself (every
+    crashed episode's would stay on disk for the life of the sandbox)."""
+    import os
+    import signal
+
+    from services.browser_pool.pool import BrowserPool
+    from webrl.sandbox.server import make_store
+
+    store = make_store(sandbox)
+    async with BrowserPool(sandbox, size=1) as own:
+        episode = await BrowserEpisode.open(own, sandbox_tasks[0], sandbox)
+        assert episode.id in store.episodes()
+        for pid in own.browser_pids():
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(500):  # the pool hears the browser die
+            if not episode.slot.alive:
+                break
+            await asyncio.sleep(0.02)
+        assert not episode.slot.alive
+        await episode.close()
+        assert episode.id not in store.episodes()
+
+
 PERMISSION_JS = "navigator.permissions.query({name: 'geolocation'}).then(p => p.state)"
 
 
