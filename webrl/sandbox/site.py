@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable, MutableMapping
+from html import escape
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -179,7 +180,9 @@ def _add_framework_routes(app: FastAPI, ctx: SiteContext) -> None:
 
     @app.exception_handler(InvalidEpisodeError)
     async def bad_episode(request: Request, exc: InvalidEpisodeError) -> HTMLResponse:
-        return HTMLResponse(f"<h1>Bad request</h1><p>cookie {EPISODE_COOKIE}: {exc}</p>", status_code=422)
+        # the message quotes the cookie's value, which any page on the host can set: escaped, never markup
+        return HTMLResponse(f"<h1>Bad request</h1><p>cookie {EPISODE_COOKIE}: {escape(str(exc))}</p>",
+                            status_code=422)
 
 
 def build_site_app(name: str, store: EpisodeStore, settings: Settings) -> ASGIApp:

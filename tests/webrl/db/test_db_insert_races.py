@@ -203,3 +203,18 @@ def test_a_phase_row_created_by_a_racing_writer_is_the_one_used(pg: Settings) ->
     store, _ = RunStore.open(pg, PipelineOptions(run="r"))
     _race(pg, lambda s: store.phase_row(s, 1), lambda s: store.phase_row(s, 1))
     assert _count(pg, m.Phase) == 1 and _count(pg, m.Task) == 1
+
+
+def test_a_suite_another_process_loaded_after_the_look_is_kept(db: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two commands on a fresh database both load the sandbox suite: the late one looked before the first committed
+    and found no task; its insert keeps the first's rows."""
+    from webrl.sandbox.tasks import suite
+
+    counts = suite.load_suite(db)
+    with session_scope(db) as s:
+        ids = {key: id_ for key, id_ in s.execute(select(m.Task.key, m.Task.id))}
+    monkeypatch.setattr(suite, "stored_sandbox_keys", _miss_once(suite.stored_sandbox_keys, miss=set()))
+    assert suite.load_suite(db) == counts
+    with session_scope(db) as s:
+        assert {key: id_ for key, id_ in s.execute(select(m.Task.key, m.Task.id))} == ids
+    assert len(ids) == sum(counts.values())

@@ -121,3 +121,10 @@ def test_bad_episode_cookie_is_a_422_naming_the_cookie(sandbox: Settings) -> Non
     r = httpx.get(f"{sandbox.site_url('shopping')}/cart", cookies={EPISODE_COOKIE: "no/slashes"})
     assert r.status_code == 422
     assert EPISODE_COOKIE in r.text
+
+
+def test_a_bad_episode_cookie_is_quoted_as_text_never_as_markup(sandbox: Settings) -> None:
+    """Any page on the host can set the cookie: its value is shown escaped, so it cannot put a script on the site."""
+    r = httpx.get(f"{sandbox.site_url('shopping')}/cart", cookies={EPISODE_COOKIE: "<script>alert(1)</script>"})
+    assert r.status_code == 422
+    assert "<script>" not in r.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text

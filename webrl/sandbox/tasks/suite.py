@@ -20,6 +20,7 @@ import hashlib
 import random
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from webrl.agent.schemas import TaskConfig
 from webrl.config import Settings, get_settings
@@ -125,6 +126,15 @@ def task_key(split: str, config: TaskConfig) -> str:
     return f"sandbox/{split}/{config.task_id}"
 
 
+def stored_sandbox_keys(session: Any) -> set[str]:
+    """The sandbox task keys the database holds."""
+    from sqlalchemy import select
+
+    from webrl.db import models as m
+
+    return set(session.scalars(select(m.Task.key).where(m.Task.key.like("sandbox/%"))))
+
+
 def load_suite(settings: Settings, seed: int = 0) -> dict[str, int]:
     """Insert both splits into the database, skipping keys already stored (idempotent, like
     ``repository.upsert_task`` but in one round trip): train with origin ``seed``, test with origin ``test``;
@@ -132,14 +142,21 @@ def load_suite(settings: Settings, seed: int = 0) -> dict[str, int]:
     from sqlalchemy import select
 
     from webrl.db import models as m
-    from webrl.db.repository import normalise_intent
+    from webrl.db.repository import insert_each_once, normalise_intent
     from webrl.db.session import session_scope
 
     suite = build_suite(seed)
+    configs = {task_key(split, c): (split, c) for split, split_configs in suite.items() for c in split_configs}
+
+    def make(key: str) -> m.Task:
+        split, c = configs[key]
+        return m.Task(key=key, intent=c.intent, intent_norm=normalise_intent(c.intent), site=c.site,
+                      origin="seed" if split == "train" else "test", split=split, phase=0, config=c.to_json())
+
     with session_scope(settings) as session:
-        stored = set(session.scalars(select(m.Task.key).where(m.Task.key.like("sandbox/%"))))
-        session.add_all(
-            m.Task(key=task_key(split, c), intent=c.intent, intent_norm=normalise_intent(c.intent), site=c.site,
-                   origin="seed" if split == "train" else "test", split=split, phase=0, config=c.to_json())
-            for split, configs in suite.items() for c in configs if task_key(split, c) not in stored)
+        stored = stored_sandbox_keys(session)
+        # a second process loading the suite at the same time (two commands on a fresh laptop database) may store
+        # some of these keys between this look and the insert: each is then that process's row
+        insert_each_once(session, [key for key in configs if key not in stored], make,
+                         lambda key: session.scalar(select(m.Task).where(m.Task.key == key)))
     return {split: len(configs) for split, configs in suite.items()}
