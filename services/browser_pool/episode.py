@@ -455,12 +455,15 @@ class BrowserEpisode:
             except Exception as exc:
                 log.warning("episode %s: a context left behind: %r", self.id, exc)
 
+    def _sandbox_state_url(self) -> str | None:
+        """Where a sandbox site frees this episode's copy of its databases; None when the task's site is none."""
+        site = self.task.site
+        return f"{self.settings.site_url(site)}/__webrl/episodes/{self.id}" if site in SITE_PLACEHOLDERS else None
+
     async def _free_sandbox_state_here(self) -> None:
         """:meth:`_free_sandbox_state` from this process, for an episode whose browser died (a sandbox site keeps an
         episode's copy of its databases until it is deleted: every crashed episode's would stay on disk)."""
-        site = self.task.site
-        if site in SITE_PLACEHOLDERS:
-            url = f"{self.settings.site_url(site)}/__webrl/episodes/{self.id}"
+        if (url := self._sandbox_state_url()) is not None:
             try:
                 async with httpx.AsyncClient(timeout=2.0, trust_env=False) as client:
                     await client.delete(url)
@@ -468,10 +471,8 @@ class BrowserEpisode:
                 pass  # not a sandbox site, or already gone
 
     async def _free_sandbox_state(self, context: BrowserContext) -> None:
-        site = self.task.site
-        if site in SITE_PLACEHOLDERS:
-            base = self.settings.site_url(site)
+        if (url := self._sandbox_state_url()) is not None:
             try:
-                await context.request.delete(f"{base}/__webrl/episodes/{self.id}", timeout=2000)
+                await context.request.delete(url, timeout=2000)
             except PlaywrightError:
                 pass  # not a sandbox site, or already gone

@@ -93,9 +93,9 @@ async def run_rollout(payload: RolloutRequest, settings: Settings, pool: Browser
     todo, done = _plan(payload, settings)
     new: dict[int, int] = {}
     if todo:
-        policy = policy_from_spec(payload.policy, settings)
         own = pool is None
         pool = pool or BrowserPool(settings, size=min(payload.concurrency, len(todo)))
+        policy = policy_from_spec(payload.policy, settings)  # holds its backend until the finally below
 
         async def store(index: int, traj: Trajectory) -> None:  # as each episode ends: a failed job keeps them
             task_id = todo[index][0]
